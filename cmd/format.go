@@ -1,0 +1,72 @@
+package cmd
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/xmode/xmode/store"
+)
+
+type table struct{ tw *tabwriter.Writer }
+
+func newTable(w io.Writer, header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
+	if len(header) > 0 {
+		t.row(header...)
+	}
+	return t
+}
+
+func (t *table) row(cols ...string) { fmt.Fprintln(t.tw, strings.Join(cols, "\t")) }
+func (t *table) flush() error       { return t.tw.Flush() }
+
+// human prints a duration the way people read it: 42s, 5m, 1h59m, 3d4h.
+func human(d time.Duration) string {
+	if d < 0 {
+		d = -d
+	}
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		h := int(d.Hours())
+		if m := int(d.Minutes()) % 60; m != 0 {
+			return fmt.Sprintf("%dh%dm", h, m)
+		}
+		return fmt.Sprintf("%dh", h)
+	}
+	days := int(d.Hours()) / 24
+	return fmt.Sprintf("%dd%dh", days, int(d.Hours())%24)
+}
+
+func ago(t, now time.Time) string { return human(now.Sub(t)) + " ago" }
+
+// left says how long a session has: "1h59m left", "expired 3m ago", "ended".
+func left(s *store.Session, now time.Time) string {
+	if s.Ended() {
+		return "ended"
+	}
+	if d := s.ExpiresAt.Sub(now); d > 0 {
+		return human(d) + " left"
+	}
+	return "expired " + human(now.Sub(s.ExpiresAt)) + " ago"
+}
+
+func shortSHA(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}

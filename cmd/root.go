@@ -1,0 +1,208 @@
+// Package cmd wires xmode's commands: cobra flags in, options structs to the
+// packages that do the work, and the one place that turns errors into exit
+// codes (contract §4).
+package cmd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/fatih/color"
+	"github.com/mattn/go-isatty"
+	"github.com/spf13/cobra"
+
+	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/fail"
+	_ "github.com/xmode/xmode/providers/local" // the host engine
+	"github.com/xmode/xmode/sandbox"
+	"github.com/xmode/xmode/store"
+)
+
+// Version is set at build time with -ldflags "-X github.com/xmode/xmode/cmd.Version=…".
+var Version = "dev"
+
+// App carries the streams and global flags every command shares.
+type App struct {
+	In       io.Reader
+	Out, Err io.Writer
+	Env      config.Env
+
+	storageRoot string
+	json        bool
+	noColor     bool
+	quiet       bool
+
+	st *store.Store
+}
+
+// exitStatus is an exit code decided by the command itself (a step's
+// status, a reap with failures); nothing more is printed for it.
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// Main runs xmode with os.Args and returns the process exit code.
+func Main() int {
+	app := &App{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Env: os.Getenv}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
+	return app.Run(ctx, os.Args[1:])
+}
+
+// Run executes one command line and returns its exit code.
+func (a *App) Run(ctx context.Context, args []string) int {
+	root := a.newRoot()
+	root.SetArgs(args)
+	root.SetIn(a.In)
+	root.SetOut(a.Out)
+	root.SetErr(a.Err)
+	cmd, err := root.ExecuteContextC(ctx)
+	if a.st != nil {
+		a.st.Close()
+	}
+	if err == nil {
+		return 0
+	}
+	var es exitStatus
+	if errors.As(err, &es) {
+		return int(es)
+	}
+	var fe *fail.Error
+	if !errors.As(err, &fe) {
+		// cobra's own errors: unknown command, missing argument.
+		err = fail.Usagef("%v", err)
+	}
+	code := fail.ExitCode(err)
+	if cmd != nil && cmd.Annotations["exit"] == "docker" {
+		// sandbox exec: every failure of xmode's own is 125 (docker's convention).
+		code = 125
+	}
+	a.printError(err, code)
+	return code
+}
+
+func (a *App) printError(err error, code int) {
+	if a.json {
+		b, _ := json.Marshal(map[string]any{"error": err.Error(), "exit_code": code})
+		fmt.Fprintln(a.Err, string(b))
+		return
+	}
+	fmt.Fprintf(a.Err, "%s %v\n", a.paint(color.FgRed, "xmode:"), err)
+}
+
+func (a *App) newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "xmode",
+		Short:         "Sandboxes for coding agents: create, exec, inspect, reap",
+		Version:       Version,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		Long: `xmode runs sandboxes for coding agents and the developers who supervise them:
+first-class, inspectable, resource-bounded and reapable run environments,
+with evidence for every step that outlives the sandbox.` + exitStatusHelp,
+		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+			if a.noColor || a.Env("NO_COLOR") != "" {
+				color.NoColor = true
+			}
+		},
+	}
+	root.SetVersionTemplate("xmode {{.Version}}\n")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fail.Usagef("%v (see --help)", err) })
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.storageRoot, "storage-root", "", "storage root (default $XMODE_STORAGE_ROOT, else ~/.local/share/xmode)")
+	pf.BoolVar(&a.json, "json", false, "machine-readable output on stdout")
+	pf.BoolVar(&a.noColor, "no-color", false, "no colour (also: NO_COLOR)")
+	pf.BoolVarP(&a.quiet, "quiet", "q", false, "print only what scripts need")
+
+	sb := &cobra.Command{Use: "sandbox", Short: "Create, run in, inspect and stop sandboxes", Aliases: []string{"sb"}}
+	sb.AddCommand(a.newCreate(), a.newExec(), a.newStop(), a.newList(), a.newShow(), a.newExtend())
+	root.AddCommand(sb, a.newConfig(), a.newVersion())
+	return root
+}
+
+const exitStatusHelp = `
+
+EXIT STATUS
+  0 success · 1 failed · 2 bad flag or value · 3 not found ·
+  4 refused (quota, session not open, outside the storage root) ·
+  5 engine unavailable. sandbox exec exits with the command's status
+  (124 timeout, 126 not executable, 127 not found, 128+N signal N) and 125
+  when xmode itself failed before the command could start.`
+
+// config loads the configuration with this command's flag overrides.
+func (a *App) config(overrides map[string]config.Flag) (*config.Config, error) {
+	if overrides == nil {
+		overrides = map[string]config.Flag{}
+	}
+	if a.storageRoot != "" {
+		overrides["XMODE_STORAGE_ROOT"] = config.Flag{Name: "--storage-root", Value: a.storageRoot}
+	}
+	return config.Load(a.Env, overrides)
+}
+
+// service loads the configuration and opens the store.
+func (a *App) service(ctx context.Context, overrides map[string]config.Flag) (*sandbox.Service, error) {
+	cfg, err := a.config(overrides)
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, cfg.StorageRoot)
+	if err != nil {
+		return nil, err
+	}
+	a.st = st
+	svc := &sandbox.Service{Cfg: cfg, Store: st, Guard: engine.Guard{Root: cfg.StorageRoot}}
+	if !a.json && !a.quiet && isTerminal(a.Err) {
+		svc.Progress = a.Err
+	}
+	return svc, nil
+}
+
+// flagOverride records a flag the user set as the override of a variable.
+func flagOverride(cmd *cobra.Command, m map[string]config.Flag, flag, variable string) {
+	if f := cmd.Flags().Lookup(flag); f != nil && f.Changed {
+		m[variable] = config.Flag{Name: "--" + flag, Value: f.Value.String()}
+	}
+}
+
+func (a *App) printJSON(v any) error {
+	enc := json.NewEncoder(a.Out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// info prints human text to stderr unless --quiet or --json.
+func (a *App) info(format string, args ...any) {
+	if a.quiet || a.json {
+		return
+	}
+	fmt.Fprintf(a.Err, format+"\n", args...)
+}
+
+func (a *App) paint(c color.Attribute, s string) string {
+	if a.noColor || a.Env("NO_COLOR") != "" {
+		return s
+	}
+	return color.New(c).Sprint(s)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isatty.IsTerminal(f.Fd())
+}
+
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) != n {
+			return fail.Usagef("expected %s, got %d argument(s)", what, len(args))
+		}
+		return nil
+	}
+}

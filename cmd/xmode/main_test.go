@@ -1,0 +1,138 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/xmode/xmode/cmd"
+)
+
+// TestMain makes this test binary double as xmode: for testscript's scripts
+// (the "xmode" command on their PATH) and, with XMODE_TEST_AS_MAIN=1, for Go
+// tests that start it as a real process.
+func TestMain(m *testing.M) {
+	if os.Getenv("XMODE_TEST_AS_MAIN") == "1" {
+		os.Exit(cmd.Main())
+	}
+	testscript.Main(m, map[string]func(){"xmode": func() { os.Exit(cmd.Main()) }})
+}
+
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir:                 "testdata/script",
+		Setup:               setupScript,
+		Cmds:                map[string]func(*testscript.TestScript, bool, []string){"capture": capture, "exits": exits},
+		RequireExplicitExec: true,
+	})
+}
+
+// setupScript gives every script its own storage root, HOME and a real git
+// repository ($WORK/repo: branch main with two commits, tag v1, branch
+// feature) made by the git binary.
+func setupScript(env *testscript.Env) error {
+	work := env.WorkDir
+	env.Setenv("XMODE_STORAGE_ROOT", filepath.Join(work, "root"))
+	env.Setenv("HOME", filepath.Join(work, "home"))
+	env.Setenv("XMODE_USER", "tester")
+	env.Setenv("NO_COLOR", "1")
+	env.Setenv("GIT_CONFIG_NOSYSTEM", "1")
+	for _, k := range []string{"XDG_DATA_HOME", "DOCKER_HOST", "CI"} {
+		env.Setenv(k, "")
+	}
+	return makeRepo(filepath.Join(work, "repo"))
+}
+
+func makeRepo(dir string) error {
+	steps := [][]string{
+		{"init", "-q", "-b", "main", dir},
+		{"-C", dir, "config", "user.email", "t@example.com"},
+		{"-C", dir, "config", "user.name", "tester"},
+	}
+	for _, s := range steps {
+		if out, err := exec.Command("git", s...).CombinedOutput(); err != nil {
+			return &cmdErr{s, out, err}
+		}
+	}
+	write := func(name, content string) error {
+		return os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644)
+	}
+	git := func(args ...string) error {
+		c := exec.Command("git", append([]string{"-C", dir}, args...)...)
+		if out, err := c.CombinedOutput(); err != nil {
+			return &cmdErr{args, out, err}
+		}
+		return nil
+	}
+	if err := write("README", "version one\n"); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "sub", "dir"), 0o755); err != nil {
+		return err
+	}
+	if err := write("sub/dir/file.txt", "nested\n"); err != nil {
+		return err
+	}
+	for _, a := range [][]string{{"add", "."}, {"commit", "-qm", "one"}, {"tag", "v1"}, {"branch", "feature"}} {
+		if err := git(a...); err != nil {
+			return err
+		}
+	}
+	if err := write("README", "version two\n"); err != nil {
+		return err
+	}
+	for _, a := range [][]string{{"commit", "-qam", "two"}} {
+		if err := git(a...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type cmdErr struct {
+	args []string
+	out  []byte
+	err  error
+}
+
+func (e *cmdErr) Error() string {
+	return "git " + strings.Join(e.args, " ") + ": " + e.err.Error() + ": " + string(e.out)
+}
+
+// capture VAR sets $VAR to the previous command's stdout, trimmed: scripts
+// use it to keep a session ID.
+func capture(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: capture VAR")
+	}
+	ts.Setenv(args[0], strings.TrimSpace(ts.ReadFile("stdout")))
+}
+
+// exits N PROG [ARG...] runs a program and checks its exact exit code; its
+// output is kept for stdout/stderr checks like exec's.
+func exits(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 {
+		ts.Fatalf("usage: exits CODE PROG [ARG...]")
+	}
+	want, err := strconv.Atoi(args[0])
+	if err != nil {
+		ts.Fatalf("exits: bad code %q", args[0])
+	}
+	got := 0
+	if err := ts.Exec(args[1], args[2:]...); err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			ts.Fatalf("exits: %v", err)
+		}
+		got = ee.ExitCode()
+	}
+	if got != want {
+		ts.Fatalf("exit code %d, want %d", got, want)
+	}
+}

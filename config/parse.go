@@ -1,0 +1,65 @@
+package config
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ParseDuration parses a positive Go duration ("90s", "15m", "2h").
+func ParseDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration: use Go syntax such as 90s, 15m or 2h", s)
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("%q must be longer than zero", s)
+	}
+	return d, nil
+}
+
+var sizeUnits = map[string]int64{
+	"":  1,
+	"b": 1,
+	"k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10,
+	"m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
+	"g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
+	"t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40,
+}
+
+// ParseSize parses a size in docker's units: a number with an optional
+// binary unit, case-insensitive ("512m", "4g", "1.5GiB", "1048576").
+func ParseSize(s string) (int64, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	i := 0
+	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.') {
+		i++
+	}
+	num, unit := t[:i], t[i:]
+	mult, ok := sizeUnits[unit]
+	if num == "" || !ok {
+		return 0, fmt.Errorf("%q is not a size: use a number with an optional unit b, k, m, g or t (docker's units), e.g. 512m or 4g", s)
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || f < 0 {
+		return 0, fmt.Errorf("%q is not a size: use a number with an optional unit b, k, m, g or t (docker's units), e.g. 512m or 4g", s)
+	}
+	v := f * float64(mult)
+	if v >= math.MaxInt64 {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return int64(v), nil
+}
+
+// ParseBool accepts the usual spellings of on and off.
+func ParseBool(s string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "1", "true", "yes", "on":
+		return true, nil
+	case "0", "false", "no", "off", "":
+		return false, nil
+	}
+	return false, fmt.Errorf("%q is not a boolean: use 1 or 0", s)
+}

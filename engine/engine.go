@@ -1,0 +1,74 @@
+// Package engine is the one seam every command that runs inside a sandbox
+// goes through (the design's Sandboxes::Engine). It defines the adapter
+// interface the providers implement, chooses the adapter for a runner mode,
+// and owns the storage-root guard that keeps every path xmode touches under
+// the storage root.
+package engine
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// DefaultGrace is how long a step gets between TERM and KILL.
+const DefaultGrace = 5 * time.Second
+
+// Spec describes the sandbox a provider provisions for one session.
+type Spec struct {
+	SessionID string
+	RunID     string
+	Project   string
+	Worktree  string // <root>/runs/<run>/worktree, already guarded
+	Image     string
+	Labels    map[string]string // contract §5 labels for everything the engine creates
+}
+
+// Sandbox is what a provider provisioned; it is stored on the session row
+// and handed back for every Exec and for Destroy.
+type Sandbox struct {
+	Engine      string // "host" or "docker"
+	ContainerID string
+	MountMode   string // "bind" or "volume" (docker only)
+	Image       string
+	Volumes     []string // per-session volumes Destroy removes
+	Worktree    string
+	RunID       string
+	SessionID   string
+	Project     string
+}
+
+// ExecRequest is one step for a provider to run.
+type ExecRequest struct {
+	Argv    []string
+	Env     []string // KEY=VALUE, added to the sandbox's environment
+	Workdir string   // relative to the worktree, already checked by ResolveWorkdir
+	Timeout time.Duration
+	Grace   time.Duration // TERM→KILL; DefaultGrace when zero
+	Stdin   io.Reader     // nil: no input
+	Stdout  io.Writer
+	Stderr  io.Writer
+}
+
+// Status is the "status" of the design's raw (stdout, stderr, status) triple.
+type Status struct {
+	ExitCode  int    `json:"exit_code"`
+	Signal    string `json:"signal"`
+	TimedOut  bool   `json:"timed_out"`
+	OOMKilled bool   `json:"oom_killed"`
+}
+
+// Adapter runs commands in sandboxes. Adapters return the raw triple (output
+// goes to the writers, the status is returned); callers keep the evidence.
+//
+// Exec returns an error only when xmode itself failed before the command
+// could start (exit 125); a command that could not be found or executed is a
+// Status (127, 126), like docker.
+type Adapter interface {
+	Name() string
+	Provision(ctx context.Context, spec Spec) (Sandbox, error)
+	Exec(ctx context.Context, sb Sandbox, req ExecRequest) (Status, error)
+	// Destroy removes what Provision created. Destroying something already
+	// gone is not an error, so teardown can be retried until it converges.
+	Destroy(ctx context.Context, sb Sandbox) error
+}

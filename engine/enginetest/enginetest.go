@@ -1,0 +1,667 @@
+// Package enginetest is the conformance suite every engine.Adapter must
+// pass: exit statuses, signals, separate output streams, environment,
+// workdir, timeouts with TERM→KILL, killing the whole process tree,
+// cancellation, binary and very large output with bounded memory, 126/127,
+// stdin, concurrent steps and idempotent Destroy.
+//
+// The commands it runs use only POSIX sh and busybox applets (sh, sleep,
+// cat, echo, printf, head, kill, trap, grep, mkdir, ...) and paths relative
+// to the step's working directory, so the same suite runs on the host and
+// inside a busybox container.
+package enginetest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/xmode/xmode/engine"
+)
+
+// Harness gives the suite a fresh adapter and a provisioned sandbox whose
+// worktree is empty and writable. New is called once per subtest; it
+// should register its own cleanup (t.Cleanup), which must tolerate a
+// sandbox the suite already destroyed.
+type Harness struct {
+	New func(t *testing.T) (engine.Adapter, engine.Sandbox)
+}
+
+// Run runs the whole suite against h, one subtest per behaviour.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	if h.New == nil {
+		t.Fatal("enginetest: Harness.New is nil")
+	}
+	tests := []struct {
+		name string
+		fn   func(*testing.T, Harness)
+	}{
+		{"Name", testName},
+		{"ExitCodes", testExitCodes},
+		{"KilledBySignal", testKilledBySignal},
+		{"StdoutStderrSeparate", testStdoutStderr},
+		{"Env", testEnv},
+		{"Workdir", testWorkdir},
+		{"Timeout", testTimeout},
+		{"TimeoutIgnoringTERM", testTimeoutIgnoringTerm},
+		{"ProcessTreeKilledAfterExit", testTreeAfterExit},
+		{"ProcessTreeKilledOnTimeout", testTreeOnTimeout},
+		{"ContextCancel", testCancel},
+		{"BinaryOutput", testBinaryOutput},
+		{"BinaryStdinRoundTrip", testBinaryStdin},
+		{"LargeOutputBoundedMemory", testLargeOutput},
+		{"CommandNotFound", testNotFound},
+		{"NotExecutable", testNotExecutable},
+		{"Stdin", testStdin},
+		{"ConcurrentSteps", testConcurrent},
+		{"DestroyIdempotent", testDestroy},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
+	}
+}
+
+// defaultLimit is how long one Exec may take before the suite gives up on
+// it (a hung adapter fails the test instead of hanging it).
+const defaultLimit = 30 * time.Second
+
+// result is what one Exec gave back.
+type result struct {
+	st      engine.Status
+	err     error
+	stdout  []byte
+	stderr  []byte
+	elapsed time.Duration
+}
+
+// syncBuffer is a bytes.Buffer safe for the adapter's copy goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
+}
+
+// exec runs req with a watchdog. Stdout and Stderr are captured unless the
+// request brings its own writers.
+func exec(t *testing.T, ctx context.Context, a engine.Adapter, sb engine.Sandbox, req engine.ExecRequest, limit time.Duration) result {
+	t.Helper()
+	var out, errb syncBuffer
+	if req.Stdout == nil {
+		req.Stdout = &out
+	}
+	if req.Stderr == nil {
+		req.Stderr = &errb
+	}
+	type ret struct {
+		st  engine.Status
+		err error
+	}
+	done := make(chan ret, 1)
+	start := time.Now()
+	go func() {
+		st, err := a.Exec(ctx, sb, req)
+		done <- ret{st, err}
+	}()
+	select {
+	case r := <-done:
+		return result{st: r.st, err: r.err, stdout: out.Bytes(), stderr: errb.Bytes(), elapsed: time.Since(start)}
+	case <-time.After(limit):
+		t.Fatalf("Exec(%s) did not return within %v (stdout so far %q, stderr so far %q)",
+			describe(req), limit, clip(out.Bytes()), clip(errb.Bytes()))
+		return result{}
+	}
+}
+
+// sh runs `sh -c script` and requires Exec to succeed (no error).
+func sh(t *testing.T, a engine.Adapter, sb engine.Sandbox, script string, mod ...func(*engine.ExecRequest)) result {
+	t.Helper()
+	req := engine.ExecRequest{Argv: []string{"sh", "-c", script}}
+	for _, m := range mod {
+		m(&req)
+	}
+	return mustExec(t, context.Background(), a, sb, req)
+}
+
+func mustExec(t *testing.T, ctx context.Context, a engine.Adapter, sb engine.Sandbox, req engine.ExecRequest) result {
+	t.Helper()
+	r := exec(t, ctx, a, sb, req, defaultLimit)
+	if r.err != nil {
+		t.Fatalf("Exec(%s) returned error %v; want a status (errors are only for failures of xmode before the command starts)", describe(req), r.err)
+	}
+	return r
+}
+
+// wantExit checks the status of a step that was not signalled or timed out.
+func wantExit(t *testing.T, what string, r result, code int) {
+	t.Helper()
+	want := engine.Status{ExitCode: code}
+	if r.st != want {
+		t.Fatalf("%s: status %+v, want %+v\nstdout: %q\nstderr: %q", what, r.st, want, clip(r.stdout), clip(r.stderr))
+	}
+}
+
+// wantOK requires exit 0.
+func wantOK(t *testing.T, what string, r result) {
+	t.Helper()
+	wantExit(t, what, r, 0)
+}
+
+func describe(req engine.ExecRequest) string {
+	var b strings.Builder
+	b.WriteString("argv=[")
+	for i, a := range req.Argv {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		b.WriteString(strconv.Quote(a))
+	}
+	b.WriteString("]")
+	if req.Workdir != "" {
+		fmt.Fprintf(&b, " workdir=%q", req.Workdir)
+	}
+	if len(req.Env) > 0 {
+		fmt.Fprintf(&b, " env=%q", req.Env)
+	}
+	if req.Timeout > 0 {
+		fmt.Fprintf(&b, " timeout=%v", req.Timeout)
+	}
+	if req.Grace > 0 {
+		fmt.Fprintf(&b, " grace=%v", req.Grace)
+	}
+	return b.String()
+}
+
+func clip(b []byte) string {
+	const max = 2048
+	if len(b) > max {
+		return string(b[:max]) + fmt.Sprintf("... (%d bytes)", len(b))
+	}
+	return string(b)
+}
+
+// ---------------------------------------------------------------------------
+
+func testName(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	if a.Name() == "" {
+		t.Fatal("Name() is empty")
+	}
+	if sb.Engine != "" && sb.Engine != a.Name() {
+		t.Errorf("provisioned Sandbox.Engine = %q, but the adapter's Name() is %q", sb.Engine, a.Name())
+	}
+}
+
+func testExitCodes(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	for _, code := range []int{0, 1, 3, 255} {
+		script := fmt.Sprintf("exit %d", code)
+		wantExit(t, "sh -c '"+script+"'", sh(t, a, sb, script), code)
+	}
+	wantOK(t, "true", mustExec(t, context.Background(), a, sb, engine.ExecRequest{Argv: []string{"true"}}))
+	wantExit(t, "false", mustExec(t, context.Background(), a, sb, engine.ExecRequest{Argv: []string{"false"}}), 1)
+}
+
+func testKilledBySignal(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	for _, c := range []struct {
+		sig  string
+		code int
+		name string
+	}{{"TERM", 143, "SIGTERM"}, {"KILL", 137, "SIGKILL"}} {
+		script := "kill -" + c.sig + " $$; sleep 5"
+		r := sh(t, a, sb, script)
+		want := engine.Status{ExitCode: c.code, Signal: c.name}
+		if r.st != want {
+			t.Errorf("sh -c %q: status %+v, want %+v (128+N and the signal's name)\nstderr: %q", script, r.st, want, clip(r.stderr))
+		}
+	}
+}
+
+func testStdoutStderr(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	r := sh(t, a, sb, `printf 'out1\n'; printf 'err1\n' >&2; printf 'out2'; printf 'err2' >&2; printf '\n' >&2`)
+	wantOK(t, "printing to both streams", r)
+	if got, want := string(r.stdout), "out1\nout2"; got != want {
+		t.Errorf("stdout = %q, want exactly %q", got, want)
+	}
+	if got, want := string(r.stderr), "err1\nerr2\n"; got != want {
+		t.Errorf("stderr = %q, want exactly %q", got, want)
+	}
+}
+
+func testEnv(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	withEnv := func(env ...string) func(*engine.ExecRequest) {
+		return func(r *engine.ExecRequest) { r.Env = env }
+	}
+
+	r := sh(t, a, sb, `printf '%s' "$XMODE_ENGINETEST_A"`, withEnv("XMODE_ENGINETEST_A=a b=c"))
+	wantOK(t, "env value", r)
+	if got := string(r.stdout); got != "a b=c" {
+		t.Errorf("req.Env XMODE_ENGINETEST_A=%q is seen by the step as %q", "a b=c", got)
+	}
+
+	r = sh(t, a, sb, `printf '%s' "$XMODE_ENGINETEST_B"`, withEnv("XMODE_ENGINETEST_B=first", "XMODE_ENGINETEST_B=second"))
+	wantOK(t, "env override", r)
+	if got := string(r.stdout); got != "second" {
+		t.Errorf("req.Env sets XMODE_ENGINETEST_B twice (first, second): the step sees %q, want the later entry %q", got, "second")
+	}
+
+	r = sh(t, a, sb, `printf '%s' "$HOME"`, withEnv("HOME=/xmode-enginetest-home"))
+	wantOK(t, "env overriding the sandbox's HOME", r)
+	if got := string(r.stdout); got != "/xmode-enginetest-home" {
+		t.Errorf("req.Env HOME=/xmode-enginetest-home does not override the sandbox's HOME: the step sees %q", got)
+	}
+
+	r = sh(t, a, sb, `printf '%s' "${XMODE_ENGINETEST_A-unset}"`)
+	wantOK(t, "env does not leak between steps", r)
+	if got := string(r.stdout); got != "unset" {
+		t.Errorf("XMODE_ENGINETEST_A from an earlier step's req.Env is still set in a later step: %q", got)
+	}
+}
+
+func testWorkdir(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	wantOK(t, "mkdir -p sub/dir", sh(t, a, sb, "mkdir -p sub/dir"))
+
+	r := sh(t, a, sb, "pwd; echo here > made-in-workdir.txt", func(r *engine.ExecRequest) { r.Workdir = "sub/dir" })
+	wantOK(t, "pwd in workdir sub/dir", r)
+	if got := strings.TrimRight(string(r.stdout), "\n"); !strings.HasSuffix(got, "/sub/dir") {
+		t.Errorf("pwd with Workdir %q printed %q, want a path ending in /sub/dir", "sub/dir", got)
+	}
+
+	r = sh(t, a, sb, "cat sub/dir/made-in-workdir.txt")
+	wantOK(t, "the file made in the workdir is visible from the worktree root in the next step", r)
+	if got := string(r.stdout); got != "here\n" {
+		t.Errorf("sub/dir/made-in-workdir.txt = %q, want %q", got, "here\n")
+	}
+
+	r = sh(t, a, sb, "pwd")
+	wantOK(t, "pwd without workdir", r)
+	if got := strings.TrimRight(string(r.stdout), "\n"); strings.HasSuffix(got, "/sub/dir") {
+		t.Errorf("a step without Workdir runs in %q: the previous step's workdir stuck", got)
+	}
+}
+
+func testTimeout(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	req := engine.ExecRequest{Argv: []string{"sleep", "30"}, Timeout: 300 * time.Millisecond}
+	r := mustExec(t, context.Background(), a, sb, req)
+	if r.st.ExitCode != 124 || !r.st.TimedOut {
+		t.Errorf("%s: status %+v, want ExitCode 124 and TimedOut (stderr %q)", describe(req), r.st, clip(r.stderr))
+	}
+	if r.elapsed < req.Timeout {
+		t.Errorf("%s returned after %v, before its timeout", describe(req), r.elapsed)
+	}
+	if r.elapsed > 4*time.Second {
+		t.Errorf("%s took %v: a process that dies on TERM must end at the deadline, not after the grace period", describe(req), r.elapsed)
+	}
+	t.Logf("timed out step: %+v after %v", r.st, r.elapsed)
+}
+
+func testTimeoutIgnoringTerm(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	req := engine.ExecRequest{
+		Argv:    []string{"sh", "-c", `trap "" TERM; while :; do sleep 1; done`},
+		Timeout: 300 * time.Millisecond,
+		Grace:   300 * time.Millisecond,
+	}
+	r := mustExec(t, context.Background(), a, sb, req)
+	if r.st.ExitCode != 124 || !r.st.TimedOut {
+		t.Errorf("%s: status %+v, want ExitCode 124 and TimedOut", describe(req), r.st)
+	}
+	if r.elapsed < req.Timeout+req.Grace-50*time.Millisecond {
+		t.Errorf("%s returned after %v: the step must get its grace period between TERM and KILL", describe(req), r.elapsed)
+	}
+	if r.elapsed > 4*time.Second {
+		t.Errorf("%s took %v: KILL must follow TERM after the grace period", describe(req), r.elapsed)
+	}
+	t.Logf("TERM-ignoring step: %+v after %v", r.st, r.elapsed)
+}
+
+// bgScript starts a background sleep that ignores TERM and records its pid.
+const bgScript = `trap "" TERM; sleep 300 & echo $! > bg.pid; trap - TERM; `
+
+func testTreeAfterExit(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	r := sh(t, a, sb, bgScript+"echo started")
+	wantOK(t, "a step that leaves a background process behind", r)
+	if r.elapsed > 3*time.Second {
+		t.Errorf("a step whose leader exited at once but left `sleep 300 &` behind took %v to return", r.elapsed)
+	}
+	wantGone(t, a, sb, "a background process (`sleep 300 &`) of a step that exited normally")
+}
+
+func testTreeOnTimeout(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	req := engine.ExecRequest{
+		Argv:    []string{"sh", "-c", bgScript + "sleep 30"},
+		Timeout: 300 * time.Millisecond,
+		Grace:   200 * time.Millisecond,
+	}
+	r := mustExec(t, context.Background(), a, sb, req)
+	if r.st.ExitCode != 124 || !r.st.TimedOut {
+		t.Errorf("%s: status %+v, want ExitCode 124 and TimedOut", describe(req), r.st)
+	}
+	if r.elapsed > 4*time.Second {
+		t.Errorf("%s took %v", describe(req), r.elapsed)
+	}
+	wantGone(t, a, sb, "a TERM-ignoring background process of a step that timed out")
+}
+
+// wantGone waits (briefly) until the process whose pid is in bg.pid is gone
+// or a zombie. A zombie counts as gone: reaping orphans is PID 1's business.
+func wantGone(t *testing.T, a engine.Adapter, sb engine.Sandbox, what string) {
+	t.Helper()
+	const check = `pid=$(cat bg.pid) || exit 2
+case "$pid" in ''|*[!0-9]*) echo "bad pid file: $pid"; exit 2;; esac
+state=$(grep '^State:' /proc/$pid/status 2>/dev/null)
+case "$state" in ''|*Z*|*X*) exit 0;; esac
+echo "pid $pid $state"; exit 1`
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		r := sh(t, a, sb, check)
+		switch r.st.ExitCode {
+		case 0:
+			return
+		case 1:
+			if time.Now().After(deadline) {
+				// Do not leave it behind for the next test.
+				sh(t, a, sb, `kill -9 "$(cat bg.pid)"`)
+				t.Fatalf("%s is still alive 3s after Exec returned: %s", what, strings.TrimSpace(string(r.stdout)))
+			}
+			time.Sleep(50 * time.Millisecond)
+		default:
+			t.Fatalf("checking %s: status %+v\nstdout: %q\nstderr: %q", what, r.st, r.stdout, r.stderr)
+		}
+	}
+}
+
+func testCancel(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	timer := time.AfterFunc(300*time.Millisecond, cancel)
+	defer timer.Stop()
+	req := engine.ExecRequest{Argv: []string{"sleep", "30"}}
+	r := exec(t, ctx, a, sb, req, defaultLimit)
+	if r.err != nil {
+		t.Fatalf("Exec(%s) cancelled while running returned error %v; want the status the process died of", describe(req), r.err)
+	}
+	if r.st.ExitCode == 0 {
+		t.Errorf("Exec(%s) cancelled after 300ms: status %+v, want a non-zero status", describe(req), r.st)
+	}
+	if r.st.TimedOut {
+		t.Errorf("Exec(%s) cancelled (no timeout set): status %+v says TimedOut", describe(req), r.st)
+	}
+	if r.elapsed > 4*time.Second {
+		t.Errorf("Exec(%s) returned %v after it started; cancellation must end the step promptly", describe(req), r.elapsed)
+	}
+	t.Logf("cancelled step: %+v after %v", r.st, r.elapsed)
+}
+
+func allBytes() []byte {
+	b := make([]byte, 256)
+	for i := range b {
+		b[i] = byte(i)
+	}
+	return b
+}
+
+func testBinaryOutput(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	var format strings.Builder
+	for i := range 256 {
+		fmt.Fprintf(&format, `\%03o`, i)
+	}
+	r := sh(t, a, sb, `printf "$1"; printf "$1" >&2`, func(r *engine.ExecRequest) {
+		r.Argv = append(r.Argv, "sh", format.String())
+	})
+	wantOK(t, "printf of all 256 byte values", r)
+	want := allBytes()
+	if !bytes.Equal(r.stdout, want) {
+		t.Errorf("stdout of all 256 byte values:\n got % x\nwant % x", r.stdout, want)
+	}
+	if !bytes.Equal(r.stderr, want) {
+		t.Errorf("stderr of all 256 byte values:\n got % x\nwant % x", r.stderr, want)
+	}
+}
+
+func testBinaryStdin(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	// 1 MiB, more than any pipe buffer, so an adapter that feeds all of
+	// stdin before reading stdout deadlocks here.
+	in := bytes.Repeat(allBytes(), 4096)
+	r := mustExec(t, context.Background(), a, sb, engine.ExecRequest{Argv: []string{"cat"}, Stdin: bytes.NewReader(in)})
+	wantOK(t, "cat of 1 MiB of binary stdin", r)
+	if !bytes.Equal(r.stdout, in) {
+		i := 0
+		for i < len(r.stdout) && i < len(in) && r.stdout[i] == in[i] {
+			i++
+		}
+		t.Errorf("cat echoed %d bytes of the %d binary bytes given on stdin; first difference at offset %d", len(r.stdout), len(in), i)
+	}
+}
+
+// countingWriter counts and drops what it is given.
+type countingWriter struct{ n atomic.Int64 }
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.n.Add(int64(len(p)))
+	return len(p), nil
+}
+
+func testLargeOutput(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	const size = 100 << 20
+	const maxGrowth = 32 << 20
+
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapAlloc
+	var peak atomic.Uint64
+	peak.Store(base)
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		var ms runtime.MemStats
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				runtime.ReadMemStats(&ms)
+				if ms.HeapAlloc > peak.Load() {
+					peak.Store(ms.HeapAlloc)
+				}
+			}
+		}
+	}()
+
+	var out, errw countingWriter
+	req := engine.ExecRequest{
+		Argv:   []string{"head", "-c", strconv.Itoa(size), "/dev/zero"},
+		Stdout: &out,
+		Stderr: &errw,
+	}
+	r := exec(t, context.Background(), a, sb, req, 2*time.Minute)
+	close(stop)
+	<-sampled
+	if r.err != nil {
+		t.Fatalf("Exec(%s): %v", describe(req), r.err)
+	}
+	wantOK(t, "100 MiB of output", r)
+	if got := out.n.Load(); got != size {
+		t.Errorf("stdout carried %d bytes, want exactly %d", got, size)
+	}
+	if got := errw.n.Load(); got != 0 {
+		t.Errorf("stderr carried %d bytes, want none", got)
+	}
+	growth := int64(peak.Load()) - int64(base)
+	if growth > maxGrowth {
+		t.Errorf("heap grew by %d MiB while streaming 100 MiB of output (limit %d MiB): output must be streamed, not buffered", growth>>20, maxGrowth>>20)
+	}
+	t.Logf("100 MiB in %v, peak heap growth %d KiB", r.elapsed, growth>>10)
+}
+
+func testNotFound(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	for _, argv := range [][]string{
+		{"xmode-enginetest-no-such-command"},
+		{"./xmode-enginetest-no-such-file"},
+		{"sh", "-c", "xmode-enginetest-no-such-command"},
+	} {
+		req := engine.ExecRequest{Argv: argv}
+		r := mustExec(t, context.Background(), a, sb, req)
+		if r.st.ExitCode != 127 {
+			t.Errorf("Exec(%s): status %+v, want ExitCode 127 (command not found)", describe(req), r.st)
+		}
+		if len(bytes.TrimSpace(r.stderr)) == 0 {
+			t.Errorf("Exec(%s): nothing on stderr; want a message saying the command was not found", describe(req))
+		}
+	}
+}
+
+func testNotExecutable(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	// A file made by redirection has no x bit (0666 &^ umask).
+	wantOK(t, "writing a script without x bit", sh(t, a, sb, `printf '#!/bin/sh\necho ran\n' > noexec.sh; mkdir -p adir`))
+	for _, argv := range [][]string{{"./noexec.sh"}, {"./adir"}} {
+		req := engine.ExecRequest{Argv: argv}
+		r := mustExec(t, context.Background(), a, sb, req)
+		if r.st.ExitCode != 126 {
+			t.Errorf("Exec(%s): status %+v, want ExitCode 126 (found but not executable)\nstdout: %q\nstderr: %q", describe(req), r.st, r.stdout, r.stderr)
+		}
+		if len(bytes.TrimSpace(r.stderr)) == 0 {
+			t.Errorf("Exec(%s): nothing on stderr; want a message saying why it could not be executed", describe(req))
+		}
+		if bytes.Contains(r.stdout, []byte("ran")) {
+			t.Errorf("Exec(%s): the file without x bit ran anyway", describe(req))
+		}
+	}
+}
+
+func testStdin(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	r := mustExec(t, context.Background(), a, sb, engine.ExecRequest{
+		Argv:  []string{"cat"},
+		Stdin: strings.NewReader("hello stdin\nsecond line"),
+	})
+	wantOK(t, "cat with stdin", r)
+	if got, want := string(r.stdout), "hello stdin\nsecond line"; got != want {
+		t.Errorf("cat echoed %q, want the request's stdin %q", got, want)
+	}
+
+	// No stdin: the step must see end of input at once, not the test's
+	// own stdin and not a pipe nobody closes.
+	req := engine.ExecRequest{Argv: []string{"cat"}}
+	r = exec(t, context.Background(), a, sb, req, 10*time.Second)
+	if r.err != nil {
+		t.Fatalf("Exec(%s) without stdin: %v", describe(req), r.err)
+	}
+	wantOK(t, "cat without stdin", r)
+	if len(r.stdout) != 0 {
+		t.Errorf("cat without stdin printed %q, want nothing", clip(r.stdout))
+	}
+}
+
+func testConcurrent(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	const n = 8
+	const lines = 200
+	const script = `i=0; while [ $i -lt ` + "200" + ` ]; do echo "$1 line $i"; echo "$1 err $i" >&2; i=$((i+1)); done; printf '%s' "$XMODE_ENGINETEST_JOB" > "out-$1.txt"`
+	expect := func(job string, stream string) string {
+		var b strings.Builder
+		for i := range lines {
+			if stream == "out" {
+				fmt.Fprintf(&b, "%s line %d\n", job, i)
+			} else {
+				fmt.Fprintf(&b, "%s err %d\n", job, i)
+			}
+		}
+		return b.String()
+	}
+	results := make([]result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var out, errb syncBuffer
+			req := engine.ExecRequest{
+				Argv:   []string{"sh", "-c", script, "sh", fmt.Sprintf("job%d", i)},
+				Env:    []string{fmt.Sprintf("XMODE_ENGINETEST_JOB=%d", i)},
+				Stdout: &out,
+				Stderr: &errb,
+			}
+			start := time.Now()
+			st, err := a.Exec(context.Background(), sb, req)
+			results[i] = result{st: st, err: err, stdout: out.Bytes(), stderr: errb.Bytes(), elapsed: time.Since(start)}
+		}()
+	}
+	waited := make(chan struct{})
+	go func() { wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(defaultLimit):
+		t.Fatalf("%d concurrent Execs on one sandbox did not all return within %v", n, defaultLimit)
+	}
+	for i, r := range results {
+		job := fmt.Sprintf("job%d", i)
+		if r.err != nil {
+			t.Errorf("concurrent Exec %s: error %v", job, r.err)
+			continue
+		}
+		if r.st != (engine.Status{}) {
+			t.Errorf("concurrent Exec %s: status %+v, want exit 0\nstderr: %q", job, r.st, clip(r.stderr))
+		}
+		if got, want := string(r.stdout), expect(job, "out"); got != want {
+			t.Errorf("concurrent Exec %s: stdout is not its own output:\n%s", job, clip(r.stdout))
+		}
+		if got, want := string(r.stderr), expect(job, "err"); got != want {
+			t.Errorf("concurrent Exec %s: stderr is not its own output:\n%s", job, clip(r.stderr))
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	r := sh(t, a, sb, `for i in 0 1 2 3 4 5 6 7; do cat "out-job$i.txt"; echo; done`)
+	wantOK(t, "reading the concurrent steps' files", r)
+	if got, want := string(r.stdout), "0\n1\n2\n3\n4\n5\n6\n7\n"; got != want {
+		t.Errorf("files written by the concurrent steps with their own env hold %q, want %q", got, want)
+	}
+}
+
+func testDestroy(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	wantOK(t, "a step before Destroy", sh(t, a, sb, "echo hi > f.txt"))
+	ctx := context.Background()
+	if err := a.Destroy(ctx, sb); err != nil {
+		t.Fatalf("Destroy: %v", err)
+	}
+	if err := a.Destroy(ctx, sb); err != nil {
+		t.Fatalf("a second Destroy of the same sandbox: %v; destroying what is already gone must not be an error", err)
+	}
+}

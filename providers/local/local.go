@@ -1,0 +1,452 @@
+// Package local is the host provider ("host" engine, the design's
+// LocalProcess): every step is a process on the host, started in the
+// session's worktree, in a process group of its own so that a timeout, a
+// cancellation or the end of the step can take down the whole process tree.
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/engine"
+)
+
+// EngineName is the name the provider registers under.
+const EngineName = "host"
+
+// drainTimeout bounds how long Exec waits for the output pipes to reach EOF
+// once the step's process group is gone: a process that escaped the group
+// (setsid) may hold them open for ever.
+const drainTimeout = time.Second
+
+// defaultPath is searched when the step's environment has no PATH at all
+// (docker's default PATH, so both engines agree).
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+func init() {
+	engine.Register(EngineName, func(*config.Config) (engine.Adapter, error) { return New(), nil })
+}
+
+// Provider runs steps as host processes. It has no state: one Provider may
+// serve any number of sandboxes and concurrent Exec calls.
+type Provider struct{}
+
+// New returns the host provider.
+func New() *Provider { return &Provider{} }
+
+var _ engine.Adapter = (*Provider)(nil)
+
+// Name returns "host".
+func (*Provider) Name() string { return EngineName }
+
+// Provision creates nothing: the host sandbox is the worktree itself, which
+// must already exist.
+func (*Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sandbox, error) {
+	if err := ctx.Err(); err != nil {
+		return engine.Sandbox{}, err
+	}
+	if spec.Worktree == "" {
+		return engine.Sandbox{}, errors.New("host engine: no worktree to provision a sandbox in")
+	}
+	st, err := os.Stat(spec.Worktree)
+	if err != nil {
+		return engine.Sandbox{}, fmt.Errorf("host engine: worktree: %w", err)
+	}
+	if !st.IsDir() {
+		return engine.Sandbox{}, fmt.Errorf("host engine: worktree %s is not a directory", spec.Worktree)
+	}
+	return engine.Sandbox{
+		Engine:    EngineName,
+		Worktree:  spec.Worktree,
+		RunID:     spec.RunID,
+		SessionID: spec.SessionID,
+		Project:   spec.Project,
+	}, nil
+}
+
+// Destroy has nothing to remove: the worktree belongs to the caller, which
+// reclaims it through engine.Guard.
+func (*Provider) Destroy(context.Context, engine.Sandbox) error { return nil }
+
+// Exec runs one step. See engine.Adapter for the error/status split.
+func (p *Provider) Exec(ctx context.Context, sb engine.Sandbox, req engine.ExecRequest) (engine.Status, error) {
+	if len(req.Argv) == 0 || req.Argv[0] == "" {
+		return engine.Status{}, errors.New("host engine: empty command")
+	}
+	if err := ctx.Err(); err != nil {
+		return engine.Status{}, fmt.Errorf("host engine: not starting %q: %w", req.Argv[0], err)
+	}
+	stdout, stderr := req.Stdout, req.Stderr
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+
+	dir, err := filepath.Abs(filepath.Join(sb.Worktree, req.Workdir))
+	if err != nil {
+		return engine.Status{}, fmt.Errorf("host engine: workdir: %w", err)
+	}
+	if st, err := os.Stat(dir); err != nil {
+		return engine.Status{}, fmt.Errorf("host engine: workdir: %w", err)
+	} else if !st.IsDir() {
+		return engine.Status{}, fmt.Errorf("host engine: workdir %s is not a directory", dir)
+	}
+
+	env := mergeEnv(os.Environ(), req.Env)
+	path, code, msg := lookPath(req.Argv[0], dir, envPath(env))
+	if code != 0 {
+		fmt.Fprintf(stderr, "xmode: exec: %q: %s\n", req.Argv[0], msg)
+		return engine.Status{ExitCode: code}, nil
+	}
+
+	return run(ctx, runSpec{
+		path: path, argv: req.Argv, dir: dir, env: env,
+		timeout: req.Timeout, grace: req.Grace,
+		stdin: req.Stdin, stdout: stdout, stderr: stderr,
+	})
+}
+
+type runSpec struct {
+	path           string
+	argv           []string
+	dir            string
+	env            []string
+	timeout, grace time.Duration
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+// run starts the process and supervises it to the end: deadline, cancel,
+// reaping, killing what is left of its group, draining its output.
+func run(ctx context.Context, s runSpec) (engine.Status, error) {
+	grace := s.grace
+	if grace <= 0 {
+		grace = engine.DefaultGrace
+	}
+
+	// Our own pipes: the child gets the write ends as fds 1 and 2, we copy
+	// from the read ends with a fixed buffer, so memory stays bounded
+	// whatever the step prints, and we decide when to stop waiting for EOF.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return engine.Status{}, fmt.Errorf("host engine: stdout pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(outR, outW)
+		return engine.Status{}, fmt.Errorf("host engine: stderr pipe: %w", err)
+	}
+	var inR, inW *os.File
+	if s.stdin != nil {
+		// Always through a pipe, even for an *os.File: the child runs in a
+		// process group of its own, and a background group reading the
+		// terminal directly would be stopped by SIGTTIN.
+		if inR, inW, err = os.Pipe(); err != nil {
+			closeAll(outR, outW, errR, errW)
+			return engine.Status{}, fmt.Errorf("host engine: stdin pipe: %w", err)
+		}
+	} else {
+		if inR, err = os.Open(os.DevNull); err != nil {
+			closeAll(outR, outW, errR, errW)
+			return engine.Status{}, fmt.Errorf("host engine: stdin: %w", err)
+		}
+	}
+
+	cmd := &exec.Cmd{
+		Path:        s.path,
+		Args:        s.argv,
+		Dir:         s.dir,
+		Env:         s.env,
+		Stdin:       inR,
+		Stdout:      outW,
+		Stderr:      errW,
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+	}
+	startErr := cmd.Start()
+	// The child has its copies; ours would keep the pipes from reaching EOF.
+	closeAll(outW, errW, inR)
+	if startErr != nil {
+		closeAll(outR, errR, inW)
+		if code, msg, ok := classifyStartError(startErr); ok {
+			fmt.Fprintf(s.stderr, "xmode: exec: %q: %s\n", s.argv[0], msg)
+			return engine.Status{ExitCode: code}, nil
+		}
+		return engine.Status{}, fmt.Errorf("host engine: start %q: %w", s.argv[0], startErr)
+	}
+	pid := cmd.Process.Pid // also the process group id
+
+	var copies sync.WaitGroup
+	copies.Add(2)
+	go func() { defer copies.Done(); drain(s.stdout, outR) }()
+	go func() { defer copies.Done(); drain(s.stderr, errR) }()
+	if inW != nil {
+		go func() {
+			// Not waited for: a reader that blocks (a terminal) must not
+			// hold up the step. Closing inW below makes its writes fail.
+			_, _ = io.Copy(inW, s.stdin)
+			_ = inW.Close()
+		}()
+	}
+
+	// Learn that the leader exited without reaping it: while it is a
+	// zombie its pid, and so its process group id, cannot be reused, so
+	// signalling the group stays safe until we reap it ourselves.
+	exited := make(chan bool, 1) // true: already reaped by cmd.Wait
+	var waitErr error
+	go func() {
+		if err := waitExitNoReap(pid); err != nil {
+			waitErr = cmd.Wait()
+			exited <- true
+			return
+		}
+		exited <- false
+	}()
+
+	var deadline <-chan time.Time
+	if s.timeout > 0 {
+		t := time.NewTimer(s.timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	var (
+		timedOut  bool
+		reaped    bool
+		done      = ctx.Done()
+		killT     *time.Timer
+		killTimer <-chan time.Time
+	)
+	defer func() {
+		if killT != nil {
+			killT.Stop()
+		}
+	}()
+	terminate := func() {
+		deadline, done = nil, nil // one TERM is enough
+		signalGroup(cmd.Process, pid, syscall.SIGTERM)
+		// A stopped process (SIGTSTP, SIGTTIN) only acts on TERM once
+		// continued.
+		signalGroup(cmd.Process, pid, syscall.SIGCONT)
+		killT = time.NewTimer(grace)
+		killTimer = killT.C
+	}
+wait:
+	for {
+		select {
+		case reaped = <-exited:
+			break wait
+		case <-deadline:
+			timedOut = true
+			terminate()
+		case <-done:
+			terminate()
+		case <-killTimer:
+			killTimer = nil
+			signalGroup(cmd.Process, pid, syscall.SIGKILL)
+		}
+	}
+	// The leader is gone: whatever it left behind in its group (`cmd &`)
+	// goes with it.
+	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	if !reaped {
+		waitErr = cmd.Wait()
+	}
+
+	// Both copies end at EOF once every holder of the write ends is gone;
+	// a process that escaped the group may keep them open, so wait only a
+	// little, then cut the pipes.
+	if inW != nil {
+		_ = inW.Close()
+	}
+	copied := make(chan struct{})
+	go func() { copies.Wait(); close(copied) }()
+	drainTimer := time.NewTimer(drainTimeout)
+	select {
+	case <-copied:
+		drainTimer.Stop()
+	case <-drainTimer.C:
+		closeAll(outR, errR)
+		<-copied
+	}
+	closeAll(outR, errR)
+
+	st := cmd.ProcessState
+	if st == nil {
+		return engine.Status{}, fmt.Errorf("host engine: wait for %q: %w", s.argv[0], waitErr)
+	}
+	return statusOf(st, timedOut), nil
+}
+
+// drain copies r to w with a fixed buffer until EOF or until r is closed.
+// A failing writer does not stop the draining: the step must never block on
+// a full pipe because its output has nowhere to go.
+func drain(w io.Writer, r io.Reader) {
+	buf := make([]byte, 32*1024)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 && w != nil {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				w = nil
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// signalGroup signals the step's process group, and the leader itself if it
+// moved to another group (setsid/setpgid), so that a deadline always reaches
+// the process the caller started.
+func signalGroup(p *os.Process, pgid int, sig syscall.Signal) {
+	_ = syscall.Kill(-pgid, sig)
+	if g, err := syscall.Getpgid(pgid); err == nil && g != pgid {
+		_ = p.Signal(sig)
+	}
+}
+
+func statusOf(st *os.ProcessState, timedOut bool) engine.Status {
+	var s engine.Status
+	ws, ok := st.Sys().(syscall.WaitStatus)
+	switch {
+	case ok && ws.Signaled():
+		s.ExitCode = 128 + int(ws.Signal())
+		s.Signal = SignalName(ws.Signal())
+	default:
+		s.ExitCode = st.ExitCode()
+	}
+	if timedOut {
+		s.ExitCode = 124
+		s.TimedOut = true
+	}
+	return s
+}
+
+func closeAll(fs ...*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+}
+
+// mergeEnv appends extra to base so that the later of two entries for one
+// key wins, and drops the earlier ones (what exec.Cmd would do too, but the
+// lookup of the command needs the result).
+func mergeEnv(base, extra []string) []string {
+	all := make([]string, 0, len(base)+len(extra))
+	all = append(all, base...)
+	all = append(all, extra...)
+	last := make(map[string]int, len(all))
+	for i, kv := range all {
+		k, _, _ := strings.Cut(kv, "=")
+		last[k] = i
+	}
+	out := all[:0:0]
+	for i, kv := range all {
+		k, _, _ := strings.Cut(kv, "=")
+		if last[k] == i {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// envPath is the PATH of env; defaultPath when env has none.
+func envPath(env []string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if v, ok := strings.CutPrefix(env[i], "PATH="); ok {
+			return v
+		}
+	}
+	return defaultPath
+}
+
+// lookPath resolves name like execvp does in the step's directory and PATH.
+// It returns the path to execute, or an exit code (127 not found, 126 found
+// but not executable) with the message for stderr.
+func lookPath(name, dir, pathEnv string) (string, int, string) {
+	if strings.Contains(name, "/") {
+		p := name
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(dir, p)
+		}
+		st, err := os.Stat(p)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return "", 127, "no such file or directory"
+		case err != nil:
+			return "", 126, errText(err)
+		case st.IsDir():
+			return "", 126, "is a directory"
+		}
+		return p, 0, "" // permissions are left to execve
+	}
+	denied := ""
+	for _, d := range filepath.SplitList(pathEnv) {
+		if d == "" {
+			d = "."
+		}
+		if !filepath.IsAbs(d) {
+			d = filepath.Join(dir, d)
+		}
+		p := filepath.Join(d, name)
+		st, err := os.Stat(p)
+		if err != nil {
+			if errors.Is(err, os.ErrPermission) && denied == "" {
+				denied = p
+			}
+			continue
+		}
+		if st.IsDir() {
+			continue
+		}
+		if st.Mode()&0o111 == 0 || syscall.Access(p, 1 /* X_OK */) != nil {
+			if denied == "" {
+				denied = p
+			}
+			continue
+		}
+		return p, 0, ""
+	}
+	if denied != "" {
+		return "", 126, fmt.Sprintf("permission denied (%s)", denied)
+	}
+	return "", 127, "executable file not found in $PATH"
+}
+
+// classifyStartError maps an execve failure to docker's statuses: 127 when
+// the file (or its interpreter) does not exist, 126 when it cannot be run.
+func classifyStartError(err error) (int, string, bool) {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) {
+		return 0, "", false
+	}
+	switch errno {
+	case syscall.ENOENT:
+		return 127, "no such file or directory (or its interpreter)", true
+	case syscall.EACCES, syscall.EPERM, syscall.ENOEXEC, syscall.EISDIR, syscall.ETXTBSY,
+		syscall.ELOOP, syscall.ENAMETOOLONG, syscall.ENOTDIR, syscall.E2BIG:
+		return 126, errno.Error(), true
+	}
+	return 0, "", false
+}
+
+func errText(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error()
+	}
+	return err.Error()
+}

@@ -1,0 +1,153 @@
+// Package sandbox is the session lifecycle (the design's SandboxSession and
+// CommandRunner): create provisions a run directory, a worktree and the
+// engine's sandbox; exec runs one step through the engine seam and records
+// it with the evidence package; stop hands the session to the reaper.
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/reaper"
+	"github.com/xmode/xmode/store"
+)
+
+// Service runs the lifecycle against one storage root.
+type Service struct {
+	Cfg      *config.Config
+	Store    *store.Store
+	Guard    engine.Guard
+	Progress io.Writer // clone and pull progress; nil for none
+	Log      io.Writer // teardown actions; nil for none
+}
+
+// CreateOptions are `sandbox create`'s inputs, flags already merged into Cfg.
+type CreateOptions struct {
+	Repo    string
+	Ref     string
+	Project string
+	RunID   string // join this run's worktree instead of cloning
+}
+
+func (s *Service) reaper() *reaper.Reaper {
+	return &reaper.Reaper{Cfg: s.Cfg, Store: s.Store, Guard: s.Guard, Log: s.Log}
+}
+
+// Create provisions a session. The row exists (provisioning) before anything
+// touches disk, so a crash at any point leaves something the reaper finds.
+func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, error) {
+	engineName, err := engine.Choose(s.Cfg.RunnerMode, s.Cfg.Engine)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UTC()
+	sess := store.Session{
+		ID: store.NewSessionID(), User: s.Cfg.User, Project: o.Project, RunnerMode: s.Cfg.RunnerMode,
+		Engine: engineName, CreatedAt: now, ExpiresAt: now.Add(s.Cfg.TTL),
+	}
+	if engineName == "docker" {
+		sess.Image = s.Cfg.Image
+	}
+	var tgt target
+	newRun := o.RunID == ""
+	if newRun {
+		if o.Repo == "" {
+			return nil, fail.Usagef("--repo is required: give a URL, a file:// URL or a local path (or --run to share a run's worktree)")
+		}
+		if sess.Repo, err = normaliseRepo(o.Repo); err != nil {
+			return nil, err
+		}
+		if tgt, err = resolveRef(ctx, sess.Repo, o.Ref); err != nil {
+			return nil, err
+		}
+		sess.Ref = o.Ref
+		if sess.Ref == "" {
+			sess.Ref = tgt.ref.Short()
+		}
+		sess.RunID = store.NewRunID()
+	} else {
+		if o.Repo != "" {
+			return nil, fail.Usagef("--repo and --run do not go together: a shared run already has its checkout")
+		}
+		if !engine.ValidID("run_", o.RunID) {
+			return nil, fail.Usagef("--run %q is not a run ID (run_…)", o.RunID)
+		}
+		sess.RunID = o.RunID
+	}
+	if sess.WorktreePath, err = s.Guard.Worktree(sess.RunID); err != nil {
+		return nil, err
+	}
+	if !newRun {
+		if _, err := os.Stat(sess.WorktreePath); err != nil {
+			return nil, fail.NotFoundf("run %s has no worktree at %s", o.RunID, sess.WorktreePath)
+		}
+	}
+	if err := s.Store.CreateSession(ctx, store.NewSession{Session: sess, NewRun: newRun, MaxOpen: s.Cfg.MaxOpen}); err != nil {
+		return nil, err
+	}
+	created, err := s.provision(ctx, &sess, newRun, tgt, engineName)
+	if err != nil {
+		// Clean up with a context the user's Ctrl-C has not cancelled.
+		cleanup := context.WithoutCancel(ctx)
+		if _, terr := s.reaper().Teardown(cleanup, &sess, store.StatusFailed, store.ReasonProvisionFailed, err.Error()); terr != nil {
+			return nil, fmt.Errorf("%w (and cleaning up failed: %v)", err, terr)
+		}
+		return nil, err
+	}
+	return created, nil
+}
+
+func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, engineName string) (*store.Session, error) {
+	base := ""
+	if newRun {
+		if err := os.MkdirAll(s.Guard.RunsDir(), 0o755); err != nil {
+			return nil, fmt.Errorf("create runs directory: %w", err)
+		}
+		var err error
+		if base, err = clone(ctx, sess.Repo, tgt, sess.WorktreePath, s.Progress); err != nil {
+			return nil, fail.As(fail.Failed, err)
+		}
+	}
+	adapter, err := engine.Open(engineName, s.Cfg)
+	if err != nil {
+		return nil, err
+	}
+	instance, err := s.Store.InstanceID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sb, err := adapter.Provision(ctx, engine.Spec{
+		SessionID: sess.ID, RunID: sess.RunID, Project: sess.Project, Worktree: sess.WorktreePath, Image: sess.Image,
+		Labels: map[string]string{
+			"xmode.managed": "true", "xmode.session": sess.ID, "xmode.run": sess.RunID, "xmode.instance": instance,
+		},
+	})
+	// Record what exists even on failure, so teardown can find it.
+	sess.ContainerID, sess.MountMode, sess.Volumes = sb.ContainerID, sb.MountMode, sb.Volumes
+	if sb.Image != "" {
+		sess.Image = sb.Image
+	}
+	if sb.ContainerID != "" || len(sb.Volumes) > 0 {
+		if rerr := s.Store.RecordEngine(ctx, sess.ID, sb.ContainerID, sb.MountMode, sess.Image, sb.Volumes); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Store.Provisioned(ctx, sess.ID, base, sb.ContainerID, sb.MountMode, sess.Image, sb.Volumes); err != nil {
+		return nil, err
+	}
+	return s.Store.Get(ctx, sess.ID)
+}
+
+// Stop is `sandbox stop`: reap this one session now.
+func (s *Service) Stop(ctx context.Context, sess *store.Session) (reaper.Outcome, error) {
+	return s.reaper().Stop(ctx, sess)
+}

@@ -1,0 +1,357 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/fail"
+)
+
+// Session statuses and end reasons (contract §3).
+const (
+	StatusProvisioning = "provisioning"
+	StatusOpen         = "open"
+	StatusDestroyed    = "destroyed"
+	StatusFailed       = "failed"
+
+	ReasonStopped         = "stopped"
+	ReasonExpired         = "expired"
+	ReasonOrphaned        = "orphaned"
+	ReasonProvisionFailed = "provision_failed"
+)
+
+// Session is one sandbox; its JSON is contract §3's session shape.
+type Session struct {
+	ID           string     `json:"id"`
+	RunID        string     `json:"run_id"`
+	User         string     `json:"user"`
+	Project      string     `json:"project"`
+	RunnerMode   string     `json:"runner_mode"`
+	Engine       string     `json:"engine"`
+	Status       string     `json:"status"`
+	EndReason    string     `json:"end_reason"`
+	Error        string     `json:"error,omitempty"`
+	CreatedAt    time.Time  `json:"created_at"`
+	ExpiresAt    time.Time  `json:"expires_at"`
+	EndedAt      *time.Time `json:"ended_at"`
+	WorktreePath string     `json:"worktree_path"`
+	RunDir       string     `json:"run_dir"`
+	Repo         string     `json:"repo"`
+	Ref          string     `json:"ref"`
+	BaseCommit   string     `json:"base_commit"`
+	ContainerID  string     `json:"container_id"`
+	MountMode    string     `json:"mount_mode"`
+	Image        string     `json:"image"`
+	Volumes      []string   `json:"-"`
+}
+
+// Ended reports whether the session is over.
+func (s *Session) Ended() bool {
+	return s.Status == StatusDestroyed || s.Status == StatusFailed
+}
+
+// Expired reports whether the session's lifetime ran out at now.
+func (s *Session) Expired(now time.Time) bool { return !now.Before(s.ExpiresAt) }
+
+const sessionCols = `id, run_id, user, project, runner_mode, engine, status, end_reason, error,
+	created_at, expires_at, ended_at, worktree_path, repo, ref, base_commit,
+	container_id, mount_mode, image, volumes`
+
+type scanner interface{ Scan(...any) error }
+
+func (st *Store) scanSession(row scanner) (*Session, error) {
+	var s Session
+	var created, expires int64
+	var ended sql.NullInt64
+	var volumes string
+	if err := row.Scan(&s.ID, &s.RunID, &s.User, &s.Project, &s.RunnerMode, &s.Engine, &s.Status,
+		&s.EndReason, &s.Error, &created, &expires, &ended, &s.WorktreePath, &s.Repo, &s.Ref,
+		&s.BaseCommit, &s.ContainerID, &s.MountMode, &s.Image, &volumes); err != nil {
+		return nil, err
+	}
+	s.CreatedAt, s.ExpiresAt = fromMillis(created), fromMillis(expires)
+	if ended.Valid {
+		t := fromMillis(ended.Int64)
+		s.EndedAt = &t
+	}
+	if err := json.Unmarshal([]byte(volumes), &s.Volumes); err != nil {
+		return nil, fmt.Errorf("session %s: bad volumes column: %w", s.ID, err)
+	}
+	s.RunDir, _ = st.guard.RunDir(s.RunID)
+	return &s, nil
+}
+
+func millis(t time.Time) int64     { return t.UnixMilli() }
+func fromMillis(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+
+// NewSession describes a session to insert.
+type NewSession struct {
+	Session
+	// NewRun: insert the run too (false: join the existing run Session.RunID).
+	NewRun bool
+	// MaxOpen limits the user's open, unexpired sessions (0: unlimited).
+	MaxOpen int
+}
+
+// CreateSession inserts a session in status provisioning, with its run when
+// it is new. The quota check and the insert share one immediate transaction,
+// so racing creates cannot overshoot the limit.
+func (s *Store) CreateSession(ctx context.Context, n NewSession) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		now := millis(n.CreatedAt)
+		if n.MaxOpen > 0 {
+			rows, err := tx.QueryContext(ctx, `SELECT id FROM sessions
+				WHERE user = ? AND status IN ('provisioning', 'open') AND expires_at > ? ORDER BY created_at`, n.User, now)
+			if err != nil {
+				return fmt.Errorf("count open sessions: %w", err)
+			}
+			var open []string
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					rows.Close()
+					return err
+				}
+				open = append(open, id)
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			if len(open) >= n.MaxOpen {
+				return fail.Refusedf("user %s already has %d open sandboxes, the limit (XMODE_SANDBOX_MAX_OPEN=%d): %s; free one with `xmode sandbox stop ID`",
+					n.User, len(open), n.MaxOpen, strings.Join(open, ", "))
+			}
+		}
+		if n.NewRun {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO runs (id, created_at, repo, ref, project) VALUES (?, ?, ?, ?, ?)`,
+				n.RunID, now, n.Repo, n.Ref, n.Project); err != nil {
+				return fmt.Errorf("insert run: %w", err)
+			}
+		} else {
+			var reclaimed sql.NullInt64
+			err := tx.QueryRowContext(ctx, `SELECT reclaimed_at FROM runs WHERE id = ?`, n.RunID).Scan(&reclaimed)
+			if err != nil {
+				return errNoRows(err, "no run %s", n.RunID)
+			}
+			if reclaimed.Valid {
+				return fail.Refusedf("run %s has ended and its worktree was reclaimed: create a new sandbox without --run", n.RunID)
+			}
+		}
+		vols, _ := json.Marshal(nonNil(n.Volumes))
+		_, err := tx.ExecContext(ctx, `INSERT INTO sessions (`+sessionCols+`)
+			VALUES (?, ?, ?, ?, ?, ?, ?, '', '', ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			n.ID, n.RunID, n.User, n.Project, n.RunnerMode, n.Engine, StatusProvisioning,
+			now, millis(n.ExpiresAt), n.WorktreePath, n.Repo, n.Ref, n.BaseCommit,
+			n.ContainerID, n.MountMode, n.Image, string(vols))
+		if err != nil {
+			return fmt.Errorf("insert session: %w", err)
+		}
+		return nil
+	})
+}
+
+func nonNil(v []string) []string {
+	if v == nil {
+		return []string{}
+	}
+	return v
+}
+
+// Get returns the session with exactly this ID.
+func (s *Store) Get(ctx context.Context, id string) (*Session, error) {
+	sess, err := s.scanSession(s.db.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = ?`, id))
+	if err != nil {
+		return nil, errNoRows(err, "no session %s", id)
+	}
+	return sess, nil
+}
+
+// Resolve finds the one session whose ID starts with what the user typed.
+func (s *Store) Resolve(ctx context.Context, ref string) (*Session, error) {
+	prefix, err := ParseSessionRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT `+sessionCols+` FROM sessions
+		WHERE id >= ? AND id < ? ORDER BY id LIMIT 11`, prefix, prefix+"~")
+	if err != nil {
+		return nil, fmt.Errorf("look up session %s: %w", ref, err)
+	}
+	defer rows.Close()
+	var found []*Session
+	for rows.Next() {
+		sess, err := s.scanSession(rows)
+		if err != nil {
+			return nil, err
+		}
+		found = append(found, sess)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	switch len(found) {
+	case 0:
+		return nil, fail.NotFoundf("no session %s: `xmode sandbox list --all` shows them", ref)
+	case 1:
+		return found[0], nil
+	}
+	ids := make([]string, len(found))
+	for i, f := range found {
+		ids[i] = f.ID
+	}
+	return nil, fail.Usagef("session %q is ambiguous: it matches %s; give more characters", ref, strings.Join(ids, ", "))
+}
+
+// Filter selects sessions for List.
+type Filter struct {
+	All  bool   // include ended sessions
+	User string // only this owner
+}
+
+// List returns sessions, newest first.
+func (s *Store) List(ctx context.Context, f Filter) ([]*Session, error) {
+	q := `SELECT ` + sessionCols + ` FROM sessions WHERE 1=1`
+	var args []any
+	if !f.All {
+		q += ` AND status IN ('provisioning', 'open')`
+	}
+	if f.User != "" {
+		q += ` AND user = ?`
+		args = append(args, f.User)
+	}
+	q += ` ORDER BY created_at DESC, id`
+	return s.query(ctx, q, args...)
+}
+
+func (s *Store) query(ctx context.Context, q string, args ...any) ([]*Session, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	defer rows.Close()
+	var out []*Session
+	for rows.Next() {
+		sess, err := s.scanSession(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sess)
+	}
+	return out, rows.Err()
+}
+
+// Provisioned records what the engine created for a provisioning session and
+// opens it. Only a provisioning session can be opened: a reaper that gave up
+// on it in the meantime wins.
+func (s *Store) Provisioned(ctx context.Context, id, baseCommit, containerID, mountMode, image string, volumes []string) error {
+	vols, _ := json.Marshal(nonNil(volumes))
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE sessions SET status = 'open', base_commit = ?, container_id = ?,
+			mount_mode = ?, image = ?, volumes = ? WHERE id = ? AND status = 'provisioning'`,
+			baseCommit, containerID, mountMode, image, string(vols), id)
+		if err != nil {
+			return fmt.Errorf("open session %s: %w", id, err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fail.Refusedf("session %s is no longer provisioning (reaped meanwhile?)", id)
+		}
+		if baseCommit != "" {
+			_, err = tx.ExecContext(ctx, `UPDATE runs SET base_commit = ? WHERE id = (SELECT run_id FROM sessions WHERE id = ?) AND base_commit = ''`, baseCommit, id)
+		}
+		return err
+	})
+}
+
+// RecordEngine stores the engine objects of a session as soon as they exist,
+// so a crash before the session opens still leaves them findable.
+func (s *Store) RecordEngine(ctx context.Context, id, containerID, mountMode, image string, volumes []string) error {
+	vols, _ := json.Marshal(nonNil(volumes))
+	_, err := s.db.ExecContext(ctx, `UPDATE sessions SET container_id = ?, mount_mode = ?, image = ?, volumes = ? WHERE id = ?`,
+		containerID, mountMode, image, string(vols), id)
+	if err != nil {
+		return fmt.Errorf("record engine objects of %s: %w", id, err)
+	}
+	return nil
+}
+
+// End marks a session ended, if it is not already, and reports whether this
+// call ended it and whether it was the last open session of its run. When it
+// was, the run is marked reclaimed in the same transaction, so no session can
+// join a run whose worktree is about to be removed.
+func (s *Store) End(ctx context.Context, id, status, reason, errMsg string, now time.Time) (ended, lastOfRun bool, err error) {
+	err = s.tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE sessions SET status = ?, end_reason = ?, error = ?, ended_at = ?
+			WHERE id = ? AND status IN ('provisioning', 'open')`, status, reason, errMsg, millis(now), id)
+		if err != nil {
+			return fmt.Errorf("end session %s: %w", id, err)
+		}
+		n, _ := res.RowsAffected()
+		ended = n == 1
+		var runID string
+		if err := tx.QueryRowContext(ctx, `SELECT run_id FROM sessions WHERE id = ?`, id).Scan(&runID); err != nil {
+			return errNoRows(err, "no session %s", id)
+		}
+		var others int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sessions WHERE run_id = ? AND status IN ('provisioning', 'open')`, runID).Scan(&others); err != nil {
+			return err
+		}
+		lastOfRun = others == 0
+		if lastOfRun {
+			_, err = tx.ExecContext(ctx, `UPDATE runs SET reclaimed_at = ? WHERE id = ? AND reclaimed_at IS NULL`, millis(now), runID)
+		}
+		return err
+	})
+	return ended, lastOfRun, err
+}
+
+// OpenOnRun counts the open or provisioning sessions of a run.
+func (s *Store) OpenOnRun(ctx context.Context, runID string) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM sessions WHERE run_id = ? AND status IN ('provisioning', 'open')`, runID).Scan(&n)
+	return n, err
+}
+
+// Extend sets a new expiry on an open session.
+func (s *Store) Extend(ctx context.Context, id string, expires time.Time) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET expires_at = ? WHERE id = ? AND status = 'open'`, millis(expires), id)
+	if err != nil {
+		return fmt.Errorf("extend %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fail.Refusedf("session %s is not open: only open sessions can be extended", id)
+	}
+	return nil
+}
+
+func errNotOpen(id, status string) error {
+	if status == StatusProvisioning {
+		return fail.Refusedf("session %s is still provisioning: wait for `xmode sandbox create` to finish", id)
+	}
+	return fail.Refusedf("session %s is %s, not open: create a new one with `xmode sandbox create`", id, status)
+}
+
+// CheckOpen refuses a session that cannot run steps.
+func CheckOpen(sess *Session, now time.Time) error {
+	if sess.Status != StatusOpen {
+		return errNotOpen(sess.ID, sess.Status)
+	}
+	if sess.Expired(now) {
+		return fail.Refusedf("session %s expired at %s: extend it with `xmode sandbox extend %s --ttl 1h` or create a new one",
+			sess.ID, sess.ExpiresAt.Format(time.RFC3339), sess.ID)
+	}
+	return nil
+}
+
+// Sandbox is what the engine needs to address this session's sandbox.
+func (s *Session) Sandbox() engine.Sandbox {
+	return engine.Sandbox{
+		Engine: s.Engine, ContainerID: s.ContainerID, MountMode: s.MountMode, Image: s.Image,
+		Volumes: s.Volumes, Worktree: s.WorktreePath, RunID: s.RunID, SessionID: s.ID, Project: s.Project,
+	}
+}

@@ -1,0 +1,223 @@
+// Package store is xmode's embedded session store: one SQLite file,
+// <root>/xmode.db, shared by every xmode process on the machine (a developer,
+// CI, cron). Pragmas live in the DSN so every pooled connection has them;
+// writes use immediate transactions so a read-then-write never fails with
+// SQLITE_BUSY; migrations are embedded and applied on open.
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"embed"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+
+	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/fail"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// FileName is the database's name inside the storage root.
+const FileName = "xmode.db"
+
+// Store is an open session store.
+type Store struct {
+	db    *sql.DB
+	path  string
+	guard engine.Guard // derives each session's run_dir
+}
+
+// Open opens (creating if needed) the store under root and migrates it.
+func Open(ctx context.Context, root string) (*Store, error) {
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("create storage root: %w", err)
+	}
+	path := filepath.Join(root, FileName)
+	dsn := "file:" + (&url.URL{Path: path}).EscapedPath() +
+		"?_pragma=busy_timeout(20000)&_pragma=journal_mode(WAL)&_pragma=foreign_keys(1)" +
+		"&_pragma=synchronous(NORMAL)&_txlock=immediate"
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	// One connection per process: SQLite allows one writer anyway, and a
+	// single connection cannot deadlock against itself across transactions.
+	db.SetMaxOpenConns(1)
+	s := &Store{db: db, path: path, guard: engine.Guard{Root: root}}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Path is the database file.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func migrations() ([]migration, error) {
+	entries, err := migrationFS.ReadDir("migrations")
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, e := range entries {
+		var v int
+		if _, err := fmt.Sscanf(e.Name(), "%04d_", &v); err != nil {
+			return nil, fmt.Errorf("migration %s: name must start with a 4-digit version", e.Name())
+		}
+		b, err := migrationFS.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: v, name: e.Name(), sql: string(b)})
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
+	for i, m := range ms {
+		if m.version != i+1 {
+			return nil, fmt.Errorf("migration %s: versions must run 1, 2, 3… without gaps", m.name)
+		}
+	}
+	return ms, nil
+}
+
+// SchemaVersion is the newest schema this binary knows.
+func SchemaVersion() int {
+	ms, _ := migrations()
+	return len(ms)
+}
+
+// migrate applies pending migrations in one immediate transaction, so two
+// processes opening a new database at once apply them exactly once.
+func (s *Store) migrate(ctx context.Context) error {
+	ms, err := migrations()
+	if err != nil {
+		return err
+	}
+	var have int
+	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&have); err != nil {
+		return fmt.Errorf("read schema version of %s: %w", s.path, err)
+	}
+	if have == len(ms) {
+		return nil
+	}
+	if have > len(ms) {
+		return schemaTooNew(s.path, have, len(ms))
+	}
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&have); err != nil {
+			return err
+		}
+		if have > len(ms) {
+			return schemaTooNew(s.path, have, len(ms))
+		}
+		for _, m := range ms[have:] {
+			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+				return fmt.Errorf("apply migration %s: %w", m.name, err)
+			}
+		}
+		if have == 0 {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO meta(key, value) VALUES ('instance', ?)", newID("")); err != nil {
+				return err
+			}
+		}
+		_, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(ms)))
+		return err
+	})
+}
+
+func schemaTooNew(path string, have, know int) error {
+	return fail.Failedf("%s has schema version %d, newer than this xmode understands (%d): upgrade xmode, or point --storage-root at another directory", path, have, know)
+}
+
+// InstanceID identifies this storage root; the docker labels carry it so the
+// reaper only ever touches objects of its own install.
+func (s *Store) InstanceID(ctx context.Context) (string, error) {
+	var id string
+	err := s.db.QueryRowContext(ctx, "SELECT value FROM meta WHERE key = 'instance'").Scan(&id)
+	if err != nil {
+		return "", fmt.Errorf("read instance id: %w", err)
+	}
+	return id, nil
+}
+
+// tx runs fn in an immediate transaction (the DSN's _txlock).
+func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// newID returns prefix + 8 lowercase base32 characters (40 random bits).
+func newID(prefix string) string {
+	var b [5]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err) // crypto/rand does not fail on Linux
+	}
+	return prefix + idEncoding.EncodeToString(b[:])
+}
+
+// NewSessionID returns a fresh sbx_ id.
+func NewSessionID() string { return newID("sbx_") }
+
+// NewRunID returns a fresh run_ id.
+func NewRunID() string { return newID("run_") }
+
+// ParseSessionRef normalises what a user typed for a session: the full ID or
+// any prefix of it, with or without "sbx_", at least 4 characters.
+func ParseSessionRef(ref string) (string, error) {
+	if len(ref) < 4 {
+		return "", fail.Usagef("session %q is too short: give at least 4 characters of its ID", ref)
+	}
+	rest := strings.TrimPrefix(ref, "sbx_")
+	if rest == "" {
+		return "", fail.Usagef("session %q is too short: give at least 4 characters of its ID", ref)
+	}
+	if len(rest) > 32 {
+		return "", fail.NotFoundf("no session %s", ref)
+	}
+	for _, r := range rest {
+		if !(r >= 'a' && r <= 'z' || r >= '2' && r <= '7') {
+			return "", fail.NotFoundf("no session %s: IDs look like sbx_7k2m9q4x", ref)
+		}
+	}
+	return "sbx_" + rest, nil
+}
+
+// errNoRows turns sql.ErrNoRows into a NotFound error.
+func errNoRows(err error, format string, args ...any) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return fail.NotFoundf(format, args...)
+	}
+	return err
+}
