@@ -329,7 +329,6 @@ func (a *App) newExtend() *cobra.Command {
 	return cmd
 }
 
-
 func (a *App) status(s *store.Session) string {
 	label := s.Status
 	if s.EndReason != "" {
@@ -348,4 +347,3 @@ func (a *App) status(s *store.Session) string {
 	}
 	return a.paint(color.Faint, label)
 }
-

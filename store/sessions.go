@@ -86,7 +86,7 @@ func (st *Store) scanSession(row scanner) (*Session, error) {
 	return &s, nil
 }
 
-func millis(t time.Time) int64     { return t.UnixMilli() }
+func millis(t time.Time) int64      { return t.UnixMilli() }
 func fromMillis(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
 
 // NewSession describes a session to insert.
