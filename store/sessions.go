@@ -252,9 +252,12 @@ func (s *Store) query(ctx context.Context, q string, args ...any) ([]*Session, e
 func (s *Store) Provisioned(ctx context.Context, id, baseCommit, containerID, mountMode, image string, volumes []string) error {
 	vols, _ := json.Marshal(nonNil(volumes))
 	return s.tx(ctx, func(tx *sql.Tx) error {
+		// A session the reaper has claimed (provisioning past its grace) is
+		// not opened under it.
 		res, err := tx.ExecContext(ctx, `UPDATE sessions SET status = 'open', base_commit = ?, container_id = ?,
-			mount_mode = ?, image = ?, volumes = ? WHERE id = ? AND status = 'provisioning'`,
-			baseCommit, containerID, mountMode, image, string(vols), id)
+			mount_mode = ?, image = ?, volumes = ? WHERE id = ? AND status = 'provisioning'
+			AND NOT EXISTS (SELECT 1 FROM meta WHERE key = ?)`,
+			baseCommit, containerID, mountMode, image, string(vols), id, claimKey(id))
 		if err != nil {
 			return fmt.Errorf("open session %s: %w", id, err)
 		}
@@ -317,16 +320,24 @@ func (s *Store) OpenOnRun(ctx context.Context, runID string) (int, error) {
 	return n, err
 }
 
-// Extend sets a new expiry on an open session.
+// Extend sets a new expiry on an open session. A session a reaper has
+// claimed (it expired and its teardown has begun) cannot be extended.
 func (s *Store) Extend(ctx context.Context, id string, expires time.Time) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET expires_at = ? WHERE id = ? AND status = 'open'`, millis(expires), id)
-	if err != nil {
-		return fmt.Errorf("extend %s: %w", id, err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fail.Refusedf("session %s is not open: only open sessions can be extended", id)
-	}
-	return nil
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		if c, err := claimed(ctx, tx, id); err != nil {
+			return fmt.Errorf("extend %s: %w", id, err)
+		} else if c {
+			return fail.Refusedf("session %s expired and is being reaped: create a new one with `xmode sandbox create`", id)
+		}
+		res, err := tx.ExecContext(ctx, `UPDATE sessions SET expires_at = ? WHERE id = ? AND status = 'open'`, millis(expires), id)
+		if err != nil {
+			return fmt.Errorf("extend %s: %w", id, err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fail.Refusedf("session %s is not open: only open sessions can be extended", id)
+		}
+		return nil
+	})
 }
 
 func errNotOpen(id, status string) error {

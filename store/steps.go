@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/xmode/xmode/fail"
 )
 
 // StepRow is a step as the store keeps it.
@@ -37,11 +39,22 @@ func (s *Store) BeginStep(ctx context.Context, sessionID, runID, name string, ar
 	var dir string
 	err = s.tx(ctx, func(tx *sql.Tx) error {
 		var status string
-		if err := tx.QueryRowContext(ctx, `SELECT status FROM sessions WHERE id = ?`, sessionID).Scan(&status); err != nil {
+		var expires int64
+		if err := tx.QueryRowContext(ctx, `SELECT status, expires_at FROM sessions WHERE id = ?`, sessionID).Scan(&status, &expires); err != nil {
 			return errNoRows(err, "no session %s", sessionID)
 		}
 		if status != StatusOpen {
 			return errNotOpen(sessionID, status)
+		}
+		// No new step under a reaper: the step's lease and the reaper's
+		// claim are taken in immediate transactions, so one sees the other.
+		if c, err := claimed(ctx, tx, sessionID); err != nil {
+			return err
+		} else if c {
+			return fail.Refusedf("session %s expired and is being reaped: create a new one with `xmode sandbox create`", sessionID)
+		}
+		if expires <= millis(now) {
+			return CheckOpen(&Session{ID: sessionID, Status: status, ExpiresAt: fromMillis(expires)}, now)
 		}
 		if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) + 1 FROM steps WHERE run_id = ?`, runID).Scan(&seq); err != nil {
 			return fmt.Errorf("next step number: %w", err)

@@ -1,0 +1,109 @@
+// Package bench compares xmode against the tools it wraps (true, git,
+// docker), measured side by side in the same run so machine noise hits both
+// alike: `make bench`. Figures are medians; ratios are what to read.
+package bench
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// xmodeBin builds the real, static xmode binary once per run (no race
+// detector, no test harness: what users run).
+func xmodeBin(b testing.TB) string {
+	b.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "xmode-bench")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "xmode")
+		c := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", binPath, "../cmd/xmode")
+		c.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := c.CombinedOutput(); err != nil {
+			buildErr = &runErr{"go build", out, err}
+		}
+	})
+	if buildErr != nil {
+		b.Fatal(buildErr)
+	}
+	return binPath
+}
+
+type runErr struct {
+	what string
+	out  []byte
+	err  error
+}
+
+func (e *runErr) Error() string { return e.what + ": " + e.err.Error() + ": " + string(e.out) }
+
+// run executes a command and fails the benchmark if it fails.
+func run(b testing.TB, env []string, name string, args ...string) {
+	b.Helper()
+	c := exec.Command(name, args...)
+	c.Env = append(os.Environ(), env...)
+	if out, err := c.CombinedOutput(); err != nil {
+		b.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// output runs a command and returns its trimmed stdout.
+func output(b testing.TB, env []string, name string, args ...string) string {
+	b.Helper()
+	c := exec.Command(name, args...)
+	c.Env = append(os.Environ(), env...)
+	out, err := c.Output()
+	if err != nil {
+		b.Fatalf("%s %s: %v", name, strings.Join(args, " "), err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// sideBySide times fns alternately, n rounds each, and returns each one's
+// median. Alternating keeps slow phases of a noisy machine from landing on
+// one side only.
+func sideBySide(n int, fns ...func()) []time.Duration {
+	samples := make([][]time.Duration, len(fns))
+	for i := 0; i < n; i++ {
+		for j, f := range fns {
+			start := time.Now()
+			f()
+			samples[j] = append(samples[j], time.Since(start))
+		}
+	}
+	med := make([]time.Duration, len(fns))
+	for j, s := range samples {
+		med[j] = median(s)
+	}
+	return med
+}
+
+func median(s []time.Duration) time.Duration {
+	c := append([]time.Duration(nil), s...)
+	sort.Slice(c, func(i, j int) bool { return c[i] < c[j] })
+	return c[len(c)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// rounds is how many side-by-side rounds a comparison takes: b.N, at least 5.
+func rounds(b *testing.B) int {
+	if b.N < 5 {
+		return 5
+	}
+	return b.N
+}

@@ -1,0 +1,313 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// What the reaper needs from the store: the sessions a pass works on, the
+// step leases that keep it away from a running command, and claims so that
+// overlapping reapers (cron runs that pile up) do each session once.
+//
+// A claim is a row in meta, key "reap:<session or run id>", value
+// "<claimed_at_ms> <holder>". It is taken in an immediate transaction that
+// also re-checks why the reaper wanted the session, so a claim is never
+// taken on a session that was extended, ended or started a step meanwhile.
+// The holder names the reaping process; a claim whose holder is dead (a
+// reaper killed with -9) is taken over, so a crashed pass never blocks the
+// next one.
+
+// ClaimPrefix starts the meta key of every reap claim.
+const ClaimPrefix = "reap:"
+
+func claimKey(id string) string { return ClaimPrefix + id }
+
+// Stale reports whether a claim's holder is gone (its process ended), so the
+// claim may be taken over.
+type Stale func(holder string, claimedAt time.Time) bool
+
+// ClaimResult says whether a claim was taken and, if not, why.
+type ClaimResult int
+
+const (
+	// Claimed: the caller holds the claim and must Release it.
+	Claimed ClaimResult = iota
+	// Gone: the session no longer qualifies (ended, extended, opened) or
+	// the run has an open session again.
+	Gone
+	// Busy: a live reaper holds the claim.
+	Busy
+	// StepRunning: the session has a running step with a fresh heartbeat.
+	StepRunning
+)
+
+func (c ClaimResult) String() string {
+	switch c {
+	case Claimed:
+		return "claimed"
+	case Gone:
+		return "gone"
+	case Busy:
+		return "busy"
+	case StepRunning:
+		return "step running"
+	}
+	return "claim(" + strconv.Itoa(int(c)) + ")"
+}
+
+// Claim is the outcome of a claim attempt.
+type Claim struct {
+	Result ClaimResult
+	Step   int    // StepRunning: the running step's number
+	Holder string // Busy: who holds it
+}
+
+// ExpiredOpen lists the open sessions whose expiry is at or before now,
+// oldest expiry first.
+func (s *Store) ExpiredOpen(ctx context.Context, now time.Time) ([]*Session, error) {
+	return s.query(ctx, `SELECT `+sessionCols+` FROM sessions
+		WHERE status = 'open' AND expires_at <= ? ORDER BY expires_at, id`, millis(now))
+}
+
+// StaleProvisioning lists the sessions still provisioning that were created
+// at or before before (their create died or hangs).
+func (s *Store) StaleProvisioning(ctx context.Context, before time.Time) ([]*Session, error) {
+	return s.query(ctx, `SELECT `+sessionCols+` FROM sessions
+		WHERE status = 'provisioning' AND created_at <= ? ORDER BY created_at, id`, millis(before))
+}
+
+// ActiveSessions returns the IDs of every provisioning or open session and
+// the runs they are on.
+func (s *Store) ActiveSessions(ctx context.Context) (sessions, runs map[string]bool, err error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, run_id FROM sessions WHERE status IN ('provisioning', 'open')`)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list open sessions: %w", err)
+	}
+	defer rows.Close()
+	sessions, runs = map[string]bool{}, map[string]bool{}
+	for rows.Next() {
+		var id, run string
+		if err := rows.Scan(&id, &run); err != nil {
+			return nil, nil, err
+		}
+		sessions[id], runs[run] = true, true
+	}
+	return sessions, runs, rows.Err()
+}
+
+// Heartbeat renews a running step's lease.
+func (s *Store) Heartbeat(ctx context.Context, runID string, seq int, now time.Time) error {
+	_, err := s.db.ExecContext(ctx, `UPDATE steps SET heartbeat_at = ? WHERE run_id = ? AND seq = ? AND state = 'running'`,
+		millis(now), runID, seq)
+	if err != nil {
+		return fmt.Errorf("heartbeat of step %s/%d: %w", runID, seq, err)
+	}
+	return nil
+}
+
+// LiveStep returns the number of a running step of the session whose
+// heartbeat is after freshAfter, or 0.
+func (s *Store) LiveStep(ctx context.Context, sessionID string, freshAfter time.Time) (int, error) {
+	return liveStep(ctx, s.db, sessionID, freshAfter)
+}
+
+type queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func liveStep(ctx context.Context, q queryer, sessionID string, freshAfter time.Time) (int, error) {
+	var seq int
+	err := q.QueryRowContext(ctx, `SELECT seq FROM steps WHERE session_id = ? AND state = 'running' AND heartbeat_at > ?
+		ORDER BY seq LIMIT 1`, sessionID, millis(freshAfter)).Scan(&seq)
+	if err == sql.ErrNoRows {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("look for running steps of %s: %w", sessionID, err)
+	}
+	return seq, nil
+}
+
+// takeClaim inserts the claim unless a live holder has it.
+func takeClaim(ctx context.Context, tx *sql.Tx, key, holder string, now time.Time, stale Stale) (Claim, error) {
+	var value string
+	err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = ?`, key).Scan(&value)
+	switch {
+	case err == sql.ErrNoRows:
+	case err != nil:
+		return Claim{}, fmt.Errorf("read claim %s: %w", key, err)
+	default:
+		other, at := parseClaim(value)
+		if other != holder && (stale == nil || !stale(other, at)) {
+			return Claim{Result: Busy, Holder: other}, nil
+		}
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES (?, ?)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, strconv.FormatInt(millis(now), 10)+" "+holder)
+	if err != nil {
+		return Claim{}, fmt.Errorf("take claim %s: %w", key, err)
+	}
+	return Claim{Result: Claimed}, nil
+}
+
+func parseClaim(value string) (holder string, at time.Time) {
+	ms, holder, _ := strings.Cut(value, " ")
+	n, _ := strconv.ParseInt(ms, 10, 64)
+	return holder, fromMillis(n)
+}
+
+// ClaimExpired claims an expired open session for teardown. It re-checks,
+// in the same transaction, that the session is still open and expired at
+// now (not extended meanwhile) and that no step of it is running with a
+// heartbeat after freshAfter.
+func (s *Store) ClaimExpired(ctx context.Context, id, holder string, now, freshAfter time.Time, stale Stale) (Claim, error) {
+	var c Claim
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sessions WHERE id = ? AND status = 'open' AND expires_at <= ?`,
+			id, millis(now)).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			c = Claim{Result: Gone}
+			return nil
+		}
+		seq, err := liveStep(ctx, tx, id, freshAfter)
+		if err != nil {
+			return err
+		}
+		if seq != 0 {
+			c = Claim{Result: StepRunning, Step: seq}
+			return nil
+		}
+		c, err = takeClaim(ctx, tx, claimKey(id), holder, now, stale)
+		return err
+	})
+	return c, err
+}
+
+// ClaimProvisioning claims a session still provisioning that was created at
+// or before before.
+func (s *Store) ClaimProvisioning(ctx context.Context, id, holder string, before, now time.Time, stale Stale) (Claim, error) {
+	var c Claim
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var n int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sessions WHERE id = ? AND status = 'provisioning' AND created_at <= ?`,
+			id, millis(before)).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			c = Claim{Result: Gone}
+			return nil
+		}
+		var err error
+		c, err = takeClaim(ctx, tx, claimKey(id), holder, now, stale)
+		return err
+	})
+	return c, err
+}
+
+// ClaimRun claims a run's worktree for removal. It refuses a run with a
+// provisioning or open session, and marks the run reclaimed (if it has a row
+// and is not yet) in the same transaction, so no session can join it while
+// its worktree goes. A run without a row (a database reset under an old
+// storage root) can be claimed too.
+func (s *Store) ClaimRun(ctx context.Context, runID, holder string, now time.Time, stale Stale) (Claim, error) {
+	var c Claim
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var open int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sessions WHERE run_id = ? AND status IN ('provisioning', 'open')`,
+			runID).Scan(&open); err != nil {
+			return err
+		}
+		if open > 0 {
+			c = Claim{Result: Gone}
+			return nil
+		}
+		var err error
+		if c, err = takeClaim(ctx, tx, claimKey(runID), holder, now, stale); err != nil || c.Result != Claimed {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `UPDATE runs SET reclaimed_at = ? WHERE id = ? AND reclaimed_at IS NULL`, millis(now), runID)
+		return err
+	})
+	return c, err
+}
+
+// Release drops a claim the holder took (someone who took it over keeps it).
+func (s *Store) Release(ctx context.Context, id, holder string) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM meta WHERE key = ? AND substr(value, instr(value, ' ') + 1) = ?`, claimKey(id), holder)
+	if err != nil {
+		return fmt.Errorf("release claim on %s: %w", id, err)
+	}
+	return nil
+}
+
+// Claims lists the reap claims: session or run ID → holder.
+func (s *Store) Claims(ctx context.Context) (map[string]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT key, value FROM meta WHERE key >= ? AND key < ?`, ClaimPrefix, ClaimPrefix+"~")
+	if err != nil {
+		return nil, fmt.Errorf("list claims: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, err
+		}
+		h, _ := parseClaim(v)
+		out[strings.TrimPrefix(k, ClaimPrefix)] = h
+	}
+	return out, rows.Err()
+}
+
+// DropStaleClaims deletes the claims whose holder is gone, so a reaper
+// killed mid-teardown leaves nothing behind once the next pass ran.
+func (s *Store) DropStaleClaims(ctx context.Context, stale Stale) (int, error) {
+	dropped := 0
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT key, value FROM meta WHERE key >= ? AND key < ?`, ClaimPrefix, ClaimPrefix+"~")
+		if err != nil {
+			return err
+		}
+		var dead []string
+		for rows.Next() {
+			var k, v string
+			if err := rows.Scan(&k, &v); err != nil {
+				rows.Close()
+				return err
+			}
+			if h, at := parseClaim(v); stale(h, at) {
+				dead = append(dead, k)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, k := range dead {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM meta WHERE key = ?`, k); err != nil {
+				return err
+			}
+		}
+		dropped = len(dead)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("drop stale claims: %w", err)
+	}
+	return dropped, nil
+}
+
+// claimed reports whether a reap claim exists on id (live or not: a dead
+// one is only ever on a session the next pass reaps).
+func claimed(ctx context.Context, tx *sql.Tx, id string) (bool, error) {
+	var n int
+	err := tx.QueryRowContext(ctx, `SELECT count(*) FROM meta WHERE key = ?`, claimKey(id)).Scan(&n)
+	return n > 0, err
+}
