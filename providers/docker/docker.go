@@ -1,0 +1,246 @@
+// Package docker is the design's DockerEngine: the engine adapter that runs a
+// cloud_worker session in its own container on a Docker daemon, reached over
+// the Engine API (unix:// or tcp://) with the Go SDK and API-version
+// negotiation, so Engine 20.10 (API 1.41) and newer daemons both work.
+//
+// One container per session, named xmode-<session>, started by Provision with
+// an init process (HostConfig.Init) and a keep-alive command; every step is
+// an exec in it. The mount models, the hardening and the isolation between
+// sandboxes are described in docs/docker.md.
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"sync/atomic"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/client"
+
+	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/fail"
+)
+
+// Name is the engine name the provider registers under.
+const Name = "docker"
+
+// Defaults for the Provider's timeouts.
+const (
+	DefaultPingTimeout = 5 * time.Second
+	DefaultCallTimeout = 60 * time.Second
+	DefaultPullTimeout = 30 * time.Minute
+)
+
+func init() {
+	engine.Register(Name, func(cfg *config.Config) (engine.Adapter, error) {
+		p, err := New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return p, nil
+	})
+}
+
+// Provider is the docker engine adapter. Its exported fields may be set
+// after New and before the first call; a Provider is safe for concurrent use.
+type Provider struct {
+	cfg   *config.Config
+	cli   *client.Client
+	guard engine.Guard
+
+	// Progress receives image pull progress, rendered like `docker run`
+	// renders it (with cursor movement when it is a terminal). nil: silent.
+	Progress io.Writer
+	// Warnings receives what an operator must not miss: volume mode falling
+	// back to mounting the whole storage volume, a container restarted
+	// because a step's processes could not be ended with an exec, daemon
+	// warnings on create. nil: os.Stderr.
+	Warnings io.Writer
+
+	// PingTimeout bounds each "is the daemon there" check (DefaultPingTimeout).
+	PingTimeout time.Duration
+	// CallTimeout bounds each short API call (DefaultCallTimeout).
+	CallTimeout time.Duration
+	// PullTimeout bounds an image pull (DefaultPullTimeout).
+	PullTimeout time.Duration
+
+	// isolationOverride forces an isolation method (tests only).
+	isolationOverride string
+	// topUnsupported is set once the daemon's `top` (ps on the daemon host)
+	// failed: leftover detection then always uses an exec.
+	topUnsupported atomic.Bool
+}
+
+// New builds the provider from the configuration. It does not contact the
+// daemon: the first operation does, bounded by PingTimeout.
+func New(cfg *config.Config) (*Provider, error) {
+	if cfg == nil {
+		return nil, errors.New("docker provider: no configuration")
+	}
+	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
+	if cfg.DockerHost != "" {
+		opts = append(opts, client.WithHost(cfg.DockerHost))
+	}
+	cli, err := client.NewClientWithOpts(opts...)
+	if err != nil {
+		return nil, fail.Enginef("docker endpoint %s: %v: check XMODE_SANDBOX_DOCKER_HOST / DOCKER_HOST (unix:///var/run/docker.sock or tcp://host:port) and DOCKER_CERT_PATH / DOCKER_TLS_VERIFY", hostOrDefault(cfg.DockerHost), err)
+	}
+	return &Provider{cfg: cfg, cli: cli, guard: engine.Guard{Root: cfg.StorageRoot}}, nil
+}
+
+// SetProgress sets Progress; callers that hold an engine.Adapter use it
+// through `interface{ SetProgress(io.Writer) }`, without importing this
+// package. Call it before the first Provision.
+func (p *Provider) SetProgress(w io.Writer) { p.Progress = w }
+
+// SetWarnings sets Warnings, like SetProgress.
+func (p *Provider) SetWarnings(w io.Writer) { p.Warnings = w }
+
+// Name implements engine.Adapter.
+func (p *Provider) Name() string { return Name }
+
+// Client is the SDK client, for callers (doctor, tests) that need more.
+func (p *Provider) Client() *client.Client { return p.cli }
+
+// Host is the daemon endpoint the provider talks to.
+func (p *Provider) Host() string { return p.cli.DaemonHost() }
+
+// Close releases the client's connections.
+func (p *Provider) Close() error { return p.cli.Close() }
+
+// Ping checks that the daemon answers within PingTimeout and returns the
+// daemon's API version. Any failure is fail.Enginef (exit 5).
+func (p *Provider) Ping(ctx context.Context) (string, error) {
+	pctx, cancel := context.WithTimeout(ctx, p.pingTimeout())
+	defer cancel()
+	ping, err := p.cli.Ping(pctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		return "", p.unreachable(err)
+	}
+	p.cli.NegotiateAPIVersionPing(ping)
+	return ping.APIVersion, nil
+}
+
+// APIVersion is the API version the client speaks after negotiation (the
+// lower of the daemon's and the SDK's). Call Ping first.
+func (p *Provider) APIVersion() string { return p.cli.ClientVersion() }
+
+// ImagePresent reports whether the image is in the daemon's image store.
+func (p *Provider) ImagePresent(ctx context.Context, ref string) (bool, error) {
+	if _, err := p.Ping(ctx); err != nil {
+		return false, err
+	}
+	cctx, cancel := p.call(ctx)
+	defer cancel()
+	_, err := p.cli.ImageInspect(cctx, ref)
+	switch {
+	case err == nil:
+		return true, nil
+	case cerrdefs.IsNotFound(err):
+		return false, nil
+	}
+	return false, p.wrap(err, "inspect image "+ref)
+}
+
+// VolumePresent reports whether the named volume exists on the daemon.
+func (p *Provider) VolumePresent(ctx context.Context, name string) (bool, error) {
+	if _, err := p.Ping(ctx); err != nil {
+		return false, err
+	}
+	cctx, cancel := p.call(ctx)
+	defer cancel()
+	_, err := p.cli.VolumeInspect(cctx, name)
+	switch {
+	case err == nil:
+		return true, nil
+	case cerrdefs.IsNotFound(err):
+		return false, nil
+	}
+	return false, p.wrap(err, "inspect volume "+name)
+}
+
+func (p *Provider) pingTimeout() time.Duration {
+	if p.PingTimeout > 0 {
+		return p.PingTimeout
+	}
+	return DefaultPingTimeout
+}
+
+func (p *Provider) callTimeout() time.Duration {
+	if p.CallTimeout > 0 {
+		return p.CallTimeout
+	}
+	return DefaultCallTimeout
+}
+
+func (p *Provider) pullTimeout() time.Duration {
+	if p.PullTimeout > 0 {
+		return p.PullTimeout
+	}
+	return DefaultPullTimeout
+}
+
+// call bounds one short API call.
+func (p *Provider) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, p.callTimeout())
+}
+
+func (p *Provider) warnf(format string, args ...any) {
+	w := p.Warnings
+	if w == nil {
+		w = os.Stderr
+	}
+	fmt.Fprintf(w, "xmode: warning: "+format+"\n", args...)
+}
+
+// unreachable is the one message for "cannot talk to the daemon".
+func (p *Provider) unreachable(err error) error {
+	why := err.Error()
+	if errors.Is(err, context.DeadlineExceeded) {
+		why = fmt.Sprintf("no answer within %s", p.pingTimeout())
+	}
+	return fail.Enginef("docker daemon at %s is unreachable (%s): check that dockerd is running (`docker info`), that XMODE_SANDBOX_DOCKER_HOST or DOCKER_HOST points at it, and that this user may use its socket", p.Host(), why)
+}
+
+// wrap classifies an SDK error: connection failures and unanswered calls are
+// fail.Enginef (exit 5); anything else keeps its cause, prefixed with what
+// xmode was doing.
+func (p *Provider) wrap(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	var fe *fail.Error
+	if errors.As(err, &fe) {
+		return err
+	}
+	if client.IsErrConnectionFailed(err) || isNetErr(err) {
+		return fail.Enginef("%s: docker daemon at %s is unreachable (%v): check that dockerd is running (`docker info`) and that XMODE_SANDBOX_DOCKER_HOST or DOCKER_HOST points at it", what, p.Host(), err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fail.Enginef("%s: docker daemon at %s did not answer in time: check `docker info` on the daemon host", what, p.Host())
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func isNetErr(err error) bool {
+	var ue *url.Error
+	var oe *net.OpError
+	return errors.As(err, &ue) || errors.As(err, &oe) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+func hostOrDefault(h string) string {
+	if h == "" {
+		return client.DefaultDockerHost
+	}
+	return h
+}

@@ -1,0 +1,783 @@
+package docker
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+	"golang.org/x/sys/unix"
+
+	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/fail"
+)
+
+// ExecTagEnv is set in every step's environment to a random value; the
+// step's processes inherit it, which is how xmode finds them inside the
+// shared session container (together with the step's session id) to end
+// them at a timeout, on Ctrl-C, and when the step's main process has exited
+// and left children behind.
+const ExecTagEnv = "XMODE_EXEC_TAG"
+
+// scanFunc defines scan(), which finds the processes of one step using
+// shell builtins only (it must work when the pids limit leaves no process to
+// spare): the sessions of every process whose environment carries $tag, and
+// every member of those sessions (which catches children that cleared their
+// environment). It sets L to the step's wrapper (an exec root: parent pid 0
+// as seen in the container) and T to everything else; zombies, PID 1 and its
+// session (the init and the keep-alive) and $me are never listed.
+const scanFunc = `scan() {
+	sids=" "
+	for d in /proc/[0-9]*; do
+		p=${d#/proc/}
+		[ "$p" = "$me" ] || [ "$p" = 1 ] && continue
+		read -r st < "$d/stat" || continue
+		set -- ${st##*) }
+		[ "$4" = 1 ] && continue
+		case $sids in *" $4 "*) continue;; esac
+		while IFS= read -r l || [ -n "$l" ]; do
+			case $l in *"$tag"*) sids="$sids$4 "; break;; esac
+		done < "$d/environ"
+	done
+	L=; T=
+	[ "$sids" = " " ] && return
+	for d in /proc/[0-9]*; do
+		p=${d#/proc/}
+		[ "$p" = "$me" ] || [ "$p" = 1 ] && continue
+		read -r st < "$d/stat" || continue
+		set -- ${st##*) }
+		case $sids in *" $4 "*) ;; *) continue;; esac
+		[ "$1" = Z ] && continue
+		if [ "$2" = 0 ]; then L="$L $p"; else T="$T $p"; fi
+	done
+}
+`
+
+// stepWrapper runs the step's argv in a child and stays as the exec's root
+// process: the session leader of the step, tagged, its parent outside the
+// container, so the step can always be found. The status is the command's:
+// 127/126 for not found/not executable (with the shell's message on
+// stderr), 128+N when killed by signal N. exec in a subshell (not a plain
+// call) keeps shell builtins and functions out: argv[0] is looked up on PATH.
+// Once the command has exited, whatever it left behind (background
+// children, daemons that kept the tag) is KILLed at once, from inside, at no
+// extra cost — as the host engine kills the process group of a finished step.
+const stepWrapper = `( exec "$@" ); rc=$?
+tag="` + ExecTagEnv + `=$` + ExecTagEnv + `"; me=$$
+` + scanFunc + `n=0
+while [ "$n" -lt 50 ]; do
+	scan 2>/dev/null
+	[ -n "$T" ] || break
+	kill -s KILL $T 2>/dev/null
+	n=$((n+1))
+done
+exit $rc`
+
+// killScript ends the processes of one step from a separate exec: $1 the
+// step's tag, $2 the grace period in tenths of a second (0: KILL at once).
+// TERM (and CONT, for stopped processes) first, KILL after the grace period.
+// The step's wrapper is spared so the step reports how its command ended; it
+// exits by itself once its command is gone. Exit 0: nothing of the step is
+// left; 3: something survived.
+const killScript = `exec 2>/dev/null
+tag="` + ExecTagEnv + `=$1"; grace=$2; me=$$
+` + scanFunc + `scan
+if [ "$grace" -gt 0 ] && [ -n "$T" ]; then
+	kill -s TERM $T
+	kill -s CONT $T
+	i=0
+	while [ "$i" -lt "$grace" ]; do
+		alive=
+		for p in $T; do
+			if read -r st < "/proc/$p/stat"; then
+				set -- ${st##*) }
+				[ "$1" = Z ] || { alive=1; break; }
+			fi
+		done
+		[ -n "$alive" ] || break
+		sleep 0.1 || i=$((i+9))
+		i=$((i+1))
+	done
+fi
+n=0
+while [ "$n" -lt 50 ]; do
+	scan
+	[ -n "$T" ] || break
+	kill -s KILL $T
+	n=$((n+1))
+done
+i=0
+while [ -n "$L$T" ] && [ "$i" -lt 20 ]; do
+	[ -n "$T" ] && kill -s KILL $T
+	sleep 0.1 || i=$((i+9))
+	i=$((i+1))
+	scan
+done
+[ -n "$L" ] && kill -s KILL $L
+scan
+[ -z "$T$L" ] && exit 0
+echo "left:$T$L"
+exit 3
+`
+
+// Exec runs one step in the session's container and returns its status.
+// Output streams to req.Stdout/req.Stderr as it comes (kept apart, bounded
+// memory). A timeout or ctx cancellation ends the step's whole process tree
+// inside the container (TERM, then KILL after req.Grace); a timeout reports
+// 124. Leftover background processes of a finished step are ended too. An
+// error means xmode could not run the step (daemon unreachable: exit 5;
+// container gone; no /bin/sh in the image).
+func (p *Provider) Exec(ctx context.Context, sb engine.Sandbox, req engine.ExecRequest) (engine.Status, error) {
+	if len(req.Argv) == 0 {
+		return engine.Status{}, fail.Usagef("no command to run: give one after --")
+	}
+	if _, err := p.Ping(ctx); err != nil {
+		return engine.Status{}, err
+	}
+	ci, err := p.sessionContainer(ctx, sb)
+	if err != nil {
+		return engine.Status{}, err
+	}
+	dir, err := execDir(ci.Config.WorkingDir, sb.Worktree, req.Workdir)
+	if err != nil {
+		return engine.Status{}, err
+	}
+	tag := newTag()
+	// The tag comes last so that it wins over a same-named entry of req.Env.
+	env := append(append([]string(nil), req.Env...), ExecTagEnv+"="+tag)
+	cmd := append([]string{"/bin/sh", "-c", wrapperFor(ci.HostConfig), "xmode-step"}, req.Argv...)
+
+	cctx, cancel := p.call(ctx)
+	created, err := p.cli.ContainerExecCreate(cctx, ci.ID, container.ExecOptions{
+		Cmd:          cmd,
+		Env:          env,
+		WorkingDir:   dir,
+		AttachStdin:  req.Stdin != nil,
+		AttachStdout: true,
+		AttachStderr: true,
+	})
+	cancel()
+	if err != nil {
+		return engine.Status{}, p.wrap(err, "create exec in "+ContainerName(sb.SessionID))
+	}
+	started := time.Now()
+	// The attach stream must outlive a cancelled ctx: the step's output
+	// keeps flowing while its processes are being ended.
+	actx, acancel := p.call(context.WithoutCancel(ctx))
+	hr, err := p.cli.ContainerExecAttach(actx, created.ID, container.ExecAttachOptions{})
+	acancel()
+	if err != nil {
+		return engine.Status{}, p.wrap(err, "start exec in "+ContainerName(sb.SessionID))
+	}
+	s := &step{p: p, ctx: ctx, containerID: ci.ID, execID: created.ID, tag: tag, req: req, started: started}
+	return s.run(hr)
+}
+
+// sessionContainer finds the session's container, checks it is one of
+// xmode's, and starts it again if it stopped (a daemon restart stops
+// containers without a restart policy).
+func (p *Provider) sessionContainer(ctx context.Context, sb engine.Sandbox) (container.InspectResponse, error) {
+	ref := sb.ContainerID
+	if ref == "" {
+		ref = ContainerName(sb.SessionID)
+	}
+	cctx, cancel := p.call(ctx)
+	defer cancel()
+	ci, err := p.cli.ContainerInspect(cctx, ref)
+	if cerrdefs.IsNotFound(err) {
+		return ci, fail.Failedf("the container of session %s (%s) is gone: stop the session and create a new one", sb.SessionID, shortID(ref))
+	}
+	if err != nil {
+		return ci, p.wrap(err, "inspect container "+shortID(ref))
+	}
+	if err := checkOwned(ci.Config.Labels, sb.SessionID); err != nil {
+		return ci, err
+	}
+	if !ci.State.Running {
+		if ci.State.Paused {
+			return ci, fail.Failedf("the container of session %s is paused: `docker unpause %s`", sb.SessionID, shortID(ci.ID))
+		}
+		if err := p.cli.ContainerStart(cctx, ci.ID, container.StartOptions{}); err != nil {
+			return ci, p.wrap(err, "start the stopped container of session "+sb.SessionID)
+		}
+		p.warnf("the container of session %s had stopped (%s); started it again", sb.SessionID, ci.State.Status)
+		if ci, err = p.cli.ContainerInspect(cctx, ci.ID); err != nil {
+			return ci, p.wrap(err, "inspect container "+shortID(ref))
+		}
+	}
+	return ci, nil
+}
+
+// checkOwned refuses a container that is not the session's (a stale or
+// tampered session row must not run commands in somebody else's container).
+func checkOwned(labels map[string]string, sessionID string) error {
+	if labels[LabelManaged] != "true" {
+		return fail.Refusedf("container is not managed by xmode (no %s=true label): refusing to touch it", LabelManaged)
+	}
+	if sessionID != "" && labels[LabelSession] != sessionID {
+		return fail.Refusedf("container belongs to session %q, not %s: refusing to touch it", labels[LabelSession], sessionID)
+	}
+	return nil
+}
+
+// execDir maps --workdir (relative to the worktree, or an absolute host path
+// inside it as engine.ResolveWorkdir returns) into the container.
+func execDir(root, worktree, rel string) (string, error) {
+	if rel == "" || rel == "." {
+		return root, nil
+	}
+	if filepath.IsAbs(rel) {
+		r, err := filepath.Rel(worktree, rel)
+		if worktree == "" || err != nil {
+			return "", fail.Usagef("--workdir %q is not inside the worktree %s", rel, worktree)
+		}
+		rel = r
+	}
+	clean := path.Clean(filepath.ToSlash(rel))
+	if clean == ".." || strings.HasPrefix(clean, "../") || path.IsAbs(clean) {
+		return "", fail.Usagef("--workdir %q escapes the worktree", rel)
+	}
+	return path.Join(root, clean), nil
+}
+
+// wrapperFor is stepWrapper, preceded by the container's nofile soft limit
+// where one is set: runc built with Go 1.19+ (runc < 1.1.10, as in Debian
+// bookworm) hands exec'd processes a soft limit raised to the hard one, so
+// the configured soft limit is applied again here (lowering a soft limit
+// needs no privilege).
+func wrapperFor(hc *container.HostConfig) string {
+	if hc != nil {
+		for _, u := range hc.Ulimits {
+			if u != nil && u.Name == "nofile" && u.Soft > 0 {
+				return "ulimit -S -n " + strconv.FormatInt(u.Soft, 10) + " 2>/dev/null; " + stepWrapper
+			}
+		}
+	}
+	return stepWrapper
+}
+
+func newTag() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func shortID(id string) string {
+	if len(id) > 12 && !strings.HasPrefix(id, "xmode-") {
+		return id[:12]
+	}
+	return id
+}
+
+// step is one running exec.
+type step struct {
+	p           *Provider
+	ctx         context.Context
+	containerID string
+	execID      string
+	tag         string
+	req         engine.ExecRequest
+	started     time.Time
+}
+
+type execState struct {
+	exitCode int
+	pid      int
+	gone     bool // the exec vanished (its container was restarted)
+	err      error
+}
+
+func (s *step) grace() time.Duration {
+	if s.req.Grace > 0 {
+		return s.req.Grace
+	}
+	return engine.DefaultGrace
+}
+
+// drainIdle is how long the output may stand still after a step's processes
+// are gone before xmode stops waiting for it.
+const drainIdle = 2 * time.Second
+
+// drainMax bounds the wait for the output after the step's processes ended.
+const drainMax = 30 * time.Second
+
+func (s *step) run(hr types.HijackedResponse) (engine.Status, error) {
+	p := s.p
+	bg := context.WithoutCancel(s.ctx)
+	var closeOnce sync.Once
+	closeConn := func() { closeOnce.Do(hr.Close) }
+	defer closeConn()
+
+	if s.req.Stdin != nil {
+		go func() {
+			_, _ = io.Copy(hr.Conn, s.req.Stdin)
+			_ = hr.CloseWrite()
+		}()
+	}
+	head := &headWriter{}
+	stdout := &streamWriter{w: io.MultiWriter(head, orDiscard(s.req.Stdout))}
+	stderr := &streamWriter{w: orDiscard(s.req.Stderr)}
+	copyDone := make(chan struct{})
+	go func() {
+		_, _ = stdcopy.StdCopy(stdout, stderr, hr.Reader)
+		close(copyDone)
+	}()
+
+	pollCtx, stopPoll := context.WithCancel(bg)
+	defer stopPoll()
+	exited := make(chan execState, 1)
+	go s.poll(pollCtx, copyDone, exited)
+
+	var timer <-chan time.Time
+	if s.req.Timeout > 0 {
+		t := time.NewTimer(s.req.Timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	var st execState
+	timedOut, interrupted, restarted := false, false, false
+	select {
+	case st = <-exited:
+	case <-timer:
+		timedOut = true
+	case <-s.ctx.Done():
+		interrupted = true
+	}
+	if timedOut || interrupted {
+		st, restarted = s.end(bg, exited)
+	} else if st.err == nil && !st.gone {
+		restarted = s.sweep(bg, st, copyDone)
+	}
+	if st.err != nil {
+		return engine.Status{}, st.err
+	}
+
+	// Let the output drain; stop waiting once it stands still, or when
+	// something xmode could not find keeps writing.
+	var last int64 = -1
+	giveUp := time.Now().Add(drainMax)
+	for done := false; !done; {
+		select {
+		case <-copyDone:
+			done = true
+		case <-time.After(drainIdle):
+			if n := stdout.n.Load() + stderr.n.Load(); n != last && time.Now().Before(giveUp) {
+				last = n
+				continue
+			}
+			p.warnf("step output of %s still open after its processes ended; closing it", shortID(s.containerID))
+			closeConn()
+			<-copyDone
+			done = true
+		}
+	}
+
+	if st.pid == 0 && !st.gone && (st.exitCode == 126 || st.exitCode == 127) && !timedOut && !interrupted {
+		return engine.Status{}, fail.Failedf("the sandbox could not start the step (%s): xmode runs every step through /bin/sh, which the image must have; the sandbox may also be out of processes (pids limit) or memory", strings.TrimSpace(head.String()))
+	}
+
+	// Docker reports a process killed by signal N as 128+N, like a shell;
+	// the name is derived from that.
+	status := engine.Status{ExitCode: st.exitCode}
+	if st.exitCode > 128 && st.exitCode < 128+65 {
+		status.Signal = signalName(st.exitCode - 128)
+	}
+	switch {
+	case timedOut:
+		status.ExitCode = 124
+		status.TimedOut = true
+	case st.exitCode == 137 && !interrupted && !restarted && !st.gone:
+		status.OOMKilled = p.oomKilled(bg, s.containerID, s.execID, s.started)
+	}
+	return status, nil
+}
+
+// poll watches the exec until its main process has exited. An exec that
+// has not started yet also reads "not running": it only counts as exited
+// once it has a pid, or once its output streams closed.
+func (s *step) poll(ctx context.Context, copyDone <-chan struct{}, out chan<- execState) {
+	interval := 10 * time.Millisecond
+	failures := 0
+	nudged := false
+	for {
+		cctx, cancel := context.WithTimeout(ctx, s.p.callTimeout())
+		ins, err := s.p.cli.ContainerExecInspect(cctx, s.execID)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		switch {
+		case cerrdefs.IsNotFound(err):
+			out <- execState{exitCode: 137, gone: true}
+			return
+		case err != nil:
+			if failures++; failures >= 5 {
+				out <- execState{err: s.p.wrap(err, "wait for the step in "+shortID(s.containerID))}
+				return
+			}
+		case !ins.Running && (ins.Pid != 0 || closed(copyDone)):
+			out <- execState{exitCode: ins.ExitCode, pid: ins.Pid}
+			return
+		}
+		var nudge <-chan struct{}
+		if !nudged {
+			nudge = copyDone
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-nudge:
+			nudged = true
+			interval = 2 * time.Millisecond
+		case <-time.After(interval):
+			interval = min(interval*2, 250*time.Millisecond)
+		}
+	}
+}
+
+// end ends a step that timed out or was interrupted and waits for its main
+// process; restarted reports that the container had to be restarted.
+func (s *step) end(ctx context.Context, exited <-chan execState) (st execState, restarted bool) {
+	// A deadline can come before the runtime has started the step, or
+	// while it is still becoming the step's shell; ending it then finds
+	// nothing, so it is ended again until its main process is gone.
+	s.waitStarted(ctx)
+	giveUp := time.Now().Add(15*time.Second + s.grace())
+	for {
+		err := s.p.endProcesses(ctx, s.containerID, s.tag, s.grace())
+		if err != nil && fail.KindOf(err) == fail.EngineUnavailable {
+			return execState{err: err}, false
+		}
+		if err == nil && time.Now().Before(giveUp) {
+			select {
+			case st = <-exited:
+				return st, false
+			case <-time.After(time.Second):
+				continue
+			}
+		}
+		if err == nil {
+			err = fmt.Errorf("the step's main process outlived KILL")
+		}
+		if rerr := s.p.restartContainer(ctx, s.containerID, err); rerr != nil {
+			return execState{err: rerr}, true
+		}
+		select {
+		case st = <-exited:
+			return st, true
+		case <-time.After(10 * time.Second):
+			return execState{exitCode: 137, gone: true}, true
+		}
+	}
+}
+
+// waitStarted waits (briefly) until the runtime has started the exec.
+func (s *step) waitStarted(ctx context.Context) {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		cctx, cancel := context.WithTimeout(ctx, s.p.callTimeout())
+		ins, err := s.p.cli.ContainerExecInspect(cctx, s.execID)
+		cancel()
+		if err != nil || ins.Running || ins.Pid != 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// sweep makes sure nothing of a step whose main process exited is left.
+// The wrapper KILLs what its command left behind before it exits itself, so
+// there is normally nothing to do; the daemon is asked (ContainerTop, no
+// process in the container) only when the wrapper may have died before it
+// could (status > 128) or when something still holds the output open. What
+// is left is KILLed at once: the leader is gone, as on the host.
+func (s *step) sweep(ctx context.Context, st execState, copyDone <-chan struct{}) (restarted bool) {
+	if st.exitCode <= 128 {
+		select {
+		case <-copyDone:
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	left, err := s.p.leftovers(ctx, s.containerID, s.tag, st.pid)
+	if err == nil && !left {
+		return false
+	}
+	if err := s.p.endProcesses(ctx, s.containerID, s.tag, 0); err != nil {
+		if fail.KindOf(err) == fail.EngineUnavailable {
+			return false
+		}
+		if s.p.restartContainer(ctx, s.containerID, err) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// leftovers asks the daemon (ps on the daemon host, through `top`) whether
+// anything of the step still runs: a process in the step's session, or one
+// carrying its tag. It costs no process in the container. An error means
+// "cannot tell".
+func (p *Provider) leftovers(ctx context.Context, containerID, tag string, hostPid int) (bool, error) {
+	if p.topUnsupported.Load() {
+		return false, fmt.Errorf("top unsupported")
+	}
+	cctx, cancel := p.call(ctx)
+	defer cancel()
+	top, err := p.cli.ContainerTop(cctx, containerID, []string{"-o", "pid,sid,args", "ww", "e"})
+	if err != nil {
+		if !client.IsErrConnectionFailed(err) {
+			p.topUnsupported.Store(true)
+		}
+		return false, err
+	}
+	sidCol, cmdCol := -1, -1
+	for i, t := range top.Titles {
+		switch t {
+		case "SID", "SESS":
+			sidCol = i
+		case "COMMAND", "CMD":
+			cmdCol = i
+		}
+	}
+	if sidCol < 0 || cmdCol < 0 {
+		p.topUnsupported.Store(true)
+		return false, fmt.Errorf("top gave columns %v", top.Titles)
+	}
+	mark := ExecTagEnv + "=" + tag
+	sid := strconv.Itoa(hostPid)
+	for _, row := range top.Processes {
+		if len(row) <= sidCol || len(row) <= cmdCol {
+			continue
+		}
+		if (hostPid != 0 && row[sidCol] == sid) || strings.Contains(row[cmdCol], mark) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// endProcesses runs killScript in the container: TERM to every process of
+// the step, KILL after grace. An error means it could not run (pids limit
+// exhausted, memory) or something survived.
+func (p *Provider) endProcesses(ctx context.Context, containerID, tag string, grace time.Duration) error {
+	tenths := int((grace + 99*time.Millisecond) / (100 * time.Millisecond))
+	cmd := []string{"/bin/sh", "-c", killScript, "xmode-kill", tag, strconv.Itoa(tenths)}
+	var last error
+	for attempt := 0; attempt < 3; attempt++ {
+		if attempt > 0 {
+			time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+		}
+		code, out, err := p.runHelper(ctx, containerID, cmd, grace+30*time.Second)
+		switch {
+		case err != nil && fail.KindOf(err) == fail.EngineUnavailable:
+			return err
+		case err != nil:
+			last = err
+		case code == 0:
+			return nil
+		case code == 3:
+			return fmt.Errorf("processes of the step survived KILL (%s)", strings.TrimSpace(out))
+		default:
+			last = fmt.Errorf("the kill helper exited %d: %s", code, strings.TrimSpace(out))
+		}
+	}
+	return last
+}
+
+// runHelper runs a short command of xmode's own in the container and
+// returns its exit code and (bounded) output.
+func (p *Provider) runHelper(ctx context.Context, containerID string, cmd []string, limit time.Duration) (int, string, error) {
+	return p.runHelperAs(ctx, containerID, "", cmd, limit)
+}
+
+// runHelperAs is runHelper as another user ("" is the container's).
+func (p *Provider) runHelperAs(ctx context.Context, containerID, user string, cmd []string, limit time.Duration) (int, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	created, err := p.cli.ContainerExecCreate(ctx, containerID, container.ExecOptions{User: user, Cmd: cmd, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		return 0, "", p.wrap(err, "create helper exec")
+	}
+	hr, err := p.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return 0, "", p.wrap(err, "start helper exec")
+	}
+	defer hr.Close()
+	var out limitedBuffer
+	if _, err := stdcopy.StdCopy(&out, &out, hr.Reader); err != nil && ctx.Err() != nil {
+		return 0, out.String(), fmt.Errorf("helper exec did not finish within %s", limit)
+	}
+	for {
+		ins, err := p.cli.ContainerExecInspect(ctx, created.ID)
+		if err != nil {
+			return 0, out.String(), p.wrap(err, "inspect helper exec")
+		}
+		if !ins.Running {
+			if ins.Pid == 0 {
+				return 0, out.String(), fmt.Errorf("helper exec could not start: %s", strings.TrimSpace(out.String()))
+			}
+			return ins.ExitCode, out.String(), nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, out.String(), fmt.Errorf("helper exec did not finish within %s", limit)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// restartContainer is the last resort when a step's processes cannot be
+// ended from inside (no process slot left for an exec): KILL the container's
+// init, which takes every process with it, and start it again.
+func (p *Provider) restartContainer(ctx context.Context, containerID string, why error) error {
+	p.warnf("could not end a step's processes inside container %s (%v); restarting the container to stop them — its tmpfs contents and any other running steps of the session are lost", shortID(containerID), why)
+	zero := 0
+	cctx, cancel := p.call(ctx)
+	defer cancel()
+	if err := p.cli.ContainerRestart(cctx, containerID, container.StopOptions{Signal: "KILL", Timeout: &zero}); err != nil {
+		return p.wrap(err, "restart container "+shortID(containerID))
+	}
+	return nil
+}
+
+// oomKilled reports whether the memory cgroup's OOM killer struck while the
+// exec ran. The container's State.OOMKilled only covers its main process;
+// the daemon's "oom" event fires for any process in the container's cgroup
+// (it watches the cgroup's OOM notification: memory.oom_control on v1,
+// memory.events on v2). The event log, replayed in the daemon's own order,
+// brackets it between this exec's exec_start and exec_die, without
+// depending on the clocks of xmode's and the daemon's hosts agreeing, and
+// without spending a process in the container.
+func (p *Provider) oomKilled(ctx context.Context, containerID, execID string, started time.Time) bool {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	f := filters.NewArgs(filters.Arg("type", string(events.ContainerEventType)), filters.Arg("container", containerID))
+	msgs, errs := p.cli.Events(ctx, events.ListOptions{
+		Since:   strconv.FormatInt(started.Add(-time.Minute).Unix(), 10),
+		Filters: f,
+	})
+	seenStart, oom := false, false
+	var late <-chan time.Time
+	for {
+		select {
+		case m := <-msgs:
+			action := string(m.Action)
+			switch {
+			case strings.HasPrefix(action, "exec_start") && m.Actor.Attributes["execID"] == execID:
+				seenStart, oom = true, false
+			case action == "oom" && seenStart:
+				oom = true
+				if late != nil {
+					return true
+				}
+			case strings.HasPrefix(action, "exec_die") && m.Actor.Attributes["execID"] == execID:
+				if oom {
+					return true
+				}
+				// The oom event may trail the exit by a moment.
+				late = time.After(300 * time.Millisecond)
+			}
+		case <-late:
+			return oom
+		case <-errs:
+			return oom
+		case <-ctx.Done():
+			return oom
+		}
+	}
+}
+
+// signalName is the conventional name of signal n ("SIGTERM"), as the host
+// provider reports it.
+func signalName(n int) string {
+	if name := unix.SignalName(syscall.Signal(n)); name != "" {
+		return name
+	}
+	return "SIG" + strconv.Itoa(n)
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// streamWriter passes output on and counts it; after the first write error
+// (a closed terminal, a full disk) it drops the rest, so the step still runs
+// to its end instead of stalling the stream.
+type streamWriter struct {
+	w      io.Writer
+	n      atomic.Int64
+	failed bool
+}
+
+func (s *streamWriter) Write(b []byte) (int, error) {
+	s.n.Add(int64(len(b)))
+	if !s.failed {
+		if _, err := s.w.Write(b); err != nil {
+			s.failed = true
+		}
+	}
+	return len(b), nil
+}
+
+// headWriter keeps the first KiB written to it.
+type headWriter struct{ buf bytes.Buffer }
+
+func (h *headWriter) Write(b []byte) (int, error) {
+	if room := 1024 - h.buf.Len(); room > 0 {
+		h.buf.Write(b[:min(room, len(b))])
+	}
+	return len(b), nil
+}
+
+func (h *headWriter) String() string { return h.buf.String() }
+
+// limitedBuffer keeps the first 64 KiB of a helper's output.
+type limitedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *limitedBuffer) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if room := 64<<10 - l.buf.Len(); room > 0 {
+		l.buf.Write(b[:min(room, len(b))])
+	}
+	return len(b), nil
+}
+
+func (l *limitedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
