@@ -163,4 +163,3 @@ func doctor(ctx context.Context, cfg *config.Config) []check {
 	}
 	return out
 }
-

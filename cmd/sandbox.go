@@ -54,6 +54,7 @@ worktree behind and the session ends as failed (provision_failed).` + exitStatus
 	f.StringVar(&o.Ref, "ref", "", "branch, tag or commit (default: the remote's HEAD)")
 	f.StringVar(&o.Project, "project", "", "project ID")
 	f.StringVar(&o.RunID, "run", "", "share this run's worktree instead of cloning")
+	f.BoolVar(&o.Refresh, "refresh", false, "fetch the project machine before branching the worktree (XMODE_PROJECT_MACHINES=1)")
 	f.String("user", "", "owner (default $XMODE_USER, else the OS user)")
 	f.String("ttl", "", "lifetime (default $XMODE_SANDBOX_TTL, else 2h)")
 	f.String("runner-mode", "", "local_worktree, cloud_worker or cloud_subscription")

@@ -8,6 +8,8 @@ package engine
 import (
 	"context"
 	"io"
+	"path"
+	"path/filepath"
 	"time"
 )
 
@@ -22,6 +24,32 @@ type Spec struct {
 	Worktree  string // <root>/runs/<run>/worktree, already guarded
 	Image     string
 	Labels    map[string]string // contract §5 labels for everything the engine creates
+
+	// Project machines (docs/project-machines.md); empty for a clone per run.
+	// MachineGitDir is the machine's .git directory: the worktree's .git file
+	// points into it by a relative path, so a container must see it at the
+	// same position relative to the worktree (GitDirIn).
+	MachineGitDir string
+	// CacheVolume is the project's dependency-cache volume (xmode_proj_<id>),
+	// to mount at CacheMount; it outlives the session (never in Volumes).
+	CacheVolume string
+	CacheMount  string
+	// Env is KEY=VALUE for every step of the sandbox (the cache locations).
+	Env []string
+}
+
+// GitDirIn is where a sandbox that sees the worktree at containerWorktree
+// must see MachineGitDir for git to work in the worktree; "" when the
+// worktree is not from a project machine.
+func (s Spec) GitDirIn(containerWorktree string) string {
+	if s.MachineGitDir == "" {
+		return ""
+	}
+	rel, err := filepath.Rel(s.Worktree, s.MachineGitDir)
+	if err != nil {
+		return ""
+	}
+	return path.Join(containerWorktree, filepath.ToSlash(rel))
 }
 
 // Sandbox is what a provider provisioned; it is stored on the session row

@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
-	"regexp"
 	"strings"
 
 	"github.com/go-git/go-git/v5"
@@ -16,30 +13,13 @@ import (
 	"github.com/go-git/go-git/v5/storage/memory"
 
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/machines"
 )
 
 // target is a ref resolved against the remote before anything is written.
 type target struct {
 	ref  plumbing.ReferenceName // branch or tag; "" for a commit
 	hash string                 // commit (prefix) when ref is ""
-}
-
-var hexRef = regexp.MustCompile(`^[0-9a-f]{4,64}$`)
-
-// normaliseRepo accepts a URL, a file:// URL or a local path; a local path
-// must exist and becomes absolute (go-git and the git binary need that).
-func normaliseRepo(repo string) (string, error) {
-	if strings.Contains(repo, "://") || strings.HasPrefix(repo, "git@") {
-		return repo, nil
-	}
-	abs, err := filepath.Abs(repo)
-	if err != nil {
-		return "", fail.Usagef("--repo %q: %v", repo, err)
-	}
-	if _, err := os.Stat(abs); err != nil {
-		return "", fail.Usagef("--repo %q: no such repository (give a URL, a file:// URL or an existing path)", repo)
-	}
-	return abs, nil
 }
 
 // resolveRef lists the remote's refs (go-git; no disk writes) and resolves
@@ -72,7 +52,7 @@ func resolveRef(ctx context.Context, repo, ref string) (target, error) {
 			return target{ref: name}, nil
 		}
 	}
-	if hexRef.MatchString(strings.ToLower(ref)) {
+	if machines.IsCommitish(strings.ToLower(ref)) {
 		return target{hash: strings.ToLower(ref)}, nil
 	}
 	return target{}, fail.Usagef("--ref %q: no such branch, tag or commit in %s", ref, repo)

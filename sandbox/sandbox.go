@@ -14,6 +14,7 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/machines"
 	"github.com/xmode/xmode/reaper"
 	"github.com/xmode/xmode/store"
 )
@@ -33,6 +34,14 @@ type CreateOptions struct {
 	Ref     string
 	Project string
 	RunID   string // join this run's worktree instead of cloning
+	// Refresh fetches the project machine before branching the worktree
+	// (project machines only).
+	Refresh bool
+}
+
+// Machines is the project machines of this storage root.
+func (s *Service) Machines() *machines.Manager {
+	return &machines.Manager{Cfg: s.Cfg, Store: s.Store, Guard: s.Guard, Progress: s.Progress}
 }
 
 func (s *Service) reaper() *reaper.Reaper {
@@ -55,12 +64,23 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		sess.Image = s.Cfg.Image
 	}
 	var tgt target
+	var co *machines.Checkout // the worktree comes from a project machine
 	newRun := o.RunID == ""
-	if newRun {
+	fromMachine := newRun && s.Cfg.ProjectMachines && o.Project != ""
+	if o.Refresh && !fromMachine {
+		return nil, fail.Usagef("--refresh fetches a project machine: it needs --project, XMODE_PROJECT_MACHINES=1 and no --run")
+	}
+	if fromMachine {
+		if co, err = s.Machines().Checkout(ctx, o.Project, o.Repo, o.Ref, o.Refresh); err != nil {
+			return nil, err
+		}
+		defer co.Close()
+		sess.Repo, sess.Ref, sess.RunID = co.Machine.Repo, co.Ref, store.NewRunID()
+	} else if newRun {
 		if o.Repo == "" {
 			return nil, fail.Usagef("--repo is required: give a URL, a file:// URL or a local path (or --run to share a run's worktree)")
 		}
-		if sess.Repo, err = normaliseRepo(o.Repo); err != nil {
+		if sess.Repo, err = machines.NormaliseRepo(o.Repo); err != nil {
 			return nil, err
 		}
 		if tgt, err = resolveRef(ctx, sess.Repo, o.Ref); err != nil {
@@ -91,7 +111,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	if err := s.Store.CreateSession(ctx, store.NewSession{Session: sess, NewRun: newRun, MaxOpen: s.Cfg.MaxOpen}); err != nil {
 		return nil, err
 	}
-	created, err := s.provision(ctx, &sess, newRun, tgt, engineName)
+	created, err := s.provision(ctx, &sess, newRun, tgt, co, engineName)
 	if err != nil {
 		// Clean up with a context the user's Ctrl-C has not cancelled.
 		cleanup := context.WithoutCancel(ctx)
@@ -103,14 +123,19 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	return created, nil
 }
 
-func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, engineName string) (*store.Session, error) {
+func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, co *machines.Checkout, engineName string) (*store.Session, error) {
 	base := ""
 	if newRun {
 		if err := os.MkdirAll(s.Guard.RunsDir(), 0o755); err != nil {
 			return nil, fmt.Errorf("create runs directory: %w", err)
 		}
 		var err error
-		if base, err = clone(ctx, sess.Repo, tgt, sess.WorktreePath, s.Progress); err != nil {
+		if co != nil {
+			base, err = s.branch(ctx, sess, co)
+		} else {
+			base, err = clone(ctx, sess.Repo, tgt, sess.WorktreePath, s.Progress)
+		}
+		if err != nil {
 			return nil, fail.As(fail.Failed, err)
 		}
 	}
@@ -122,12 +147,20 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	if err != nil {
 		return nil, err
 	}
-	sb, err := adapter.Provision(ctx, engine.Spec{
+	spec := engine.Spec{
 		SessionID: sess.ID, RunID: sess.RunID, Project: sess.Project, Worktree: sess.WorktreePath, Image: sess.Image,
 		Labels: map[string]string{
 			"xmode.managed": "true", "xmode.session": sess.ID, "xmode.run": sess.RunID, "xmode.instance": instance,
 		},
-	})
+	}
+	if co != nil {
+		spec.MachineGitDir = co.GitDir()
+		if engineName == "docker" {
+			spec.CacheVolume, spec.CacheMount = co.Machine.Volume, s.Cfg.ProjectCacheMount
+			spec.Env = machines.CacheEnv(s.Cfg.ProjectCacheMount)
+		}
+	}
+	sb, err := adapter.Provision(ctx, spec)
 	// Record what exists even on failure, so teardown can find it.
 	sess.ContainerID, sess.MountMode, sess.Volumes = sb.ContainerID, sb.MountMode, sb.Volumes
 	if sb.Image != "" {
@@ -145,6 +178,20 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 		return nil, err
 	}
 	return s.Store.Get(ctx, sess.ID)
+}
+
+// branch makes the session's worktree a detached git worktree of the
+// project machine and releases the machine. The run is marked as the
+// machine's first, so `machine rm` sees the session from then on.
+func (s *Service) branch(ctx context.Context, sess *store.Session, co *machines.Checkout) (string, error) {
+	defer co.Close()
+	if err := s.Store.MarkRunMachine(ctx, sess.RunID, co.Machine.Project); err != nil {
+		return "", err
+	}
+	if err := co.AddWorktree(ctx, sess.RunID, sess.WorktreePath); err != nil {
+		return "", err
+	}
+	return co.Commit, nil
 }
 
 // Stop is `sandbox stop`: reap this one session now.

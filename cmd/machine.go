@@ -1,0 +1,193 @@
+package cmd
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xmode/xmode/machines"
+)
+
+func (a *App) newMachine() *cobra.Command {
+	m := &cobra.Command{
+		Use:     "machine",
+		Aliases: []string{"machines"},
+		Short:   "Warm, inspect and remove project machines (a warm checkout per project)",
+		Long: `A project machine is a warm checkout of a project's repository under
+<root>/project_machines/<project>/repo. With XMODE_PROJECT_MACHINES=1,
+` + "`xmode sandbox create --project P`" + ` gives each run a detached git worktree of it
+instead of a clone of its own. See docs/project-machines.md.`,
+	}
+	m.AddCommand(a.newMachineWarm(), a.newMachineList(), a.newMachineShow(), a.newMachineRm())
+	return m
+}
+
+func (a *App) newMachineWarm() *cobra.Command {
+	var repo, ref string
+	cmd := &cobra.Command{
+		Use:   "warm PROJECT --repo URL [--ref REF]",
+		Short: "Create a project machine (clone) or refresh it (fetch)",
+		Long: `Clone the project's repository into its machine the first time (with
+progress on a terminal), fetch every branch and tag on later calls. --ref sets
+the machine's default ref (what sandboxes of the project check out without
+--ref); the first warm otherwise takes the remote's HEAD. Prints the project.` + exitStatusHelp,
+		Example: `  xmode machine warm prom --repo https://github.com/prometheus/prometheus.git
+  xmode machine warm prom          # fetch`,
+		Args: exactArgs(1, "one project"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			svc, err := a.service(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			start := time.Now()
+			mach, cloned, err := svc.Machines().Warm(cmd.Context(), args[0], repo, ref)
+			if err != nil {
+				return err
+			}
+			views, err := svc.Machines().Views(cmd.Context(), mach.Project)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(views[0])
+			}
+			fmt.Fprintln(a.Out, mach.Project)
+			verb := "fetched"
+			if cloned {
+				verb = "cloned"
+			}
+			a.info("%s %s from %s: %s at %s, in %s", verb, mach.Project, mach.Repo, mach.DefaultRef,
+				shortSHA(mach.HeadCommit), time.Since(start).Round(time.Millisecond))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&repo, "repo", "", "repository: URL, file:// URL or local path (required the first time)")
+	cmd.Flags().StringVar(&ref, "ref", "", "default branch, tag or commit of the machine (default: the remote's HEAD)")
+	return cmd
+}
+
+func (a *App) newMachineList() *cobra.Command {
+	return &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List project machines",
+		Args:    exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			svc, err := a.service(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			views, err := svc.Machines().Views(cmd.Context(), "")
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(views)
+			}
+			if a.quiet {
+				for _, v := range views {
+					fmt.Fprintln(a.Out, v.Project)
+				}
+				return nil
+			}
+			now := time.Now()
+			t := newTable(a.Out, "PROJECT", "REF", "COMMIT", "FETCHED", "SESSIONS", "REPO")
+			for _, v := range views {
+				t.row(v.Project, v.DefaultRef, shortSHA(v.HeadCommit), ago(v.LastFetchAt, now), fmt.Sprint(v.OpenSessions), v.Repo)
+			}
+			return t.flush()
+		},
+	}
+}
+
+func (a *App) newMachineShow() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show PROJECT",
+		Short: "Show one project machine",
+		Args:  exactArgs(1, "one project"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			svc, err := a.service(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			views, err := svc.Machines().Views(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			v := views[0]
+			if a.json {
+				return a.printJSON(v)
+			}
+			now := time.Now()
+			kv := newTable(a.Out)
+			kv.row("Project:", v.Project)
+			kv.row("Repo:", v.Repo)
+			kv.row("Default ref:", v.DefaultRef+" "+shortSHA(v.HeadCommit))
+			kv.row("Checkout:", v.Path)
+			kv.row("Cache volume:", v.Volume+" (docker engine)")
+			kv.row("Created:", v.CreatedAt.Local().Format(time.DateTime)+" ("+ago(v.CreatedAt, now)+")")
+			kv.row("Last fetch:", v.LastFetchAt.Local().Format(time.DateTime)+" ("+ago(v.LastFetchAt, now)+")")
+			kv.row("Open sessions:", fmt.Sprint(v.OpenSessions))
+			return kv.flush()
+		},
+	}
+}
+
+func (a *App) newMachineRm() *cobra.Command {
+	var force bool
+	cmd := &cobra.Command{
+		Use:     "rm PROJECT [--force]",
+		Aliases: []string{"remove"},
+		Short:   "Remove a project machine: its checkout, its cache volume and its record",
+		Long: `Remove a project machine. Refused (exit 4) while open sessions use it;
+--force stops them first, as ` + "`xmode sandbox stop`" + ` would (their evidence stays).
+With the docker engine configured, the project's cache volume goes too.` + exitStatusHelp,
+		Args: exactArgs(1, "one project"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			project := args[0]
+			svc, err := a.service(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			var stopped []string
+			if force {
+				users, err := svc.Store.MachineSessions(cmd.Context(), project)
+				if err != nil {
+					return err
+				}
+				for _, s := range users {
+					if _, err := svc.Stop(cmd.Context(), s); err != nil {
+						return fmt.Errorf("stop %s: %w", s.ID, err)
+					}
+					stopped = append(stopped, s.ID)
+					a.info("stopped %s", s.ID)
+				}
+			}
+			res, err := svc.Machines().Remove(cmd.Context(), project)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(struct {
+					machines.Removed
+					Stopped []string `json:"sessions_stopped"`
+				}{res, append([]string{}, stopped...)})
+			}
+			fmt.Fprintln(a.Out, project)
+			what := "record"
+			if res.Checkout {
+				what = "checkout and record"
+			}
+			a.info("removed project machine %s (%s)", project, what)
+			if res.VolumeRemoved {
+				a.info("removed cache volume %s", res.Volume)
+			} else if svc.Cfg.Engine == "docker" {
+				a.info("kept cache volume %s: %s", res.Volume, res.VolumeNote)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&force, "force", false, "stop the sessions that use the machine first")
+	return cmd
+}

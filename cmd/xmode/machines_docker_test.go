@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+
+	"github.com/xmode/xmode/providers/docker/dockertest"
+	"github.com/xmode/xmode/store"
+)
+
+// The dependency cache of docker sandboxes: a file a run of project one
+// writes under XMODE_PROJECT_CACHE_MOUNT is there for the next run of
+// project one, is not visible to project two, and `machine rm` removes the
+// project's volume.
+func TestMachineCacheVolumeDocker(t *testing.T) {
+	t.Parallel()
+	cli := dockertest.Require(t)
+	img := dockertest.Image(t)
+	root, repo, _ := warmMachine(t, 0)
+	// Volume names are per daemon: unique projects keep parallel runs apart.
+	one, two := strings.TrimPrefix(store.NewRunID(), "run_"), strings.TrimPrefix(store.NewRunID(), "run_")
+	mustRun(t, mx(t, root, "machine", "warm", one, "--repo", repo, "-q"))
+	mustRun(t, mx(t, root, "machine", "warm", two, "--repo", repo, "-q"))
+	dx := func(args ...string) *exec.Cmd {
+		c := mx(t, root, args...)
+		c.Env = append(c.Env, "XMODE_SANDBOX_ENGINE=docker", "XMODE_RUNNER_MODE=cloud_worker", "XMODE_SANDBOX_IMAGE="+img)
+		if h := dockertest.Host(); h != client.DefaultDockerHost {
+			c.Env = append(c.Env, "XMODE_SANDBOX_DOCKER_HOST="+h)
+		}
+		return c
+	}
+	var sessions []string
+	t.Cleanup(func() {
+		ctx := context.Background()
+		for _, id := range sessions {
+			cli.ContainerRemove(ctx, "xmode-"+id, container.RemoveOptions{Force: true})
+		}
+		cli.VolumeRemove(ctx, "xmode_proj_"+one, true)
+		cli.VolumeRemove(ctx, "xmode_proj_"+two, true)
+	})
+	create := func(project string) string {
+		id := mustRun(t, dx("sandbox", "create", "--project", project, "-q"))
+		sessions = append(sessions, id)
+		return id
+	}
+
+	a := create(one)
+	env := mustRun(t, dx("sandbox", "exec", a, "--", "sh", "-c",
+		`echo $XDG_CACHE_HOME $GOMODCACHE $npm_config_cache $PIP_CACHE_DIR $BUNDLE_PATH; echo kept > /cache/marker`))
+	if env != "/cache /cache/go-mod /cache/npm /cache/pip /cache/bundle" {
+		t.Fatalf("cache environment: %q", env)
+	}
+	// the worktree is the machine's: its README is there
+	if out := mustRun(t, dx("sandbox", "exec", a, "--", "cat", "README")); out != "version two" {
+		t.Fatalf("README in the sandbox: %q", out)
+	}
+	mustRun(t, dx("sandbox", "stop", a))
+
+	b := create(one)
+	if out := mustRun(t, dx("sandbox", "exec", b, "--", "cat", "/cache/marker")); out != "kept" {
+		t.Fatalf("the next run of the project sees %q in its cache, want kept", out)
+	}
+	c := create(two)
+	if out := mustRun(t, dx("sandbox", "exec", c, "--", "sh", "-c", "ls -A /cache")); out != "" {
+		t.Fatalf("another project's cache holds %q", out)
+	}
+
+	mustRun(t, dx("machine", "rm", one, "--force"))
+	if _, err := cli.VolumeInspect(context.Background(), "xmode_proj_"+one); !cerrdefs.IsNotFound(err) {
+		t.Fatalf("machine rm left the cache volume: %v", err)
+	}
+	if _, err := cli.VolumeInspect(context.Background(), "xmode_proj_"+two); err != nil {
+		t.Fatalf("machine rm of one project removed another's volume: %v", err)
+	}
+	mustRun(t, dx("machine", "rm", two, "--force"))
+}

@@ -1,0 +1,278 @@
+// Package machines keeps project machines, the design's Phase C
+// (Sandboxes::ProjectMachine): one warm checkout per project under
+// <root>/project_machines/<project>/repo, from which every run of the
+// project gets a detached git worktree at <root>/runs/<run>/worktree instead
+// of a clone of its own. The git binary makes the worktrees (go-git v5
+// cannot), so git, users and agents all see real linked worktrees; go-git
+// only reads refs. A flock(2) per machine serialises what git needs
+// serialised; docs/project-machines.md explains the layout.
+package machines
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/store"
+)
+
+// VolumePrefix starts the name of every project's dependency-cache volume.
+const VolumePrefix = "xmode_proj_"
+
+// VolumeName is the docker volume that caches a project's dependencies.
+func VolumeName(project string) string { return VolumePrefix + project }
+
+// CacheEnv points the usual dependency caches under mount, the project's
+// cache volume inside a docker sandbox, so they survive across runs.
+func CacheEnv(mount string) []string {
+	return []string{
+		"XDG_CACHE_HOME=" + mount,            // go build cache, pip, and most tools
+		"GOMODCACHE=" + mount + "/go-mod",    // Go modules
+		"npm_config_cache=" + mount + "/npm", // npm
+		"PIP_CACHE_DIR=" + mount + "/pip",    // pip (also under XDG; explicit wins)
+		"BUNDLE_PATH=" + mount + "/bundle",   // Ruby gems installed by bundler
+	}
+}
+
+// Manager warms, branches and removes project machines of one storage root.
+type Manager struct {
+	Cfg      *config.Config
+	Store    *store.Store
+	Guard    engine.Guard
+	Progress io.Writer // git's clone and fetch progress (a terminal); nil: quiet
+	Now      func() time.Time
+}
+
+func (m *Manager) now() time.Time {
+	if m.Now != nil {
+		return m.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+// RepoDir is <root>/project_machines/<project>/repo.
+func (m *Manager) RepoDir(project string) (string, error) {
+	dir, err := m.Guard.MachineDir(project)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "repo"), nil
+}
+
+func isRepo(repoDir string) bool {
+	st, err := os.Stat(filepath.Join(repoDir, ".git"))
+	return err == nil && st.IsDir()
+}
+
+// NormaliseRepo accepts a URL, a file:// URL or a local path; a local path
+// must exist and becomes absolute, so the machine does not depend on the
+// directory xmode ran in.
+func NormaliseRepo(repo string) (string, error) {
+	if strings.Contains(repo, "://") || strings.HasPrefix(repo, "git@") {
+		return repo, nil
+	}
+	abs, err := filepath.Abs(repo)
+	if err != nil {
+		return "", fail.Usagef("--repo %q: %v", repo, err)
+	}
+	if _, err := os.Stat(abs); err != nil {
+		return "", fail.Usagef("--repo %q: no such repository (give a URL, a file:// URL or an existing path)", repo)
+	}
+	return abs, nil
+}
+
+// machine returns the recorded machine, nil when there is none.
+func (m *Manager) machine(ctx context.Context, project string) (*store.Machine, error) {
+	mach, err := m.Store.GetMachine(ctx, project)
+	if fail.KindOf(err) == fail.NotFound {
+		return nil, nil
+	}
+	return mach, err
+}
+
+// Warm creates the machine of project (a clone of repo) or, when it exists,
+// fetches it. ref, when given, becomes the machine's default ref (what
+// `sandbox create --project` checks out without --ref); the first warm
+// otherwise takes the remote's HEAD. repo may be empty for an existing
+// machine and may not differ from the one it was warmed from.
+func (m *Manager) Warm(ctx context.Context, project, repo, ref string) (mach *store.Machine, cloned bool, err error) {
+	dir, err := m.Guard.MachineDir(project)
+	if err != nil {
+		return nil, false, err
+	}
+	if ref != "" {
+		if err := checkRef(ref); err != nil {
+			return nil, false, err
+		}
+	}
+	prev, err := m.machine(ctx, project)
+	if err != nil {
+		return nil, false, err
+	}
+	if repo != "" {
+		if repo, err = NormaliseRepo(repo); err != nil {
+			return nil, false, err
+		}
+	}
+	switch {
+	case prev == nil && repo == "":
+		return nil, false, fail.Usagef("--repo is required to warm project machine %s the first time", project)
+	case prev != nil && repo != "" && repo != prev.Repo:
+		return nil, false, fail.Refusedf("project machine %s was warmed from %s, not %s: remove it first with `xmode machine rm %s`", project, prev.Repo, repo, project)
+	case prev != nil:
+		repo = prev.Repo
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, false, fmt.Errorf("create %s: %w", dir, err)
+	}
+	lk, err := lockMachine(ctx, dir, project, m.Progress)
+	if errors.Is(err, errGone) {
+		return nil, false, gone(project)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	defer lk.unlock()
+	repoDir := filepath.Join(dir, "repo")
+	if cloned = !isRepo(repoDir); cloned {
+		if err := m.clone(ctx, project, repo); err != nil {
+			return nil, false, err
+		}
+	}
+	defaultRef := ref
+	if defaultRef == "" && prev != nil {
+		defaultRef = prev.DefaultRef
+	}
+	if defaultRef == "" {
+		head, err := runGit(ctx, nil, repoDir, "symbolic-ref", "--short", "refs/remotes/origin/HEAD")
+		if err != nil {
+			return nil, false, fail.Failedf("%s has no default branch (its HEAD is detached or missing): warm with --ref BRANCH", repo)
+		}
+		defaultRef = strings.TrimPrefix(head, "origin/")
+	}
+	mach = &store.Machine{Project: project, Repo: repo, DefaultRef: defaultRef, Volume: VolumeName(project), CreatedAt: m.now()}
+	if prev != nil {
+		mach.CreatedAt = prev.CreatedAt
+	}
+	if err := m.refresh(ctx, mach, !cloned); err != nil {
+		return nil, false, err
+	}
+	return mach, cloned, nil
+}
+
+// clone makes <machine>/repo: into a fresh directory beside it, renamed
+// into place when complete, so an interrupted clone is never taken for a
+// machine. Leftovers of an interrupted clone go first. Caller holds the
+// exclusive lock.
+func (m *Manager) clone(ctx context.Context, project, repo string) error {
+	root, err := m.Guard.OpenMachinesRoot()
+	if err != nil {
+		return fmt.Errorf("open %s: %w", m.Guard.MachinesDir(), err)
+	}
+	defer root.Close()
+	entries, err := fs.ReadDir(root.FS(), project)
+	if err != nil {
+		return fmt.Errorf("read project machine %s: %w", project, err)
+	}
+	for _, e := range entries {
+		if e.Name() == "repo" || strings.HasPrefix(e.Name(), "clone-") {
+			if err := root.RemoveAll(project + "/" + e.Name()); err != nil {
+				return fmt.Errorf("remove leftovers of project machine %s: %w", project, err)
+			}
+		}
+	}
+	var b [6]byte
+	rand.Read(b[:])
+	dir := filepath.Join(m.Guard.MachinesDir(), project)
+	tmp := filepath.Join(dir, "clone-"+hex.EncodeToString(b[:]))
+	// --no-local: a local path is fetched like a URL, into a pack, instead of
+	// hard-linking its (maybe loose) objects: worktrees check out faster.
+	args := []string{"clone", "--no-checkout", "--no-local", "-c", "gc.autoDetach=false"}
+	if m.Progress != nil {
+		args = append(args, "--progress")
+	} else {
+		args = append(args, "--quiet")
+	}
+	if _, err := runGit(ctx, m.Progress, "", append(args, "--", repo, tmp)...); err != nil {
+		root.RemoveAll(project + "/" + filepath.Base(tmp))
+		return fail.As(fail.Failed, fmt.Errorf("warm project machine %s: %w", project, err))
+	}
+	// No local branch: the machine's checkout is detached (see refresh).
+	head, err := runGit(ctx, nil, tmp, "rev-parse", "--verify", "--quiet", "HEAD")
+	if err != nil || head == "" {
+		root.RemoveAll(project + "/" + filepath.Base(tmp))
+		return fail.Failedf("warm project machine %s: %s has no commits (or no default branch): warm with --ref", project, repo)
+	}
+	if _, err := runGit(ctx, nil, tmp, "update-ref", "--no-deref", "HEAD", head); err != nil {
+		return err
+	}
+	if branches, err := runGit(ctx, nil, tmp, "for-each-ref", "--format=%(refname:short)", "refs/heads/"); err != nil {
+		return err
+	} else if branches != "" {
+		if _, err := runGit(ctx, nil, tmp, append([]string{"branch", "--quiet", "-D"}, strings.Fields(branches)...)...); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, "repo")); err != nil {
+		return fmt.Errorf("warm project machine %s: %w", project, err)
+	}
+	return nil
+}
+
+// refresh fetches the machine (unless it was just cloned), resolves its
+// default ref, moves the machine's own checkout there and records it all.
+// Caller holds the exclusive lock.
+func (m *Manager) refresh(ctx context.Context, mach *store.Machine, fetch bool) error {
+	repoDir, err := m.RepoDir(mach.Project)
+	if err != nil {
+		return err
+	}
+	if fetch {
+		if err := m.fetch(ctx, repoDir, mach.Project); err != nil {
+			return err
+		}
+	}
+	commit, found, err := resolve(ctx, repoDir, mach.DefaultRef)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return fail.Usagef("--ref %q: no such branch, tag or commit in %s", mach.DefaultRef, mach.Repo)
+	}
+	// The machine's own checkout follows the default ref, detached: no
+	// local branch exists, so `git checkout main` in a worktree starts
+	// from origin's main as of the last fetch, never from a stale copy.
+	if _, err := runGit(ctx, nil, repoDir, "checkout", "--quiet", "--force", "--detach", commit); err != nil {
+		return fmt.Errorf("update the checkout of project machine %s: %w", mach.Project, err)
+	}
+	mach.HeadCommit, mach.LastFetchAt = commit, m.now()
+	return m.Store.PutMachine(ctx, *mach)
+}
+
+// fetch brings every branch (as origin/*) and tag of origin into the
+// machine; branches and tags gone from origin go too. Caller holds the
+// exclusive lock.
+func (m *Manager) fetch(ctx context.Context, repoDir, project string) error {
+	args := []string{"fetch", "--prune", "--no-write-fetch-head"}
+	if m.Progress != nil {
+		args = append(args, "--progress")
+	} else {
+		args = append(args, "--quiet")
+	}
+	args = append(args, "origin", "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
+	if _, err := runGit(ctx, m.Progress, repoDir, args...); err != nil {
+		return fail.As(fail.Failed, fmt.Errorf("fetch project machine %s: %w", project, err))
+	}
+	return nil
+}

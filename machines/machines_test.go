@@ -1,0 +1,331 @@
+package machines
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/store"
+)
+
+// TestMain doubles as a lock holder for TestLockReleasedWhenHolderKilled.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv("XMODE_TEST_HOLD_LOCK"); dir != "" {
+		lk, err := lockMachine(context.Background(), dir, "p", nil)
+		if err != nil {
+			os.Exit(3)
+		}
+		os.Stdout.WriteString("locked\n")
+		time.Sleep(time.Minute)
+		lk.unlock()
+		os.Exit(0)
+	}
+	if os.Getenv("XMODE_TEST_RUN_GIT") == "1" {
+		runGit(context.Background(), nil, "", "-c", "alias.hang=!sleep 60", "hang")
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func git(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	c := exec.Command("git", append([]string{"-C", dir}, args...)...)
+	c.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com",
+		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com", "GIT_CONFIG_NOSYSTEM=1")
+	out, err := c.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// origin makes a repository with branch main (two commits) and tag v1.
+func origin(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "origin")
+	git(t, ".", "init", "-q", "-b", "main", dir)
+	os.WriteFile(filepath.Join(dir, "README"), []byte("one\n"), 0o644)
+	git(t, dir, "add", ".")
+	git(t, dir, "commit", "-qm", "one")
+	git(t, dir, "tag", "-a", "-m", "v1", "v1")
+	os.WriteFile(filepath.Join(dir, "README"), []byte("two\n"), 0o644)
+	git(t, dir, "commit", "-qam", "two")
+	return dir
+}
+
+func manager(t *testing.T) *Manager {
+	t.Helper()
+	root := t.TempDir()
+	st, err := store.Open(context.Background(), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return &Manager{Cfg: &config.Config{StorageRoot: root}, Store: st, Guard: engine.Guard{Root: root}}
+}
+
+func TestCacheEnv(t *testing.T) {
+	env := CacheEnv("/cache")
+	want := []string{"XDG_CACHE_HOME=/cache", "GOMODCACHE=/cache/", "npm_config_cache=/cache/", "PIP_CACHE_DIR=/cache/", "BUNDLE_PATH=/cache/"}
+	if len(env) != len(want) {
+		t.Fatalf("CacheEnv = %v", env)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(env[i], w) {
+			t.Errorf("CacheEnv[%d] = %q, want prefix %q", i, env[i], w)
+		}
+	}
+	if VolumeName("prom") != "xmode_proj_prom" {
+		t.Fatal(VolumeName("prom"))
+	}
+}
+
+func TestWarmThenFetchAndResolve(t *testing.T) {
+	ctx := context.Background()
+	m, src := manager(t), origin(t)
+	mach, cloned, err := m.Warm(ctx, "p", src, "")
+	if err != nil || !cloned {
+		t.Fatalf("first warm: cloned=%v err=%v", cloned, err)
+	}
+	if mach.DefaultRef != "main" || mach.HeadCommit != git(t, src, "rev-parse", "main") || mach.Volume != "xmode_proj_p" {
+		t.Fatalf("machine %+v", mach)
+	}
+	repoDir, _ := m.RepoDir("p")
+	// the annotated tag peels to its commit
+	if c, found, err := resolve(ctx, repoDir, "v1"); err != nil || !found || c != git(t, src, "rev-parse", "v1^{commit}") {
+		t.Fatalf("resolve v1: %s %v %v", c, found, err)
+	}
+	short := git(t, src, "rev-parse", "--short", "main~1")
+	if c, found, err := resolve(ctx, repoDir, short); err != nil || !found || c != git(t, src, "rev-parse", "main~1") {
+		t.Fatalf("resolve %s: %s %v %v", short, c, found, err)
+	}
+	git(t, src, "commit", "-q", "--allow-empty", "-m", "three")
+	mach, cloned, err = m.Warm(ctx, "p", "", "")
+	if err != nil || cloned {
+		t.Fatalf("second warm: cloned=%v err=%v", cloned, err)
+	}
+	if mach.HeadCommit != git(t, src, "rev-parse", "main") {
+		t.Fatalf("warm did not fetch: %s", mach.HeadCommit)
+	}
+	if _, _, err := m.Warm(ctx, "p", t.TempDir(), ""); fail.KindOf(err) != fail.Refused {
+		t.Fatalf("warm from another repo: %v", err)
+	}
+	if _, _, err := m.Warm(ctx, "q", "", ""); fail.KindOf(err) != fail.Usage {
+		t.Fatalf("first warm without --repo: %v", err)
+	}
+}
+
+// An interrupted first clone leaves a clone-* directory that is not taken
+// for a machine; the next warm clears it and clones.
+func TestInterruptedCloneIsRedone(t *testing.T) {
+	ctx := context.Background()
+	m, src := manager(t), origin(t)
+	dir, _ := m.Guard.MachineDir("p")
+	os.MkdirAll(filepath.Join(dir, "clone-0123", ".git"), 0o755)
+	os.MkdirAll(filepath.Join(dir, "repo"), 0o755) // no .git: not a machine
+	if _, cloned, err := m.Warm(ctx, "p", src, ""); err != nil || !cloned {
+		t.Fatalf("warm: %v %v", cloned, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "clone-0123")); !os.IsNotExist(err) {
+		t.Fatalf("leftover clone kept: %v", err)
+	}
+}
+
+// The kernel releases a machine's lock when its holder is killed.
+func TestLockReleasedWhenHolderKilled(t *testing.T) {
+	dir := t.TempDir()
+	c := exec.Command(os.Args[0], "-test.run=^$")
+	c.Env = append(os.Environ(), "XMODE_TEST_HOLD_LOCK="+dir)
+	out, _ := c.StdoutPipe()
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 7)
+	if _, err := out.Read(buf); err != nil || string(buf) != "locked\n" {
+		c.Process.Kill()
+		t.Fatalf("holder: %q %v", buf, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := lockMachine(ctx, dir, "p", nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("lock while held: %v", err)
+	}
+	c.Process.Signal(syscall.SIGKILL)
+	c.Wait()
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel2()
+	lk, err := lockMachine(ctx2, dir, "p", nil)
+	if err != nil {
+		t.Fatalf("lock after the holder was killed: %v", err)
+	}
+	lk.unlock()
+}
+
+// git dies with the xmode that started it, even when xmode is SIGKILLed,
+// so it never goes on working on a machine whose lock the kernel released.
+func TestGitDiesWithParent(t *testing.T) {
+	c := exec.Command(os.Args[0], "-test.run=^$")
+	c.Env = append(os.Environ(), "XMODE_TEST_RUN_GIT=1")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	gitPid := 0
+	for i := 0; i < 1000 && gitPid == 0; i++ {
+		time.Sleep(5 * time.Millisecond)
+		tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(c.Process.Pid) + "/task/*/children")
+		for _, f := range tasks {
+			if b, _ := os.ReadFile(f); len(strings.Fields(string(b))) > 0 {
+				gitPid, _ = strconv.Atoi(strings.Fields(string(b))[0])
+			}
+		}
+	}
+	if gitPid == 0 {
+		c.Process.Kill()
+		t.Fatal("git never started")
+	}
+	c.Process.Signal(syscall.SIGKILL)
+	c.Wait()
+	for i := 0; i < 300; i++ {
+		if err := syscall.Kill(gitPid, 0); errors.Is(err, syscall.ESRCH) {
+			return
+		}
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(gitPid) + "/status"); strings.Contains(string(b), "State:\tZ") {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	syscall.Kill(gitPid, syscall.SIGKILL)
+	t.Fatalf("git %d outlived its killed parent", gitPid)
+}
+
+// A waiter whose lock file was removed (machine rm) does not take a lock
+// on the unlinked file.
+func TestLockOnRemovedMachine(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "p")
+	os.MkdirAll(dir, 0o755)
+	lk, err := lockMachine(context.Background(), dir, "p", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := lockMachine(context.Background(), dir, "p", nil)
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	os.RemoveAll(dir)
+	lk.unlock()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errGone) {
+			t.Fatalf("waiter: %v, want errGone", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter never returned")
+	}
+}
+
+func TestCheckoutAddAndRelease(t *testing.T) {
+	ctx := context.Background()
+	m, src := manager(t), origin(t)
+	if _, _, err := m.Warm(ctx, "p", src, ""); err != nil {
+		t.Fatal(err)
+	}
+	repoDir, _ := m.RepoDir("p")
+	var runs []string
+	for i := 0; i < 2; i++ {
+		co, err := m.Checkout(ctx, "p", "", "v1", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run := store.NewRunID()
+		wt, _ := m.Guard.Worktree(run)
+		if err := co.AddWorktree(ctx, run, wt); err != nil {
+			t.Fatal(err)
+		}
+		co.Close()
+		b, _ := os.ReadFile(filepath.Join(wt, ".git"))
+		if !strings.HasPrefix(string(b), "gitdir: ../../../project_machines/p/repo/.git/worktrees/") {
+			t.Fatalf(".git = %q, want a relative gitdir", b)
+		}
+		if got := git(t, wt, "rev-parse", "HEAD"); got != co.Commit {
+			t.Fatalf("worktree HEAD %s, want %s", got, co.Commit)
+		}
+		runs = append(runs, run)
+	}
+	// A sandbox plants a record-lookalike that is a symlink out of the
+	// machine, and a real directory outside that names the run.
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "gitdir"), []byte("/x/runs/"+runs[0]+"/worktree/.git\n"), 0o644)
+	os.Symlink(outside, filepath.Join(repoDir, ".git", "worktrees", "planted"))
+
+	if removed, err := m.Guard.RemoveWorktree(runs[0]); err != nil || !removed {
+		t.Fatalf("RemoveWorktree: %v %v", removed, err)
+	}
+	if _, err := os.Stat(filepath.Join(repoDir, ".git", "HEAD")); err != nil {
+		t.Fatalf("removing the worktree touched the machine: %v", err)
+	}
+	if removed, err := ReleaseWorktree(m.Guard, "p", runs[0]); err != nil || !removed {
+		t.Fatalf("ReleaseWorktree: %v %v", removed, err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "gitdir")); err != nil {
+		t.Fatalf("followed a planted symlink: %v", err)
+	}
+	os.Remove(filepath.Join(repoDir, ".git", "worktrees", "planted"))
+	list := git(t, repoDir, "worktree", "list", "--porcelain")
+	if strings.Contains(list, runs[0]) || !strings.Contains(list, runs[1]) {
+		t.Fatalf("worktree list after release:\n%s", list)
+	}
+	if out := git(t, repoDir, "worktree", "prune", "--dry-run", "-v"); out != "" {
+		t.Fatalf("prune finds: %s", out)
+	}
+	if removed, err := ReleaseWorktree(m.Guard, "p", runs[0]); err != nil || removed {
+		t.Fatalf("second release: %v %v", removed, err)
+	}
+	if _, err := ReleaseWorktree(m.Guard, "p", "run_../../x"); err == nil {
+		t.Fatal("malformed run id accepted")
+	}
+}
+
+func TestCheckoutErrors(t *testing.T) {
+	ctx := context.Background()
+	m, src := manager(t), origin(t)
+	if _, err := m.Checkout(ctx, "p", "", "", false); fail.KindOf(err) != fail.NotFound ||
+		!strings.Contains(err.Error(), "xmode machine warm p --repo URL") {
+		t.Fatalf("missing machine: %v", err)
+	}
+	co, err := m.Checkout(ctx, "p", src, "", false) // warms on first use
+	if err != nil || !co.Warmed || co.Ref != "main" {
+		t.Fatalf("warm on first use: %+v %v", co, err)
+	}
+	co.Close()
+	for _, ref := range []string{"nope", "-x", "a..b", "refs/heads/../../x", "x.lock", "a b"} {
+		if _, err := m.Checkout(ctx, "p", "", ref, false); fail.KindOf(err) != fail.Usage {
+			t.Errorf("--ref %q: %v, want a usage error", ref, err)
+		}
+	}
+	if _, err := m.Checkout(ctx, "p", t.TempDir(), "", false); fail.KindOf(err) != fail.Usage {
+		t.Fatalf("another --repo: %v", err)
+	}
+	// a commit no ref reaches is fetched by name
+	git(t, src, "checkout", "-q", "--detach")
+	git(t, src, "commit", "-q", "--allow-empty", "-m", "dangling")
+	dangling := git(t, src, "rev-parse", "HEAD")
+	git(t, src, "checkout", "-q", "main")
+	co, err = m.Checkout(ctx, "p", "", dangling, false)
+	if err != nil || co.Commit != dangling {
+		t.Fatalf("unreachable commit: %+v %v", co, err)
+	}
+	co.Close()
+}

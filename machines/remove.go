@@ -1,0 +1,138 @@
+package machines
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/store"
+)
+
+// VolumeRemover is what an engine that keeps project cache volumes (docker)
+// implements so that `machine rm` can remove a project's volume. Removing a
+// volume that does not exist is not an error.
+type VolumeRemover interface {
+	RemoveVolume(ctx context.Context, name string) error
+}
+
+// Removed says what Remove did.
+type Removed struct {
+	Project       string `json:"project"`
+	Checkout      bool   `json:"checkout_removed"`
+	Volume        string `json:"volume"`
+	VolumeRemoved bool   `json:"volume_removed"`
+	// VolumeNote says why the volume was not removed, when it was not.
+	VolumeNote string `json:"volume_note,omitempty"`
+}
+
+// Remove deletes a machine: its cache volume (docker engine), its checkout
+// (only <root>/project_machines/<project>, through the guard) and its
+// record. It refuses while provisioning or open sessions use the machine;
+// the caller stops them first for --force. Sessions are checked with the
+// machine locked exclusively, so no create can branch a worktree between
+// the check and the removal.
+func (m *Manager) Remove(ctx context.Context, project string) (Removed, error) {
+	out := Removed{Project: project, Volume: VolumeName(project)}
+	dir, err := m.Guard.MachineDir(project)
+	if err != nil {
+		return out, err
+	}
+	mach, err := m.machine(ctx, project)
+	if err != nil {
+		return out, err
+	}
+	if _, err := os.Lstat(dir); mach == nil && errors.Is(err, os.ErrNotExist) {
+		return out, fail.NotFoundf("no project machine %s: `xmode machine list` shows them", project)
+	}
+	lk, err := lockMachine(ctx, dir, project, m.Progress)
+	switch {
+	case errors.Is(err, errGone):
+		lk = nil // the directory went meanwhile; the record may remain
+	case err != nil:
+		return out, err
+	}
+	defer lk.unlock()
+	users, err := m.Store.MachineSessions(ctx, project)
+	if err != nil {
+		return out, err
+	}
+	if len(users) > 0 {
+		ids := make([]string, len(users))
+		for i, s := range users {
+			ids[i] = s.ID
+		}
+		return out, fail.Refusedf("project machine %s is in use by %d open session(s): %s; stop them (`xmode sandbox stop ID`) or use --force",
+			project, len(ids), strings.Join(ids, ", "))
+	}
+	// The volume first: when the engine is unreachable nothing is removed
+	// and the command can simply be repeated.
+	if out.VolumeRemoved, out.VolumeNote, err = m.removeVolume(ctx, out.Volume); err != nil {
+		return out, err
+	}
+	if out.Checkout, err = m.Guard.RemoveMachine(project); err != nil {
+		return out, err
+	}
+	return out, m.Store.DeleteMachine(ctx, project)
+}
+
+// removeVolume removes the project's cache volume when the docker engine is
+// configured (only docker sandboxes mount it).
+func (m *Manager) removeVolume(ctx context.Context, name string) (bool, string, error) {
+	if m.Cfg == nil || m.Cfg.Engine != "docker" {
+		return false, "no docker engine configured (XMODE_SANDBOX_ENGINE)", nil
+	}
+	adapter, err := engine.Open("docker", m.Cfg)
+	if err != nil {
+		return false, fmt.Sprintf("the docker engine is not available (%v): remove it with `docker volume rm %s`", err, name), nil
+	}
+	vr, ok := adapter.(VolumeRemover)
+	if !ok {
+		return false, fmt.Sprintf("this docker engine cannot remove volumes: remove it with `docker volume rm %s`", name), nil
+	}
+	if err := vr.RemoveVolume(ctx, name); err != nil {
+		return false, "", fmt.Errorf("remove cache volume %s of the project machine: %w", name, err)
+	}
+	return true, "", nil
+}
+
+// View is a machine as `machine list` and `machine show` print it.
+type View struct {
+	store.Machine
+	Path         string `json:"path"`
+	OpenSessions int    `json:"open_sessions"`
+}
+
+// Views returns every machine, or only project's when it is not empty
+// (fail.NotFound when it has none).
+func (m *Manager) Views(ctx context.Context, project string) ([]View, error) {
+	var ms []*store.Machine
+	if project != "" {
+		if _, err := m.Guard.MachineDir(project); err != nil {
+			return nil, err
+		}
+		mach, err := m.Store.GetMachine(ctx, project)
+		if err != nil {
+			return nil, err
+		}
+		ms = []*store.Machine{mach}
+	} else {
+		var err error
+		if ms, err = m.Store.ListMachines(ctx); err != nil {
+			return nil, err
+		}
+	}
+	views := make([]View, 0, len(ms))
+	for _, mach := range ms {
+		users, err := m.Store.MachineSessions(ctx, mach.Project)
+		if err != nil {
+			return nil, err
+		}
+		repoDir, _ := m.RepoDir(mach.Project)
+		views = append(views, View{Machine: *mach, Path: repoDir, OpenSessions: len(users)})
+	}
+	return views, nil
+}

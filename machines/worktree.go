@@ -1,0 +1,231 @@
+package machines
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/store"
+)
+
+// Checkout is a ref resolved in a machine, with the machine locked until
+// the worktree exists. Close it.
+type Checkout struct {
+	Machine *store.Machine
+	Ref     string // what the session records: the user's --ref, else the machine's default ref
+	Commit  string
+	Warmed  bool // the machine was cloned for this checkout
+
+	repoDir string
+	lk      *machineLock
+}
+
+// Checkout prepares a worktree of project at ref ("" for the machine's
+// default ref). A machine that does not exist yet is warmed from repo, and
+// is fail.NotFound without it. A ref the machine lacks is fetched first;
+// refresh fetches anyway. An unknown ref is fail.Usage, found before
+// anything is created for the session.
+func (m *Manager) Checkout(ctx context.Context, project, repo, ref string, refresh bool) (*Checkout, error) {
+	dir, err := m.Guard.MachineDir(project)
+	if err != nil {
+		return nil, err
+	}
+	if ref != "" && ref != "HEAD" {
+		if err := checkRef(ref); err != nil {
+			return nil, err
+		}
+	}
+	mach, err := m.machine(ctx, project)
+	if err != nil {
+		return nil, err
+	}
+	warmed := false
+	switch {
+	case mach == nil && repo == "":
+		return nil, fail.NotFoundf("no project machine %s: warm it with `xmode machine warm %s --repo URL` (or give --repo to warm it now)", project, project)
+	case mach == nil:
+		if mach, warmed, err = m.Warm(ctx, project, repo, ""); err != nil {
+			return nil, err
+		}
+	case repo != "":
+		norm, err := NormaliseRepo(repo)
+		if err != nil {
+			return nil, err
+		}
+		if norm != mach.Repo {
+			return nil, fail.Usagef("--repo %s is not the repository of project machine %s (%s): drop --repo, or use another --project", repo, project, mach.Repo)
+		}
+	}
+	want := ref
+	if want == "" || want == "HEAD" {
+		want = mach.DefaultRef
+	}
+	repoDir := filepath.Join(dir, "repo")
+	lk, err := lockMachine(ctx, dir, project, m.Progress)
+	if errors.Is(err, errGone) {
+		return nil, gone(project)
+	}
+	if err != nil {
+		return nil, err
+	}
+	commit, err := m.resolveLocked(ctx, mach, repoDir, want, refresh, warmed)
+	if err != nil {
+		lk.unlock()
+		return nil, err
+	}
+	return &Checkout{Machine: mach, Ref: want, Commit: commit, Warmed: warmed, repoDir: repoDir, lk: lk}, nil
+}
+
+// resolveLocked resolves want in the locked machine, fetching first when
+// asked to (refresh) and when the machine lacks it, unless it was fetched
+// just now (fresh).
+func (m *Manager) resolveLocked(ctx context.Context, mach *store.Machine, repoDir, want string, refresh, fresh bool) (string, error) {
+	if !isRepo(repoDir) {
+		return "", fail.NotFoundf("project machine %s has no checkout at %s: warm it again with `xmode machine warm %s`", mach.Project, repoDir, mach.Project)
+	}
+	fetch := func() error {
+		// Reread: another warm may have changed the machine while we waited.
+		cur, err := m.Store.GetMachine(ctx, mach.Project)
+		if err != nil {
+			return err
+		}
+		*mach = *cur
+		return m.refresh(ctx, mach, true)
+	}
+	if refresh && !fresh {
+		if err := fetch(); err != nil {
+			return "", err
+		}
+		fresh = true
+	}
+	commit, found, err := resolve(ctx, repoDir, want)
+	if err == nil && !found && !fresh {
+		if err := fetch(); err != nil {
+			return "", err
+		}
+		commit, found, err = resolve(ctx, repoDir, want)
+	}
+	if err == nil && !found && IsCommitish(want) {
+		// A commit no branch or tag reaches: ask origin for it by name.
+		if _, ferr := runGit(ctx, m.Progress, repoDir, "fetch", "--quiet", "--no-write-fetch-head", "origin", want); ferr == nil {
+			commit, found, err = resolve(ctx, repoDir, want)
+		}
+	}
+	if err != nil {
+		return "", err
+	}
+	if !found {
+		return "", fail.Usagef("--ref %q: no such branch, tag or commit in %s (project machine %s, fetched just now)", want, mach.Repo, mach.Project)
+	}
+	return commit, nil
+}
+
+// GitDir is the machine's .git directory, which the worktree's .git file
+// points into.
+func (c *Checkout) GitDir() string { return filepath.Join(c.repoDir, ".git") }
+
+// Close releases the machine.
+func (c *Checkout) Close() {
+	if c != nil {
+		c.lk.unlock()
+	}
+}
+
+// AddWorktree makes path a detached git worktree of the machine at the
+// checkout's commit, with the git binary, so git, users and agents see a
+// real linked worktree. It is locked in git (`git worktree prune`, run by
+// hand or by `git gc` in any worktree, never drops it while the session
+// lives; teardown removes the record, see ReleaseWorktree), and its .git
+// file points into the machine by a relative path, so the worktree works
+// wherever the storage root is mounted (docker volume mode).
+func (c *Checkout) AddWorktree(ctx context.Context, runID, path string) error {
+	if _, err := runGit(ctx, nil, c.repoDir, "worktree", "add", "--quiet", "--detach", "--lock",
+		"--reason", "xmode "+runID, path, c.Commit); err != nil {
+		return fmt.Errorf("branch a worktree of project machine %s: %w", c.Machine.Project, err)
+	}
+	dotGit := filepath.Join(path, ".git")
+	b, err := os.ReadFile(dotGit)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", dotGit, err)
+	}
+	admin, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir: ")
+	if !ok || filepath.Base(filepath.Dir(admin)) != "worktrees" {
+		return fmt.Errorf("%s: unexpected content %q", dotGit, b)
+	}
+	rel, err := filepath.Rel(path, filepath.Join(c.GitDir(), "worktrees", filepath.Base(admin)))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(dotGit, []byte("gitdir: "+rel+"\n"), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", dotGit, err)
+	}
+	return nil
+}
+
+// ReleaseRun removes git's record of a run's worktree from the machine the
+// run was branched from, if any: the reaper calls it once the worktree
+// directory is gone. It reports whether it removed a record.
+func ReleaseRun(ctx context.Context, st *store.Store, g engine.Guard, runID string) (bool, error) {
+	project, err := st.RunMachine(ctx, runID)
+	if err != nil || project == "" {
+		return false, err
+	}
+	return ReleaseWorktree(g, project, runID)
+}
+
+// ReleaseWorktree removes the machine's .git/worktrees/<name> of the run's
+// worktree: the entry whose gitdir file names <root>/runs/<run>/worktree/.git
+// (git picks <name>, so it is found by what it points at, which also finds
+// one a killed create left). The removal is confined to
+// <root>/project_machines with os.Root; it follows no symlink a sandbox
+// planted in the machine's .git and touches no other run's record.
+func ReleaseWorktree(g engine.Guard, project, runID string) (bool, error) {
+	if _, err := g.MachineDir(project); err != nil {
+		return false, err
+	}
+	if !engine.ValidID("run_", runID) {
+		return false, fail.Refusedf("run id %q is malformed; refusing to derive a path from it", runID)
+	}
+	root, err := g.OpenMachinesRoot()
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("open %s: %w", g.MachinesDir(), err)
+	}
+	defer root.Close()
+	wts, err := root.OpenRoot(project + "/repo/.git/worktrees")
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("open worktree records of project machine %s: %w", project, err)
+	}
+	defer wts.Close()
+	entries, err := fs.ReadDir(wts.FS(), ".")
+	if err != nil {
+		return false, fmt.Errorf("read worktree records of project machine %s: %w", project, err)
+	}
+	suffix := "/runs/" + runID + "/worktree/.git"
+	removed := false
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue // a symlink a sandbox planted is not a record
+		}
+		b, err := wts.ReadFile(e.Name() + "/gitdir")
+		if err != nil || !strings.HasSuffix(strings.TrimSpace(string(b)), suffix) {
+			continue
+		}
+		if err := wts.RemoveAll(e.Name()); err != nil {
+			return removed, fmt.Errorf("remove worktree record %s of project machine %s: %w", e.Name(), project, err)
+		}
+		removed = true
+	}
+	return removed, nil
+}

@@ -1,0 +1,109 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// Machine is a project machine as the store records it; its JSON is what
+// `xmode machine show --json` prints (with the fields cmd adds).
+type Machine struct {
+	Project     string    `json:"project"`
+	Repo        string    `json:"repo"`
+	DefaultRef  string    `json:"default_ref"`
+	HeadCommit  string    `json:"commit"` // the default ref's commit at the last warm
+	Volume      string    `json:"volume"` // the dependency-cache volume (docker engine)
+	CreatedAt   time.Time `json:"created_at"`
+	LastFetchAt time.Time `json:"last_fetch_at"`
+}
+
+const machineCols = `project, repo, default_ref, head_commit, volume, created_at, last_fetch_at`
+
+func scanMachine(row scanner) (*Machine, error) {
+	var m Machine
+	var created, fetched int64
+	if err := row.Scan(&m.Project, &m.Repo, &m.DefaultRef, &m.HeadCommit, &m.Volume, &created, &fetched); err != nil {
+		return nil, err
+	}
+	m.CreatedAt, m.LastFetchAt = fromMillis(created), fromMillis(fetched)
+	return &m, nil
+}
+
+// PutMachine records a machine after a warm: inserted the first time,
+// updated (repo, default ref, commit, last fetch) afterwards. CreatedAt is
+// kept from the first insert.
+func (s *Store) PutMachine(ctx context.Context, m Machine) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO project_machines (`+machineCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (project) DO UPDATE SET repo = excluded.repo, default_ref = excluded.default_ref,
+			head_commit = excluded.head_commit, volume = excluded.volume, last_fetch_at = excluded.last_fetch_at`,
+		m.Project, m.Repo, m.DefaultRef, m.HeadCommit, m.Volume, millis(m.CreatedAt), millis(m.LastFetchAt))
+	if err != nil {
+		return fmt.Errorf("record project machine %s: %w", m.Project, err)
+	}
+	return nil
+}
+
+// GetMachine returns the machine of a project; fail.NotFound when there is none.
+func (s *Store) GetMachine(ctx context.Context, project string) (*Machine, error) {
+	m, err := scanMachine(s.db.QueryRowContext(ctx, `SELECT `+machineCols+` FROM project_machines WHERE project = ?`, project))
+	if err != nil {
+		return nil, errNoRows(err, "no project machine %s: warm it with `xmode machine warm %s --repo URL`", project, project)
+	}
+	return m, nil
+}
+
+// ListMachines returns every machine, by project.
+func (s *Store) ListMachines(ctx context.Context) ([]*Machine, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+machineCols+` FROM project_machines ORDER BY project`)
+	if err != nil {
+		return nil, fmt.Errorf("list project machines: %w", err)
+	}
+	defer rows.Close()
+	var out []*Machine
+	for rows.Next() {
+		m, err := scanMachine(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, rows.Err()
+}
+
+// DeleteMachine forgets a machine. Runs keep the name of the machine they
+// came from: that is history, like their evidence.
+func (s *Store) DeleteMachine(ctx context.Context, project string) error {
+	if _, err := s.db.ExecContext(ctx, `DELETE FROM project_machines WHERE project = ?`, project); err != nil {
+		return fmt.Errorf("forget project machine %s: %w", project, err)
+	}
+	return nil
+}
+
+// MarkRunMachine records that a run's worktree is branched from the machine
+// of project. Called before the worktree exists, so `machine rm` sees the
+// session as a user of the machine from then on.
+func (s *Store) MarkRunMachine(ctx context.Context, runID, project string) error {
+	if _, err := s.db.ExecContext(ctx, `UPDATE runs SET machine = ? WHERE id = ?`, project, runID); err != nil {
+		return fmt.Errorf("record machine of run %s: %w", runID, err)
+	}
+	return nil
+}
+
+// RunMachine returns the machine a run's worktree came from, empty for a clone.
+func (s *Store) RunMachine(ctx context.Context, runID string) (string, error) {
+	var m string
+	err := s.db.QueryRowContext(ctx, `SELECT machine FROM runs WHERE id = ?`, runID).Scan(&m)
+	if err == sql.ErrNoRows {
+		return "", nil
+	}
+	return m, err
+}
+
+// MachineSessions returns the provisioning or open sessions whose worktree
+// is branched from the machine of project, oldest first.
+func (s *Store) MachineSessions(ctx context.Context, project string) ([]*Session, error) {
+	return s.query(ctx, `SELECT `+sessionCols+` FROM sessions WHERE status IN ('provisioning', 'open')
+		AND run_id IN (SELECT id FROM runs WHERE machine = ?) ORDER BY created_at, id`, project)
+}

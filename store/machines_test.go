@@ -1,0 +1,67 @@
+package store
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/xmode/xmode/fail"
+)
+
+func TestMachinesRecordAndUsers(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	if _, err := s.GetMachine(ctx, "p"); fail.KindOf(err) != fail.NotFound {
+		t.Fatalf("missing machine: %v", err)
+	}
+	m := Machine{Project: "p", Repo: "/src", DefaultRef: "main", HeadCommit: "abc", Volume: "xmode_proj_p", CreatedAt: now, LastFetchAt: now}
+	if err := s.PutMachine(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	later := now.Add(time.Minute)
+	m2 := m
+	m2.DefaultRef, m2.HeadCommit, m2.CreatedAt, m2.LastFetchAt = "v1", "def", later, later
+	if err := s.PutMachine(ctx, m2); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetMachine(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.DefaultRef != "v1" || got.HeadCommit != "def" || !got.CreatedAt.Equal(now) || !got.LastFetchAt.Equal(later) {
+		t.Fatalf("after update: %+v (created_at must stay %s)", got, now)
+	}
+	s.PutMachine(ctx, Machine{Project: "a", Repo: "/a", DefaultRef: "main", Volume: "xmode_proj_a", CreatedAt: now, LastFetchAt: now})
+	if all, err := s.ListMachines(ctx); err != nil || len(all) != 2 || all[0].Project != "a" {
+		t.Fatalf("list: %v %v", all, err)
+	}
+
+	// Sessions use the machine when their run is marked; ended ones do not.
+	onMachine, cloned, ended := newSess("u", now), newSess("u", now), newSess("u", now)
+	onMachine.Project, cloned.Project, ended.Project = "p", "p", "p"
+	for _, n := range []NewSession{onMachine, cloned, ended} {
+		if err := s.CreateSession(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.MarkRunMachine(ctx, onMachine.RunID, "p")
+	s.MarkRunMachine(ctx, ended.RunID, "p")
+	s.End(ctx, ended.ID, StatusDestroyed, ReasonStopped, "", now)
+	users, err := s.MachineSessions(ctx, "p")
+	if err != nil || len(users) != 1 || users[0].ID != onMachine.ID {
+		t.Fatalf("machine sessions: %v %v", users, err)
+	}
+	if mach, _ := s.RunMachine(ctx, onMachine.RunID); mach != "p" {
+		t.Fatalf("RunMachine = %q", mach)
+	}
+	if mach, _ := s.RunMachine(ctx, cloned.RunID); mach != "" {
+		t.Fatalf("RunMachine of a clone = %q", mach)
+	}
+	if err := s.DeleteMachine(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetMachine(ctx, "p"); fail.KindOf(err) != fail.NotFound {
+		t.Fatalf("after delete: %v", err)
+	}
+}
