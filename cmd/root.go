@@ -122,8 +122,8 @@ with evidence for every step that outlives the sandbox.` + exitStatusHelp,
 	pf.BoolVarP(&a.quiet, "quiet", "q", false, "print only what scripts need")
 
 	sb := &cobra.Command{Use: "sandbox", Short: "Create, run in, inspect and stop sandboxes", Aliases: []string{"sb"}}
-	sb.AddCommand(a.newCreate(), a.newExec(), a.newStop(), a.newList(), a.newShow(), a.newExtend())
-	root.AddCommand(sb, a.newConfig(), a.newVersion())
+	sb.AddCommand(a.newCreate(), a.newExec(), a.newStop(), a.newList(), a.newShow(), a.newExtend(), a.newReap("reap"))
+	root.AddCommand(sb, a.newMachine(), a.newConfig(), a.newDoctor(), a.newVersion(), a.newReap("reap"))
 	return root
 }
 

@@ -8,20 +8,76 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/machines"
 	"github.com/xmode/xmode/store"
 )
 
-// Reaper tears down sessions.
+// Reaper tears down sessions. The zero values of the tuning fields are the
+// defaults; a Reaper is safe for concurrent use once set up.
 type Reaper struct {
 	Cfg   *config.Config
 	Store *store.Store
 	Guard engine.Guard
 	Log   io.Writer // one line per action; nil for silence
 	Now   func() time.Time
+
+	// ProvisionGrace is how long a session may stay provisioning before a
+	// pass ends it as failed (provision_failed): DefaultProvisionGrace.
+	ProvisionGrace time.Duration
+	// StaleAfter is how old a running step's heartbeat may be before the
+	// step no longer keeps its expired session alive: DefaultStaleAfter.
+	StaleAfter time.Duration
+	// Parallel bounds the teardowns a pass runs at once: DefaultParallel.
+	Parallel int
+	// FullSweepEvery is how often a pass looks at every run directory for
+	// orphan worktrees (DefaultFullSweepEvery); other passes look only at
+	// the runs that ended since.
+	FullSweepEvery time.Duration
+	// Orphans finds the engine objects of this install; nil: the docker
+	// engine's, when XMODE_SANDBOX_ENGINE=docker, else none.
+	Orphans OrphanSource
+
+	logMu      sync.Mutex
+	holderOnce sync.Once
+	holderID   string
+	adaptersMu sync.Mutex
+	adapters   map[string]engine.Adapter // opened once per engine, for a whole pass
+}
+
+// adapter opens the named engine's adapter once and keeps it: a pass over
+// many docker sessions uses one client and its connections.
+func (r *Reaper) adapter(name string) (engine.Adapter, error) {
+	r.adaptersMu.Lock()
+	defer r.adaptersMu.Unlock()
+	if a, ok := r.adapters[name]; ok {
+		return a, nil
+	}
+	a, err := engine.Open(name, r.Cfg)
+	if err != nil {
+		return nil, err
+	}
+	if r.adapters == nil {
+		r.adapters = map[string]engine.Adapter{}
+	}
+	r.adapters[name] = a
+	return a, nil
+}
+
+// closeAdapters releases the adapters a pass opened.
+func (r *Reaper) closeAdapters() {
+	r.adaptersMu.Lock()
+	defer r.adaptersMu.Unlock()
+	for name, a := range r.adapters {
+		if c, ok := a.(io.Closer); ok {
+			c.Close()
+		}
+		delete(r.adapters, name)
+	}
 }
 
 // Outcome says what one teardown did.
@@ -42,7 +98,10 @@ func (r *Reaper) now() time.Time {
 
 func (r *Reaper) logf(sessionID, format string, args ...any) {
 	if r.Log != nil {
-		fmt.Fprintf(r.Log, "%s %s\n", sessionID, fmt.Sprintf(format, args...))
+		line := fmt.Sprintf("%s %s\n", sessionID, fmt.Sprintf(format, args...))
+		r.logMu.Lock()
+		io.WriteString(r.Log, line)
+		r.logMu.Unlock()
 	}
 }
 
@@ -63,7 +122,7 @@ func (r *Reaper) Teardown(ctx context.Context, sess *store.Session, status, reas
 	}
 	sb := sess.Sandbox()
 	if sb.ContainerID != "" || len(sb.Volumes) > 0 {
-		adapter, err := engine.Open(sess.Engine, r.Cfg)
+		adapter, err := r.adapter(sess.Engine)
 		if err != nil {
 			return out, fmt.Errorf("tear down %s: %w", sess.ID, err)
 		}
@@ -89,15 +148,48 @@ func (r *Reaper) Teardown(ctx context.Context, sess *store.Session, status, reas
 		r.logf(sess.ID, "kept worktree of %s: another open session shares it", sess.RunID)
 		return out, nil
 	}
-	removed, err := r.Guard.RemoveWorktree(sess.RunID)
+	removed, c, err := r.reclaim(ctx, sess.RunID, false)
 	if err != nil {
 		return out, fmt.Errorf("tear down %s: %w", sess.ID, err)
+	}
+	switch c {
+	case store.Gone:
+		// A session joined the run after all: its worktree stays.
+		out.WorktreeKeptShared = true
+		r.logf(sess.ID, "kept worktree of %s: another open session shares it", sess.RunID)
+	case store.Busy:
+		r.logf(sess.ID, "left the worktree of %s to the reaper already removing it", sess.RunID)
 	}
 	out.WorktreeReclaimed = removed
 	if removed {
 		r.logf(sess.ID, "reclaimed worktree of %s", sess.RunID)
 	}
+	// Project machines: git's record of the worktree goes with it, so
+	// `git worktree prune` in the machine finds nothing stale.
+	if c == store.Claimed {
+		if _, err := machines.ReleaseRun(ctx, r.Store, r.Guard, sess.RunID); err != nil {
+			return out, fmt.Errorf("tear down %s: %w", sess.ID, err)
+		}
+	}
 	return out, nil
+}
+
+// reclaim removes a run's worktree under a claim on the run, so two
+// processes never remove one worktree at once and no session joins the run
+// meanwhile. It reports whether it removed anything, and the claim's result
+// (Gone: the run has an open session; Busy: someone else is removing it).
+func (r *Reaper) reclaim(ctx context.Context, runID string, sweep bool) (bool, store.ClaimResult, error) {
+	if _, err := r.Guard.RunDir(runID); err != nil {
+		return false, store.Gone, err
+	}
+	h := r.holder()
+	c, err := r.Store.ClaimRun(ctx, runID, h, sweep, r.now(), staleClaim)
+	if err != nil || c.Result != store.Claimed {
+		return false, c.Result, err
+	}
+	defer r.Store.Release(context.WithoutCancel(ctx), runID, h)
+	removed, err := r.Guard.RemoveWorktree(runID)
+	return removed, store.Claimed, err
 }
 
 func short(id string) string {

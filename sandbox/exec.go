@@ -67,10 +67,12 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	}
 	sb := sess.Sandbox()
 	sb.Worktree = worktree
+	stopBeat := s.heartbeat(ctx, sess.RunID, step.Seq())
 	status, runErr := adapter.Exec(ctx, sb, engine.ExecRequest{
 		Argv: o.Argv, Env: o.Env, Workdir: rel, Timeout: o.Timeout, Grace: o.Grace, Stdin: o.Stdin,
 		Stdout: tee(step.Stdout, o.LiveStdout), Stderr: tee(step.Stderr, o.LiveStderr),
 	})
+	stopBeat()
 	if runErr != nil {
 		// The command never ran: the step's evidence says why, as 125.
 		fmt.Fprintf(step.Stderr, "xmode: %v\n", runErr)
@@ -81,6 +83,37 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 		return res, runErr
 	}
 	return res, err
+}
+
+// HeartbeatInterval is how often a running step renews its lease
+// (steps.heartbeat_at). The reaper leaves an expired session alone while one
+// of its steps has a fresh heartbeat (reaper.DefaultStaleAfter is six of
+// these), and reaps it once the step has finished or its heartbeat stopped.
+var HeartbeatInterval = 5 * time.Second
+
+// heartbeat renews the step's lease every HeartbeatInterval until the
+// returned function is called; the step's Finish then marks it finished.
+// A missed beat (a busy database) is not an error: the next one catches up.
+func (s *Service) heartbeat(ctx context.Context, runID string, seq int) (stop func()) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(HeartbeatInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				_ = s.Store.Heartbeat(ctx, runID, seq, now)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // tee writes to the log and, best effort, to the live stream: a closed

@@ -215,8 +215,10 @@ func (s *Store) ClaimProvisioning(ctx context.Context, id, holder string, before
 // provisioning or open session, and marks the run reclaimed (if it has a row
 // and is not yet) in the same transaction, so no session can join it while
 // its worktree goes. A run without a row (a database reset under an old
-// storage root) can be claimed too.
-func (s *Store) ClaimRun(ctx context.Context, runID, holder string, now time.Time, stale Stale) (Claim, error) {
+// storage root) can be claimed too. An orphan sweep (sweep set) also leaves
+// a run alone while another reaper holds one of its sessions: that reaper
+// removes the worktree itself once it has ended the session.
+func (s *Store) ClaimRun(ctx context.Context, runID, holder string, sweep bool, now time.Time, stale Stale) (Claim, error) {
 	var c Claim
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		var open int
@@ -228,6 +230,15 @@ func (s *Store) ClaimRun(ctx context.Context, runID, holder string, now time.Tim
 			c = Claim{Result: Gone}
 			return nil
 		}
+		if sweep {
+			// A reaper tearing down a session of this run reclaims the
+			// worktree itself, right after ending the session: leave it that.
+			other, err := sessionClaimOnRun(ctx, tx, runID, holder, stale)
+			if err != nil || other != "" {
+				c = Claim{Result: Busy, Holder: other}
+				return err
+			}
+		}
 		var err error
 		if c, err = takeClaim(ctx, tx, claimKey(runID), holder, now, stale); err != nil || c.Result != Claimed {
 			return err
@@ -236,6 +247,27 @@ func (s *Store) ClaimRun(ctx context.Context, runID, holder string, now time.Tim
 		return err
 	})
 	return c, err
+}
+
+// sessionClaimOnRun returns the holder of a live claim, not holder's, on a
+// session of the run, or "".
+func sessionClaimOnRun(ctx context.Context, tx *sql.Tx, runID, holder string, stale Stale) (string, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT m.value FROM meta m JOIN sessions s ON m.key = ? || s.id WHERE s.run_id = ?`,
+		ClaimPrefix, runID)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return "", err
+		}
+		if other, at := parseClaim(v); other != holder && (stale == nil || !stale(other, at)) {
+			return other, nil
+		}
+	}
+	return "", rows.Err()
 }
 
 // Release drops a claim the holder took (someone who took it over keeps it).
@@ -310,4 +342,60 @@ func claimed(ctx context.Context, tx *sql.Tx, id string) (bool, error) {
 	var n int
 	err := tx.QueryRowContext(ctx, `SELECT count(*) FROM meta WHERE key = ?`, claimKey(id)).Scan(&n)
 	return n > 0, err
+}
+
+// Meta keys of the reaper's run-directory sweep (see reaper.Reaper.sweepRuns).
+const (
+	// KeySweepWatermark: every run reclaimed before it had its worktree
+	// checked by a sweep that succeeded.
+	KeySweepWatermark = "sweep_watermark"
+	// KeySweepFull: when the last sweep over every run directory ran.
+	KeySweepFull = "sweep_full_at"
+)
+
+// MetaTime reads a time kept in meta; ok is false when it was never set.
+func (s *Store) MetaTime(ctx context.Context, key string) (t time.Time, ok bool, err error) {
+	var v string
+	err = s.db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = ?`, key).Scan(&v)
+	if err == sql.ErrNoRows {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("read %s: %w", key, err)
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return time.Time{}, false, nil // unreadable: as if never set
+	}
+	return fromMillis(ms), true, nil
+}
+
+// SetMetaTime keeps a time in meta.
+func (s *Store) SetMetaTime(ctx context.Context, key string, t time.Time) error {
+	_, err := s.db.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES (?, ?)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, strconv.FormatInt(millis(t), 10))
+	if err != nil {
+		return fmt.Errorf("write %s: %w", key, err)
+	}
+	return nil
+}
+
+// RunsReclaimedSince returns the runs marked reclaimed at or after since,
+// with that time: the runs whose worktree a sweep must still check.
+func (s *Store) RunsReclaimedSince(ctx context.Context, since time.Time) (map[string]time.Time, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT id, reclaimed_at FROM runs WHERE reclaimed_at >= ?`, millis(since))
+	if err != nil {
+		return nil, fmt.Errorf("list reclaimed runs: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]time.Time{}
+	for rows.Next() {
+		var id string
+		var at int64
+		if err := rows.Scan(&id, &at); err != nil {
+			return nil, err
+		}
+		out[id] = fromMillis(at)
+	}
+	return out, rows.Err()
 }

@@ -1,0 +1,112 @@
+package cmd
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/fatih/color"
+	"github.com/spf13/cobra"
+
+	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/reaper"
+)
+
+// newReap is `xmode sandbox reap` and its alias `xmode reap`.
+func (a *App) newReap(use string) *cobra.Command {
+	var dryRun, verbose bool
+	var grace string
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: "One reaper pass: tear down expired sessions, remove orphans (what cron runs)",
+		Long: `One reaper pass over the storage root:
+
+  - expired open sessions are torn down like ` + "`sandbox stop`" + ` does (container and
+    per-session volumes removed, worktree reclaimed unless another open session
+    shares the run, evidence kept) and end destroyed (expired) — except while
+    one of their steps is still running: those are reaped by a later pass,
+    once the step ended or its heartbeat went stale;
+  - sessions still provisioning after --provision-grace end failed
+    (provision_failed) and are cleaned up;
+  - orphans go: containers and per-session volumes labelled with this
+    install's xmode.instance whose session is not open (with
+    XMODE_SANDBOX_ENGINE=docker), and worktrees of runs without an open
+    session. Objects of another install are never touched.
+
+Silent on success, for cron; -v prints one line per action, --json the
+summary, --dry-run what it would do (changing nothing). Overlapping passes
+each take a session at most once. A teardown that fails (the docker daemon is
+down) leaves its session open for the next pass, and the pass exits 1 after
+finishing everything else.
+
+EXIT STATUS
+  0 every teardown succeeded · 1 any failed (see stderr or --json errors) ·
+  2 bad flag or value`,
+		Example: `  xmode reap                       # from cron: silent unless something failed
+  xmode reap -v                    # one line per action
+  xmode reap --dry-run             # what a pass would do
+  xmode sandbox reap --json        # the summary as JSON`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r := &reaper.Reaper{}
+			if cmd.Flags().Changed("provision-grace") {
+				d, err := config.ParseDuration(grace)
+				if err != nil {
+					return fail.Usagef("--provision-grace: %v", err)
+				}
+				r.ProvisionGrace = d
+			}
+			svc, err := a.service(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			r.Cfg, r.Store, r.Guard = svc.Cfg, svc.Store, svc.Guard
+			// The action log is the output asked for: stdout, unless stdout
+			// carries the JSON summary.
+			var logTo io.Writer = a.Out
+			if a.json {
+				logTo = a.Err
+			}
+			if dryRun || verbose && !a.quiet {
+				r.Log = logTo
+			}
+			sum, err := r.Pass(cmd.Context(), reaper.PassOptions{DryRun: dryRun})
+			if err != nil {
+				if sum == nil {
+					return err
+				}
+				// Cancelled part-way: say what was done, then fail.
+				a.reapFailures(sum)
+				return fail.Failedf("reap interrupted after %s: %v; run it again to finish", time.Duration(sum.DurationMS)*time.Millisecond, err)
+			}
+			if a.json {
+				if err := a.printJSON(sum); err != nil {
+					return err
+				}
+			}
+			a.reapFailures(sum)
+			if len(sum.Errors) > 0 {
+				return exitStatus(1)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&dryRun, "dry-run", false, "list what the pass would do; change nothing")
+	f.BoolVarP(&verbose, "verbose", "v", false, "print one line per action, with the session ID")
+	f.StringVar(&grace, "provision-grace", "15m", "end sessions still provisioning after this long (e.g. 15m)")
+	return cmd
+}
+
+// reapFailures prints one line per failed teardown on stderr, so cron mails
+// them even without -v or --json.
+func (a *App) reapFailures(sum *reaper.Summary) {
+	for _, e := range sum.Errors {
+		who := e.SessionID
+		if who == "" {
+			who = "reap"
+		}
+		fmt.Fprintf(a.Err, "%s %s: %s\n", a.paint(color.FgRed, "xmode:"), who, e.Error)
+	}
+}

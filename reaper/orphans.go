@@ -1,0 +1,286 @@
+package reaper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/machines"
+	"github.com/xmode/xmode/providers/docker"
+	"github.com/xmode/xmode/store"
+)
+
+// Object kinds an OrphanSource lists.
+const (
+	KindContainer = "container"
+	KindVolume    = "volume"
+)
+
+// Object is one engine object carrying this install's labels.
+type Object struct {
+	Kind      string // KindContainer or KindVolume
+	ID        string // container ID; volume name
+	Name      string // container name; volume name
+	SessionID string // its xmode.session label ("" when it has none)
+	Instance  string // its xmode.instance label
+}
+
+// OrphanSource lists and removes the engine objects of one install. The
+// docker engine's is built in; tests plug in others.
+type OrphanSource interface {
+	// List returns the objects labelled xmode.managed=true and
+	// xmode.instance=instance, and nothing else.
+	List(ctx context.Context, instance string) ([]Object, error)
+	// Remove deletes one of them; an object already gone is success.
+	Remove(ctx context.Context, o Object) error
+}
+
+// orphanSource is r.Orphans, else the docker engine's when the docker engine
+// is configured, else nil (nothing to sweep). close releases what it opened.
+func (r *Reaper) orphanSource() (src OrphanSource, close func(), err error) {
+	if r.Orphans != nil {
+		return r.Orphans, func() {}, nil
+	}
+	if r.Cfg == nil || r.Cfg.Engine != docker.Name {
+		return nil, func() {}, nil
+	}
+	p, err := docker.New(r.Cfg)
+	if err != nil {
+		return nil, func() {}, err
+	}
+	return dockerSource{p}, func() { p.Close() }, nil
+}
+
+// dockerSource is the docker provider's ListManaged and Destroy.
+type dockerSource struct{ p *docker.Provider }
+
+func (d dockerSource) List(ctx context.Context, instance string) ([]Object, error) {
+	m, err := d.p.ListManaged(ctx, instance)
+	if err != nil {
+		return nil, err
+	}
+	var out []Object
+	for _, c := range m.Containers {
+		out = append(out, Object{Kind: KindContainer, ID: c.ID, Name: c.Name, SessionID: c.Session(), Instance: c.Labels[docker.LabelInstance]})
+	}
+	for _, v := range m.Volumes {
+		out = append(out, Object{Kind: KindVolume, ID: v.Name, Name: v.Name, SessionID: v.Session(), Instance: v.Labels[docker.LabelInstance]})
+	}
+	return out, nil
+}
+
+// Remove goes through the provider's Destroy, the code `sandbox stop` uses,
+// with its checks: only xmode-managed objects, a container only when its
+// session label matches.
+func (d dockerSource) Remove(ctx context.Context, o Object) error {
+	switch o.Kind {
+	case KindContainer:
+		return d.p.Destroy(ctx, engine.Sandbox{Engine: docker.Name, ContainerID: o.ID, SessionID: o.SessionID})
+	case KindVolume:
+		return d.p.Destroy(ctx, engine.Sandbox{Engine: docker.Name, Volumes: []string{o.ID}})
+	}
+	return fmt.Errorf("unknown object kind %q", o.Kind)
+}
+
+// sweepEngine removes the engine objects of this install whose session is
+// not open: containers, then per-session volumes. Volumes without a session
+// label (shared ones, such as a project's cache) are never touched, nor is
+// anything labelled with another install's instance.
+func (r *Reaper) sweepEngine(ctx context.Context, dry bool, sum *summer) {
+	src, closeSrc, err := r.orphanSource()
+	if err != nil {
+		sum.fail("", fmt.Errorf("look for orphan containers: %w", err))
+		return
+	}
+	defer closeSrc()
+	if src == nil {
+		return
+	}
+	instance, err := r.Store.InstanceID(ctx)
+	if err != nil {
+		sum.fail("", err)
+		return
+	}
+	objs, err := src.List(ctx, instance)
+	if err != nil {
+		sum.fail("", fmt.Errorf("look for orphan containers: %w", err))
+		return
+	}
+	// Read the open sessions only now: a session's row exists before its
+	// container, so every container listed above whose session is still
+	// being created is seen here as provisioning.
+	active, _, err := r.Store.ActiveSessions(ctx)
+	if err != nil {
+		sum.fail("", err)
+		return
+	}
+	sort.SliceStable(objs, func(i, j int) bool { return objs[i].Kind == KindContainer && objs[j].Kind != KindContainer })
+	for _, o := range objs {
+		if ctx.Err() != nil {
+			return
+		}
+		if o.Instance != instance || active[o.SessionID] || (o.Kind == KindVolume && o.SessionID == "") {
+			continue
+		}
+		who := o.SessionID
+		if who == "" {
+			who = o.Name
+		}
+		if dry {
+			r.logf(who, "would remove orphan %s %s", o.Kind, shortName(o))
+			sum.add(func(s *Summary) { s.OrphansRemoved++ })
+			continue
+		}
+		if err := src.Remove(ctx, o); err != nil {
+			sum.fail(o.SessionID, fmt.Errorf("remove orphan %s %s: %w", o.Kind, shortName(o), err))
+			continue
+		}
+		r.logf(who, "removed orphan %s %s", o.Kind, shortName(o))
+		sum.add(func(s *Summary) { s.OrphansRemoved++ })
+	}
+}
+
+func shortName(o Object) string {
+	if o.Name != "" {
+		return o.Name
+	}
+	return short(o.ID)
+}
+
+// sweepRuns reclaims the worktrees of runs without a provisioning or open
+// session: what a teardown killed between ending its session and removing
+// the worktree left, a removal that failed, or a run whose rows are gone.
+// The evidence next to the worktree stays.
+//
+// Cron runs the reaper often, so the sweep is incremental: it checks the
+// runs marked reclaimed since the watermark (the start of the last sweep
+// that succeeded, less a margin for transactions that committed late), and
+// lists every run directory only on the first pass and then once every
+// FullSweepEvery (a run directory unknown to the database, after a restore,
+// is found then).
+func (r *Reaper) sweepRuns(ctx context.Context, dry bool, passStart time.Time, sum *summer) {
+	wm, haveWM, err := r.Store.MetaTime(ctx, store.KeySweepWatermark)
+	if err != nil {
+		sum.fail("", err)
+		return
+	}
+	lastFull, haveFull, err := r.Store.MetaTime(ctx, store.KeySweepFull)
+	if err != nil {
+		sum.fail("", err)
+		return
+	}
+	full := !haveWM || !haveFull || passStart.Sub(lastFull) >= r.fullSweepEvery()
+	var candidates []string
+	var reclaimedAt map[string]time.Time
+	if full {
+		entries, err := os.ReadDir(r.Guard.RunsDir())
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			sum.fail("", fmt.Errorf("look for orphan worktrees: %w", err))
+			return
+		}
+		for _, e := range entries {
+			if e.IsDir() && engine.ValidID("run_", e.Name()) {
+				candidates = append(candidates, e.Name())
+			}
+		}
+	} else {
+		if reclaimedAt, err = r.Store.RunsReclaimedSince(ctx, wm); err != nil {
+			sum.fail("", err)
+			return
+		}
+		for run := range reclaimedAt {
+			candidates = append(candidates, run)
+		}
+		sort.Strings(candidates)
+	}
+	// Read after listing: a run's directory is created only after its
+	// session's row, so a run being created is seen here as active.
+	_, activeRuns, err := r.Store.ActiveSessions(ctx)
+	if err != nil {
+		sum.fail("", err)
+		return
+	}
+	keep := passStart.Add(-WatermarkMargin) // the new watermark, unless a run is left to its remover
+	runs, err := os.OpenRoot(r.Guard.RunsDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		r.advanceWatermark(ctx, dry, full, passStart, keep, sum)
+		return
+	}
+	if err != nil {
+		sum.fail("", fmt.Errorf("look for orphan worktrees: %w", err))
+		return
+	}
+	defer runs.Close()
+	for _, run := range candidates {
+		if ctx.Err() != nil {
+			return
+		}
+		if activeRuns[run] {
+			continue
+		}
+		if _, err := runs.Lstat(run + "/worktree"); err != nil {
+			continue
+		}
+		if dry {
+			r.logf(run, "would reclaim orphan worktree")
+			sum.add(func(s *Summary) { s.OrphansRemoved++ })
+			continue
+		}
+		removed, c, err := r.reclaim(ctx, run, true)
+		if err != nil {
+			sum.fail("", fmt.Errorf("reclaim orphan worktree of %s: %w", run, err))
+			continue
+		}
+		switch {
+		case c == store.Busy:
+			// Another process is removing it; should it die, the next
+			// sweep must look again.
+			if at, ok := reclaimedAt[run]; ok && at.Before(keep) {
+				keep = at
+			} else if !ok {
+				keep = time.Time{}
+			}
+		case c == store.Claimed && removed:
+			r.logf(run, "reclaimed orphan worktree")
+			sum.add(func(s *Summary) { s.OrphansRemoved++ })
+		}
+		if c == store.Claimed {
+			// A worktree branched from a project machine: its record in
+			// the machine's repository goes too, as after a teardown.
+			if _, err := machines.ReleaseRun(ctx, r.Store, r.Guard, run); err != nil {
+				sum.fail("", fmt.Errorf("release the project machine's record of %s: %w", run, err))
+			}
+		}
+	}
+	r.advanceWatermark(ctx, dry, full, passStart, keep, sum)
+}
+
+// WatermarkMargin is how far behind the start of a sweep its watermark is
+// set: a run marked reclaimed just before the sweep began, in a transaction
+// that committed after the sweep read the runs, is checked again next time.
+const WatermarkMargin = time.Minute
+
+// advanceWatermark records a sweep that found no error: the next one starts
+// from keep.
+func (r *Reaper) advanceWatermark(ctx context.Context, dry, full bool, passStart, keep time.Time, sum *summer) {
+	sum.mu.Lock()
+	failed := len(sum.s.Errors) > 0
+	sum.mu.Unlock()
+	if dry || failed || keep.IsZero() {
+		return
+	}
+	if err := r.Store.SetMetaTime(ctx, store.KeySweepWatermark, keep); err != nil {
+		sum.fail("", err)
+		return
+	}
+	if full {
+		if err := r.Store.SetMetaTime(ctx, store.KeySweepFull, passStart); err != nil {
+			sum.fail("", err)
+		}
+	}
+}
