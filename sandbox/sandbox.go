@@ -143,6 +143,10 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	if err != nil {
 		return nil, err
 	}
+	// An image pull shows its progress like `docker run` does.
+	if p, ok := adapter.(interface{ SetProgress(io.Writer) }); ok && s.Progress != nil {
+		p.SetProgress(s.Progress)
+	}
 	instance, err := s.Store.InstanceID(ctx)
 	if err != nil {
 		return nil, err
