@@ -39,7 +39,8 @@ type App struct {
 	noColor     bool
 	quiet       bool
 
-	st *store.Store
+	st      *store.Store
+	started bool // a command's run function was reached
 }
 
 // exitStatus is an exit code decided by the command itself (a step's
@@ -75,8 +76,10 @@ func (a *App) Run(ctx context.Context, args []string) int {
 		return int(es)
 	}
 	var fe *fail.Error
-	if !errors.As(err, &fe) {
-		// cobra's own errors: unknown command, missing argument.
+	if !errors.As(err, &fe) && !a.started {
+		// cobra's own errors before any command ran: unknown command,
+		// missing argument. Unclassified errors from a running command
+		// stay plain failures (exit 1).
 		err = fail.Usagef("%v", err)
 	}
 	code := fail.ExitCode(err)
@@ -108,6 +111,7 @@ func (a *App) newRoot() *cobra.Command {
 first-class, inspectable, resource-bounded and reapable run environments,
 with evidence for every step that outlives the sandbox.` + exitStatusHelp,
 		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+			a.started = true
 			if a.noColor || a.Env("NO_COLOR") != "" {
 				color.NoColor = true
 			}

@@ -18,8 +18,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
+	"modernc.org/sqlite" // also registers the "sqlite" driver
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
@@ -55,11 +56,32 @@ func Open(ctx context.Context, root string) (*Store, error) {
 	// single connection cannot deadlock against itself across transactions.
 	db.SetMaxOpenConns(1)
 	s := &Store{db: db, path: path, guard: engine.Guard{Root: root}}
-	if err := s.migrate(ctx); err != nil {
-		db.Close()
-		return nil, err
+	// Opening a brand-new database races other processes switching it to
+	// WAL, where SQLite reports SQLITE_BUSY without consulting busy_timeout;
+	// such a first open is retried for as long as busy_timeout would wait.
+	deadline := time.Now().Add(20 * time.Second)
+	for attempt := 1; ; attempt++ {
+		err = s.migrate(ctx)
+		if err == nil {
+			return s, nil
+		}
+		if !isBusy(err) || time.Now().After(deadline) {
+			db.Close()
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			db.Close()
+			return nil, ctx.Err()
+		case <-time.After(time.Duration(min(attempt, 20)) * 5 * time.Millisecond):
+		}
 	}
-	return s, nil
+}
+
+// isBusy reports SQLITE_BUSY (and its extended codes).
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == 5
 }
 
 // Path is the database file.

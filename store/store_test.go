@@ -263,3 +263,33 @@ func TestOpenRefusesUnwritableRoot(t *testing.T) {
 		t.Fatal("wrong error")
 	}
 }
+
+// Many processes opening a brand-new database at once all succeed: the
+// first open's WAL switch can report SQLITE_BUSY without waiting, and Open
+// retries it.
+func TestConcurrentFirstOpen(t *testing.T) {
+	for round := 0; round < 5; round++ {
+		root := t.TempDir()
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s, err := Open(context.Background(), root)
+				if err == nil {
+					_, err = s.InstanceID(context.Background())
+					s.Close()
+				}
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+	}
+}

@@ -43,6 +43,8 @@ func setupScript(env *testscript.Env) error {
 	env.Setenv("XMODE_USER", "tester")
 	env.Setenv("NO_COLOR", "1")
 	env.Setenv("GIT_CONFIG_NOSYSTEM", "1")
+	// a race-built xmode would otherwise sleep a second at every exit
+	env.Setenv("GORACE", "atexit_sleep_ms=0")
 	for _, k := range []string{"XDG_DATA_HOME", "DOCKER_HOST", "CI"} {
 		env.Setenv(k, "")
 	}

@@ -16,7 +16,7 @@ import (
 func xmode(t *testing.T, root string, args ...string) *exec.Cmd {
 	t.Helper()
 	c := exec.Command(os.Args[0], args...)
-	c.Env = append(os.Environ(), "XMODE_TEST_AS_MAIN=1", "XMODE_STORAGE_ROOT="+root, "NO_COLOR=1")
+	c.Env = append(os.Environ(), "XMODE_TEST_AS_MAIN=1", "XMODE_STORAGE_ROOT="+root, "NO_COLOR=1", "GORACE=atexit_sleep_ms=0")
 	return c
 }
 
