@@ -1,6 +1,7 @@
 package reaper
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -81,32 +82,16 @@ func (m *summer) fail(sessionID string, err error) {
 }
 
 func (r *Reaper) provisionGrace() time.Duration {
-	if r.ProvisionGrace > 0 {
-		return r.ProvisionGrace
-	}
-	return DefaultProvisionGrace
+	return cmp.Or(r.ProvisionGrace, DefaultProvisionGrace)
 }
 
-func (r *Reaper) staleAfter() time.Duration {
-	if r.StaleAfter > 0 {
-		return r.StaleAfter
-	}
-	return DefaultStaleAfter
-}
+func (r *Reaper) staleAfter() time.Duration { return cmp.Or(r.StaleAfter, DefaultStaleAfter) }
 
 func (r *Reaper) fullSweepEvery() time.Duration {
-	if r.FullSweepEvery > 0 {
-		return r.FullSweepEvery
-	}
-	return DefaultFullSweepEvery
+	return cmp.Or(r.FullSweepEvery, DefaultFullSweepEvery)
 }
 
-func (r *Reaper) parallel() int {
-	if r.Parallel > 0 {
-		return r.Parallel
-	}
-	return DefaultParallel
-}
+func (r *Reaper) parallel() int { return cmp.Or(r.Parallel, DefaultParallel) }
 
 type job struct {
 	sess         *store.Session

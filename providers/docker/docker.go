@@ -10,6 +10,7 @@
 package docker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -169,26 +170,11 @@ func (p *Provider) VolumePresent(ctx context.Context, name string) (bool, error)
 	return false, p.wrap(err, "inspect volume "+name)
 }
 
-func (p *Provider) pingTimeout() time.Duration {
-	if p.PingTimeout > 0 {
-		return p.PingTimeout
-	}
-	return DefaultPingTimeout
-}
+func (p *Provider) pingTimeout() time.Duration { return cmp.Or(p.PingTimeout, DefaultPingTimeout) }
 
-func (p *Provider) callTimeout() time.Duration {
-	if p.CallTimeout > 0 {
-		return p.CallTimeout
-	}
-	return DefaultCallTimeout
-}
+func (p *Provider) callTimeout() time.Duration { return cmp.Or(p.CallTimeout, DefaultCallTimeout) }
 
-func (p *Provider) pullTimeout() time.Duration {
-	if p.PullTimeout > 0 {
-		return p.PullTimeout
-	}
-	return DefaultPullTimeout
-}
+func (p *Provider) pullTimeout() time.Duration { return cmp.Or(p.PullTimeout, DefaultPullTimeout) }
 
 // call bounds one short API call.
 func (p *Provider) call(ctx context.Context) (context.Context, context.CancelFunc) {
