@@ -2,12 +2,9 @@ package reaper_test
 
 import (
 	"context"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -124,87 +121,17 @@ func TestDockerExpiredSessionsAndOrphans(t *testing.T) {
 	want(t, e.pass(nil, false), reaper.Summary{})
 }
 
-// proxy is a docker socket that can go away and come back: the daemon as
-// xmode sees it, stopped and started without touching the real one.
-type proxy struct {
-	t      *testing.T
-	path   string
-	target string
-	mu     sync.Mutex
-	ln     net.Listener
-	conns  map[net.Conn]bool
-}
-
-func newProxy(t *testing.T) *proxy {
-	host := dockertest.Host()
-	if !strings.HasPrefix(host, "unix://") {
-		t.Skipf("SKIP: the daemon-down test proxies a unix socket; the test daemon is at %s", host)
-	}
-	dir, err := os.MkdirTemp("", "xmode-proxy") // short: unix socket paths are limited
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	p := &proxy{t: t, path: filepath.Join(dir, "docker.sock"), target: strings.TrimPrefix(host, "unix://"), conns: map[net.Conn]bool{}}
-	p.start()
-	t.Cleanup(p.stop)
-	return p
-}
-
-func (p *proxy) start() {
-	ln, err := net.Listen("unix", p.path)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("unix", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns[c], p.conns[up] = true, true
-			p.mu.Unlock()
-			go func() { io.Copy(up, c); up.Close() }()
-			go func() { io.Copy(c, up); c.Close() }()
-		}
-	}()
-}
-
-// stop is the daemon going down: the socket goes, open connections break.
-func (p *proxy) stop() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
-	for c := range p.conns {
-		c.Close()
-	}
-	p.conns = map[net.Conn]bool{}
-	os.Remove(p.path)
-}
-
 // With the daemon down, an expired docker session is NOT marked destroyed —
 // its container may still run — the failure is reported and the pass goes on;
 // the next pass, with the daemon back, finishes the job.
 func TestDockerDaemonDownDuringReap(t *testing.T) {
 	t.Parallel()
-	px := newProxy(t)
-	e, cli, _ := dockerEnv(t, "unix://"+px.path)
+	px := dockertest.NewSocketProxy(t)
+	e, cli, _ := dockerEnv(t, "unix://"+px.Path)
 	s := e.create("")
 	e.expire(s.ID)
 
-	px.stop()
+	px.Stop()
 	sum := e.pass(nil, false)
 	if sum.Destroyed != 0 || len(sum.Errors) != 2 {
 		t.Fatalf("daemon down: %+v", sum)
@@ -225,7 +152,9 @@ func TestDockerDaemonDownDuringReap(t *testing.T) {
 		t.Fatalf("a failed teardown kept its claim: %v", cl)
 	}
 
-	px.start()
+	if err := px.Start(); err != nil {
+		t.Fatal(err)
+	}
 	want(t, e.pass(nil, false), reaper.Summary{Expired: 1, Destroyed: 1, ContainersRemoved: 1, WorktreesReclaimed: 1})
 	if containerExists(t, cli, s.ContainerID) {
 		t.Fatal("container left after the daemon came back")

@@ -5,8 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -309,76 +307,6 @@ func TestReapTamperedRowsCLI(t *testing.T) {
 	}
 }
 
-// reapProxy is a docker socket that goes away and comes back: the daemon
-// stopping, as xmode sees it, without stopping the daemon other tests use.
-type reapProxy struct {
-	path, target string
-	mu           sync.Mutex
-	ln           net.Listener
-	conns        []net.Conn
-}
-
-func newReapProxy(t *testing.T) *reapProxy {
-	host := dockertest.Host()
-	if !strings.HasPrefix(host, "unix://") {
-		t.Skipf("SKIP: the test daemon is not on a unix socket (%s)", host)
-	}
-	dir, err := os.MkdirTemp("", "xmode-px")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	p := &reapProxy{path: filepath.Join(dir, "d.sock"), target: strings.TrimPrefix(host, "unix://")}
-	if err := p.start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.stop)
-	return p
-}
-
-func (p *reapProxy) start() error {
-	ln, err := net.Listen("unix", p.path)
-	if err != nil {
-		return err
-	}
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("unix", p.target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			go func() { io.Copy(up, c); up.Close() }()
-			go func() { io.Copy(c, up); c.Close() }()
-		}
-	}()
-	return nil
-}
-
-func (p *reapProxy) stop() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ln != nil {
-		p.ln.Close()
-		p.ln = nil
-	}
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-	os.Remove(p.path)
-}
-
 func reapManaged(t *testing.T, cli *client.Client, instance string) []container.Summary {
 	t.Helper()
 	cs, err := cli.ContainerList(context.Background(), container.ListOptions{All: true,
@@ -398,7 +326,7 @@ func TestReapDockerCLI(t *testing.T) {
 	t.Parallel()
 	cli := dockertest.Require(t)
 	img := dockertest.Image(t)
-	px := newReapProxy(t)
+	px := dockertest.NewSocketProxy(t)
 	dir := t.TempDir()
 	repo := filepath.Join(dir, "repo")
 	if err := makeRepo(repo); err != nil {
@@ -406,7 +334,7 @@ func TestReapDockerCLI(t *testing.T) {
 	}
 	root := filepath.Join(dir, "root")
 	env := []string{"XMODE_SANDBOX_ENGINE=docker", "XMODE_RUNNER_MODE=cloud_worker", "XMODE_SANDBOX_IMAGE=" + img,
-		"XMODE_SANDBOX_DOCKER_HOST=unix://" + px.path, "XMODE_SANDBOX_MAX_OPEN=0"}
+		"XMODE_SANDBOX_DOCKER_HOST=unix://" + px.Path, "XMODE_SANDBOX_MAX_OPEN=0"}
 	reapMust(t, root, env, "sandbox", "list")
 	instance, err := reapStore(t, root).InstanceID(context.Background())
 	if err != nil {
@@ -422,7 +350,7 @@ func TestReapDockerCLI(t *testing.T) {
 	reapMust(t, root, env, "sandbox", "extend", id, "--ttl", "1ms")
 	time.Sleep(10 * time.Millisecond)
 
-	px.stop()
+	px.Stop()
 	out, errOut, code := reapRun(t, root, env, "reap", "--json")
 	if code != 1 || !strings.Contains(errOut, id+": ") || !strings.Contains(errOut, "unreachable") || !strings.Contains(out, `"destroyed": 0`) {
 		t.Fatalf("daemon down: exit %d\n%s\n%s", code, out, errOut)
@@ -433,7 +361,7 @@ func TestReapDockerCLI(t *testing.T) {
 	if len(reapManaged(t, cli, instance)) != 1 {
 		t.Fatal("the container went while the daemon was down")
 	}
-	if err := px.start(); err != nil {
+	if err := px.Start(); err != nil {
 		t.Fatal(err)
 	}
 
