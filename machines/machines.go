@@ -2,10 +2,10 @@
 // (Sandboxes::ProjectMachine): one warm checkout per project under
 // <root>/project_machines/<project>/repo, from which every run of the
 // project gets a detached git worktree at <root>/runs/<run>/worktree instead
-// of a clone of its own. The git binary makes the worktrees (go-git v5
-// cannot), so git, users and agents all see real linked worktrees; go-git
-// only reads refs. A flock(2) per machine serialises what git needs
-// serialised; docs/project-machines.md explains the layout.
+// of a clone of its own. The git binary (through package gitcli) clones,
+// fetches, reads refs and makes the worktrees, so git, users and agents all
+// see real linked worktrees. A flock(2) per machine serialises what git
+// needs serialised; docs/project-machines.md explains the layout.
 package machines
 
 import (
@@ -24,6 +24,7 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/gitcli"
 	"github.com/xmode/xmode/store"
 )
 
@@ -155,7 +156,7 @@ func (m *Manager) Warm(ctx context.Context, project, repo, ref string) (mach *st
 		defaultRef = prev.DefaultRef
 	}
 	if defaultRef == "" {
-		head, err := runGit(ctx, nil, repoDir, "symbolic-ref", "--short", "refs/remotes/origin/HEAD")
+		head, err := gitcli.Run(ctx, nil, repoDir, "symbolic-ref", "--short", "refs/remotes/origin/HEAD")
 		if err != nil {
 			return nil, false, fail.Failedf("%s has no default branch (its HEAD is detached or missing): warm with --ref BRANCH", repo)
 		}
@@ -204,23 +205,23 @@ func (m *Manager) clone(ctx context.Context, project, repo string) error {
 	} else {
 		args = append(args, "--quiet")
 	}
-	if _, err := runGit(ctx, m.Progress, "", append(args, "--", repo, tmp)...); err != nil {
+	if _, err := gitcli.Run(ctx, m.Progress, "", append(args, "--", repo, tmp)...); err != nil {
 		root.RemoveAll(project + "/" + filepath.Base(tmp))
 		return fail.As(fail.Failed, fmt.Errorf("warm project machine %s: %w", project, err))
 	}
 	// No local branch: the machine's checkout is detached (see refresh).
-	head, err := runGit(ctx, nil, tmp, "rev-parse", "--verify", "--quiet", "HEAD")
+	head, err := gitcli.Run(ctx, nil, tmp, "rev-parse", "--verify", "--quiet", "HEAD")
 	if err != nil || head == "" {
 		root.RemoveAll(project + "/" + filepath.Base(tmp))
 		return fail.Failedf("warm project machine %s: %s has no commits (or no default branch): warm with --ref", project, repo)
 	}
-	if _, err := runGit(ctx, nil, tmp, "update-ref", "--no-deref", "HEAD", head); err != nil {
+	if _, err := gitcli.Run(ctx, nil, tmp, "update-ref", "--no-deref", "HEAD", head); err != nil {
 		return err
 	}
-	if branches, err := runGit(ctx, nil, tmp, "for-each-ref", "--format=%(refname:short)", "refs/heads/"); err != nil {
+	if branches, err := gitcli.Run(ctx, nil, tmp, "for-each-ref", "--format=%(refname:short)", "refs/heads/"); err != nil {
 		return err
 	} else if branches != "" {
-		if _, err := runGit(ctx, nil, tmp, append([]string{"branch", "--quiet", "-D"}, strings.Fields(branches)...)...); err != nil {
+		if _, err := gitcli.Run(ctx, nil, tmp, append([]string{"branch", "--quiet", "-D"}, strings.Fields(branches)...)...); err != nil {
 			return err
 		}
 	}
@@ -253,7 +254,7 @@ func (m *Manager) refresh(ctx context.Context, mach *store.Machine, fetch bool) 
 	// The machine's own checkout follows the default ref, detached: no
 	// local branch exists, so `git checkout main` in a worktree starts
 	// from origin's main as of the last fetch, never from a stale copy.
-	if _, err := runGit(ctx, nil, repoDir, "checkout", "--quiet", "--force", "--detach", commit); err != nil {
+	if _, err := gitcli.Run(ctx, nil, repoDir, "checkout", "--quiet", "--force", "--detach", commit); err != nil {
 		return fmt.Errorf("update the checkout of project machine %s: %w", mach.Project, err)
 	}
 	mach.HeadCommit, mach.LastFetchAt = commit, m.now()
@@ -271,7 +272,7 @@ func (m *Manager) fetch(ctx context.Context, repoDir, project string) error {
 		args = append(args, "--quiet")
 	}
 	args = append(args, "origin", "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
-	if _, err := runGit(ctx, m.Progress, repoDir, args...); err != nil {
+	if _, err := gitcli.Run(ctx, m.Progress, repoDir, args...); err != nil {
 		return fail.As(fail.Failed, fmt.Errorf("fetch project machine %s: %w", project, err))
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/gitcli"
 	"github.com/xmode/xmode/store"
 )
 
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	if os.Getenv("XMODE_TEST_RUN_GIT") == "1" {
-		runGit(context.Background(), nil, "", "-c", "alias.hang=!sleep 60", "hang")
+		gitcli.Run(context.Background(), nil, "", "-c", "alias.hang=!sleep 60", "hang")
 		os.Exit(0)
 	}
 	os.Exit(m.Run())

@@ -2,15 +2,11 @@ package machines
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
-	gogit "github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/plumbing/object"
-
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/gitcli"
 )
 
 // IsCommitish reports whether ref looks like a (possibly abbreviated)
@@ -49,73 +45,76 @@ func checkRef(ref string) error {
 // refCandidates are the refs a user's --ref may mean in a machine, in
 // order: a branch (the machine keeps origin's branches as remote-tracking
 // refs, so no local branch is ever stale), then a tag.
-func refCandidates(ref string) []plumbing.ReferenceName {
+func refCandidates(ref string) []string {
 	switch {
 	case strings.HasPrefix(ref, "refs/heads/"):
-		return []plumbing.ReferenceName{plumbing.NewRemoteReferenceName("origin", strings.TrimPrefix(ref, "refs/heads/"))}
+		return []string{"refs/remotes/origin/" + strings.TrimPrefix(ref, "refs/heads/")}
 	case strings.HasPrefix(ref, "refs/"):
-		return []plumbing.ReferenceName{plumbing.ReferenceName(ref)}
+		return []string{ref}
 	}
-	return []plumbing.ReferenceName{plumbing.NewRemoteReferenceName("origin", ref), plumbing.NewTagReferenceName(ref)}
+	return []string{"refs/remotes/origin/" + ref, "refs/tags/" + ref}
 }
 
-// resolve finds ref in the machine's repository without starting a
-// process: a branch, a tag (peeled to its commit) or a commit the machine
-// has. found is false when the machine lacks it (a fetch may bring it).
+// resolve finds ref in the machine's repository: a branch, a tag (peeled
+// to its commit) or a commit the machine has. found is false when the
+// machine lacks it (a fetch may bring it). One for-each-ref reads every
+// candidate ref, exactly by name (rev-parse's DWIM rules could take a tag
+// named "refs/remotes/origin/x" for the branch x); only a commit, or a tag
+// of a tag, costs a second git.
 func resolve(ctx context.Context, repoDir, ref string) (commit string, found bool, err error) {
-	r, err := gogit.PlainOpen(repoDir)
+	cands := refCandidates(ref)
+	out, err := gitcli.Run(ctx, nil, repoDir, append([]string{"for-each-ref",
+		"--format=%(refname) %(objecttype) %(objectname) %(*objecttype) %(*objectname)", "--end-of-options"}, cands...)...)
 	if err != nil {
-		return "", false, fmt.Errorf("open project machine %s: %w", repoDir, err)
+		return "", false, fmt.Errorf("read refs of project machine %s: %w", repoDir, err)
 	}
-	for _, name := range refCandidates(ref) {
-		rf, err := r.Reference(name, true)
-		if errors.Is(err, plumbing.ErrReferenceNotFound) {
+	type refInfo struct{ typ, hash, peeledTyp, peeled string }
+	refs := map[string]refInfo{}
+	for _, line := range strings.Split(out, "\n") {
+		// A ref name has no spaces; an unpeelable ref has no last two fields.
+		f := strings.Fields(line)
+		if len(f) >= 3 {
+			ri := refInfo{typ: f[1], hash: f[2]}
+			if len(f) == 5 {
+				ri.peeledTyp, ri.peeled = f[3], f[4]
+			}
+			refs[f[0]] = ri
+		}
+	}
+	for _, name := range cands {
+		ri, ok := refs[name] // for-each-ref's patterns also match name/...
+		if !ok {
 			continue
 		}
-		if err != nil {
-			return "", false, fmt.Errorf("read %s in %s: %w", name, repoDir, err)
+		switch {
+		case strings.HasPrefix(name, "refs/remotes/") || ri.typ == "commit":
+			return ri.hash, true, nil // branches point at commits
+		case ri.typ == "tag" && ri.peeledTyp == "commit":
+			return ri.peeled, true, nil
+		case ri.typ == "tag" && ri.peeledTyp == "tag":
+			// A tag of a tag: git follows the chain.
+			h, err := gitcli.Run(ctx, nil, repoDir, "rev-parse", "--verify", "--quiet", "--end-of-options", name+"^{commit}")
+			if err != nil {
+				return "", false, fmt.Errorf("%s in %s: does not lead to a commit", name, repoDir)
+			}
+			return h, true, nil
+		case ri.typ == "tag":
+			return "", false, fmt.Errorf("%s in %s: %s is a %s, not a commit", name, repoDir, ri.peeled, ri.peeledTyp)
+		default:
+			return "", false, fmt.Errorf("%s in %s: %s is a %s, not a commit", name, repoDir, ri.hash, ri.typ)
 		}
-		if name.IsRemote() {
-			return rf.Hash().String(), true, nil // branches point at commits
-		}
-		h, err := peel(r, rf.Hash())
-		if err != nil {
-			return "", false, fmt.Errorf("%s in %s: %w", name, repoDir, err)
-		}
-		return h, true, nil
 	}
 	if !IsCommitish(ref) {
 		return "", false, nil
 	}
-	if len(ref) == 40 {
-		if _, err := r.CommitObject(plumbing.NewHash(ref)); err == nil {
-			return ref, true, nil
-		}
-		return "", false, nil
-	}
-	// An abbreviated commit: git knows how to expand it.
-	out, err := runGit(ctx, nil, repoDir, "rev-parse", "--verify", "--quiet", "--end-of-options", ref+"^{commit}")
+	// A commit, maybe abbreviated: git knows how to expand it.
+	out, err = gitcli.Run(ctx, nil, repoDir, "rev-parse", "--verify", "--quiet", "--end-of-options", ref+"^{commit}")
 	if err != nil {
 		return "", false, nil
 	}
-	return out, true, nil
-}
-
-// peel follows annotated tags to the commit they name.
-func peel(r *gogit.Repository, h plumbing.Hash) (string, error) {
-	for range 10 {
-		obj, err := r.Object(plumbing.AnyObject, h)
-		if err != nil {
-			return "", err
-		}
-		switch o := obj.(type) {
-		case *object.Commit:
-			return o.Hash.String(), nil
-		case *object.Tag:
-			h = o.Target
-		default:
-			return "", fmt.Errorf("%s is a %s, not a commit", h, obj.Type())
-		}
+	if len(ref) == 40 && out != ref {
+		// A full hash names that object: a tag's hash is not its commit's.
+		return "", false, nil
 	}
-	return "", fmt.Errorf("tag chain at %s is too long", h)
+	return out, true, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/gitcli"
 	"github.com/xmode/xmode/store"
 )
 
@@ -113,7 +114,7 @@ func (m *Manager) resolveLocked(ctx context.Context, mach *store.Machine, repoDi
 	}
 	if err == nil && !found && IsCommitish(want) {
 		// A commit no branch or tag reaches: ask origin for it by name.
-		if _, ferr := runGit(ctx, m.Progress, repoDir, "fetch", "--quiet", "--no-write-fetch-head", "origin", want); ferr == nil {
+		if _, ferr := gitcli.Run(ctx, m.Progress, repoDir, "fetch", "--quiet", "--no-write-fetch-head", "origin", want); ferr == nil {
 			commit, found, err = resolve(ctx, repoDir, want)
 		}
 	}
@@ -145,7 +146,7 @@ func (c *Checkout) Close() {
 // file points into the machine by a relative path, so the worktree works
 // wherever the storage root is mounted (docker volume mode).
 func (c *Checkout) AddWorktree(ctx context.Context, runID, path string) error {
-	if _, err := runGit(ctx, nil, c.repoDir, "worktree", "add", "--quiet", "--detach", "--lock",
+	if _, err := gitcli.Run(ctx, nil, c.repoDir, "worktree", "add", "--quiet", "--detach", "--lock",
 		"--reason", "xmode "+runID, path, c.Commit); err != nil {
 		return fmt.Errorf("branch a worktree of project machine %s: %w", c.Machine.Project, err)
 	}

@@ -5,50 +5,109 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 
-	"github.com/go-git/go-git/v5"
-	gitconfig "github.com/go-git/go-git/v5/config"
-	"github.com/go-git/go-git/v5/plumbing"
-	"github.com/go-git/go-git/v5/storage/memory"
-
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/gitcli"
 	"github.com/xmode/xmode/machines"
 )
 
 // target is a ref resolved against the remote before anything is written.
 type target struct {
-	ref  plumbing.ReferenceName // branch or tag; "" for a commit
-	hash string                 // commit (prefix) when ref is ""
+	ref  string // full name of a branch or tag (refs/heads/…, refs/tags/…); "" for a commit
+	hash string // commit (maybe abbreviated, lowercase) when ref is ""
 }
 
-// resolveRef lists the remote's refs (go-git; no disk writes) and resolves
-// the user's --ref to a branch, a tag or a commit. An unknown name is a
-// usage error, found before any session or directory exists.
-func resolveRef(ctx context.Context, repo, ref string) (target, error) {
-	remote := git.NewRemote(memory.NewStorage(), &gitconfig.RemoteConfig{Name: "origin", URLs: []string{repo}})
-	refs, err := remote.ListContext(ctx, &git.ListOptions{})
-	if err != nil {
-		return target{}, fail.Failedf("cannot read repository %s: %v", repo, err)
+// short is the name a user would give for t.ref: main for refs/heads/main,
+// v1 for refs/tags/v1; "" for a commit.
+func (t target) short() string {
+	if s, ok := strings.CutPrefix(t.ref, "refs/heads/"); ok {
+		return s
 	}
-	byName := map[plumbing.ReferenceName]*plumbing.Reference{}
-	for _, r := range refs {
-		byName[r.Name()] = r
+	return strings.TrimPrefix(t.ref, "refs/tags/")
+}
+
+// checkRepo refuses a repository git could take for an option. A local
+// path is absolute by now (machines.NormaliseRepo), so only a URL can
+// start with '-'; git itself blocks such a path too, but xmode says why.
+func checkRepo(repo string) error {
+	if strings.HasPrefix(repo, "-") {
+		return fail.Usagef("--repo %q: a repository cannot start with '-'", repo)
+	}
+	return nil
+}
+
+// gitMessage is what git said when it failed, for a user-facing message.
+func gitMessage(err error) string {
+	var ge *gitcli.Error
+	if errors.As(err, &ge) && ge.Stderr != "" {
+		return ge.Stderr
+	}
+	return err.Error()
+}
+
+// resolveRef lists the remote's refs (git ls-remote: no disk writes, one
+// round trip) and resolves the user's --ref to a branch, a tag or a
+// commit. An unknown name is a usage error, found before any session or
+// directory exists. The ref never reaches git's command line here: it is
+// matched against the listing.
+func resolveRef(ctx context.Context, repo, ref string) (target, error) {
+	if err := checkRepo(repo); err != nil {
+		return target{}, err
+	}
+	out, err := gitcli.Run(ctx, nil, "", "ls-remote", "--symref", "--", repo)
+	if err != nil {
+		if ctx.Err() != nil {
+			return target{}, err
+		}
+		return target{}, fail.Failedf("cannot read repository %s: %s", repo, gitMessage(err))
+	}
+	// Lines are "<hash>\t<name>", "ref: <target>\t<name>" for a symbolic
+	// ref (HEAD), and "<hash>\t<tag>^{}" for what an annotated tag peels to.
+	hashes := map[string]string{}
+	var headTarget string
+	for _, line := range strings.Split(out, "\n") {
+		val, name, ok := strings.Cut(line, "\t")
+		if !ok {
+			continue
+		}
+		if t, sym := strings.CutPrefix(val, "ref: "); sym {
+			if name == "HEAD" {
+				headTarget = t
+			}
+			continue
+		}
+		hashes[name] = val
 	}
 	if ref == "" || ref == "HEAD" {
-		head, ok := byName[plumbing.HEAD]
-		if !ok {
-			return target{}, fail.Failedf("repository %s has no HEAD (empty?): give --ref", repo)
+		if headTarget != "" {
+			if _, ok := hashes[headTarget]; ok {
+				return target{ref: headTarget}, nil
+			}
+		} else if h, ok := hashes["HEAD"]; ok {
+			return target{hash: h}, nil // a detached HEAD
 		}
-		if head.Type() == plumbing.SymbolicReference {
-			return target{ref: head.Target()}, nil
-		}
-		return target{hash: head.Hash().String()}, nil
+		return target{}, fail.Failedf("repository %s has no HEAD (empty?): give --ref", repo)
 	}
-	for _, name := range []plumbing.ReferenceName{
-		plumbing.ReferenceName(ref), plumbing.NewBranchReferenceName(ref), plumbing.NewTagReferenceName(ref),
-	} {
-		if _, ok := byName[name]; ok && (name.IsBranch() || name.IsTag()) {
+	for _, name := range []string{ref, "refs/heads/" + ref, "refs/tags/" + ref} {
+		if _, ok := hashes[name]; !ok || strings.HasSuffix(name, "^{}") {
+			continue
+		}
+		if short, ok := strings.CutPrefix(name, "refs/heads/"); ok && short != "" {
+			return target{ref: name}, nil
+		}
+		if short, ok := strings.CutPrefix(name, "refs/tags/"); ok && short != "" {
+			if _, branch := hashes["refs/heads/"+short]; branch {
+				// clone --branch takes the branch of that name: check the
+				// tag's commit out instead.
+				commit := hashes[name]
+				if peeled, ok := hashes[name+"^{}"]; ok {
+					commit = peeled
+				}
+				return target{hash: commit}, nil
+			}
 			return target{ref: name}, nil
 		}
 	}
@@ -59,37 +118,62 @@ func resolveRef(ctx context.Context, repo, ref string) (target, error) {
 }
 
 // clone checks out t into dir and returns the commit it checked out. A
-// branch or tag is cloned shallow (depth 1, one branch, no other tags); a
-// commit needs the history to find it.
+// branch or tag is cloned shallow (depth 1, one branch, no tags); a commit
+// needs the history to find it, so it is a full clone without a checkout,
+// then a detached checkout of the commit. --no-local makes a local path
+// cloned like a file:// URL: shallow, and without hard links from the
+// sandbox's .git into the user's repository, which a step could write
+// through.
 func clone(ctx context.Context, repo string, t target, dir string, progress io.Writer) (string, error) {
-	opts := &git.CloneOptions{URL: repo, Progress: progress, Tags: git.NoTags}
+	if err := checkRepo(repo); err != nil {
+		return "", err
+	}
+	// A tag checked out detaches HEAD: git's advice about it is noise here.
+	args := []string{"-c", "advice.detachedHead=false", "clone", "--no-local"}
+	if progress != nil {
+		args = append(args, "--progress")
+	} else {
+		args = append(args, "--quiet")
+	}
 	if t.ref != "" {
-		opts.ReferenceName, opts.SingleBranch, opts.Depth = t.ref, true, 1
+		args = append(args, "--depth", "1", "--single-branch", "--no-tags", "--branch", t.short())
+	} else {
+		args = append(args, "--no-checkout")
 	}
-	r, err := git.PlainCloneContext(ctx, dir, false, opts)
-	if err != nil {
-		return "", fmt.Errorf("git clone %s: %w", repo, err)
+	// xmode makes the directory, not git: git interrupted (Ctrl-C, or xmode
+	// killed) then empties it but leaves it, so it stays the half-made
+	// worktree the reaper looks for and removes through the guard.
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return "", fmt.Errorf("create the run directory: %w", err)
 	}
-	if t.hash != "" {
-		h, err := r.ResolveRevision(plumbing.Revision(t.hash))
-		if err != nil {
-			return "", fail.Failedf("commit %s not found in %s: %v", t.hash, repo, err)
-		}
-		wt, err := r.Worktree()
-		if err != nil {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create the worktree: %w", err)
+	}
+	if _, err := gitcli.Run(ctx, progress, "", append(args, "--", repo, dir)...); err != nil {
+		if ctx.Err() != nil {
 			return "", err
 		}
-		if err := wt.Checkout(&git.CheckoutOptions{Hash: *h}); err != nil {
+		return "", fmt.Errorf("git clone %s: %s", repo, gitMessage(err))
+	}
+	if t.hash != "" {
+		h, err := gitcli.Run(ctx, nil, dir, "rev-parse", "--verify", "--quiet", "--end-of-options", t.hash+"^{commit}")
+		if err != nil {
+			if ctx.Err() != nil {
+				return "", err
+			}
+			if len(t.hash) < 40 {
+				return "", fail.Failedf("commit %s not found in %s (or more than one commit starts with it)", t.hash, repo)
+			}
+			return "", fail.Failedf("commit %s not found in %s", t.hash, repo)
+		}
+		if _, err := gitcli.Run(ctx, nil, dir, "checkout", "--quiet", "--detach", h); err != nil {
 			return "", fmt.Errorf("git checkout %s: %w", t.hash, err)
 		}
-		return h.String(), nil
+		return h, nil
 	}
-	head, err := r.Head()
+	head, err := gitcli.Run(ctx, nil, dir, "rev-parse", "--verify", "HEAD")
 	if err != nil {
 		return "", fmt.Errorf("read HEAD of the new checkout: %w", err)
 	}
-	if errors.Is(ctx.Err(), context.Canceled) {
-		return "", ctx.Err()
-	}
-	return head.Hash().String(), nil
+	return head, nil
 }

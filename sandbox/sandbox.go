@@ -88,7 +88,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		}
 		sess.Ref = o.Ref
 		if sess.Ref == "" {
-			sess.Ref = tgt.ref.Short()
+			sess.Ref = tgt.short()
 		}
 		sess.RunID = store.NewRunID()
 	} else {

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package machines
+package gitcli
 
 import "os/exec"
 

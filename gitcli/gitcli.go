@@ -1,0 +1,130 @@
+// Package gitcli is xmode's one way of running the git binary, for the
+// run clones of package sandbox and the project machines of package
+// machines. xmode does not link a Go git implementation: its package init
+// alone would cost every xmode command milliseconds of page faults, and the
+// local transports need git installed anyway (docs/architecture.md, "git:
+// the git binary").
+package gitcli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// safety is passed to every git xmode runs: hooks and the fsmonitor are
+// commands, and a sandboxed step can write a repository's .git (a machine
+// worktree's git dir lives in the machine), so xmode never runs them.
+var safety = []string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"}
+
+// relocating variables would point git at another repository than -C's.
+var relocating = map[string]bool{
+	"GIT_DIR": true, "GIT_WORK_TREE": true, "GIT_INDEX_FILE": true, "GIT_COMMON_DIR": true,
+	"GIT_OBJECT_DIRECTORY": true, "GIT_ALTERNATE_OBJECT_DIRECTORIES": true, "GIT_NAMESPACE": true,
+	"GIT_CEILING_DIRECTORIES": true, "GIT_DISCOVERY_ACROSS_FILESYSTEM": true, "GIT_PREFIX": true,
+}
+
+// waitDelay bounds how long a cancelled git may take to clean up after
+// SIGTERM (and how long its children may hold its pipes) before it is
+// killed.
+const waitDelay = 10 * time.Second
+
+func env(interactive bool) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if !relocating[k] {
+			env = append(env, kv)
+		}
+	}
+	if !interactive {
+		// Nobody can answer a credentials prompt: fail instead of hanging.
+		env = append(env, "GIT_TERMINAL_PROMPT=0")
+	}
+	return env
+}
+
+// Error is a git command that failed: its arguments (as given to Run), how
+// it ended, and the last lines of its stderr.
+type Error struct {
+	Args   []string
+	Err    error  // usually an *exec.ExitError
+	Stderr string // git's last stderr lines, "; "-joined, progress dropped
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("git %s: %v: %s", strings.Join(e.Args, " "), e.Err, e.Stderr)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Run runs the git binary in dir (when not empty) and returns its stdout,
+// trimmed. progress, when not nil, also receives git's stderr live (clone
+// and fetch progress on a terminal) and lets git prompt for credentials;
+// when nil, git must not prompt. Cancelling ctx sends git SIGTERM, so it
+// cleans up its lock files and half-made clones or worktrees before it
+// exits; Run then returns ctx.Err().
+func Run(ctx context.Context, progress io.Writer, dir string, args ...string) (string, error) {
+	return run(ctx, progress, nil, dir, args)
+}
+
+// RunInput is Run without progress, with stdin as git's standard input
+// (for the --batch and --stdin commands).
+func RunInput(ctx context.Context, dir, stdin string, args ...string) (string, error) {
+	return run(ctx, nil, strings.NewReader(stdin), dir, args)
+}
+
+func run(ctx context.Context, progress io.Writer, stdin io.Reader, dir string, args []string) (string, error) {
+	argv := append([]string(nil), safety...)
+	if dir != "" {
+		argv = append(argv, "-C", dir)
+	}
+	argv = append(argv, args...)
+	c := exec.CommandContext(ctx, "git", argv...)
+	c.Env = env(progress != nil)
+	c.Stdin = stdin
+	var stdout, stderr bytes.Buffer
+	c.Stdout = &stdout
+	c.Stderr = &stderr
+	if progress != nil {
+		c.Stderr = io.MultiWriter(&stderr, progress)
+	}
+	c.Cancel = func() error { return c.Process.Signal(syscall.SIGTERM) }
+	c.WaitDelay = waitDelay
+	dieWithParent(c)
+	if err := c.Run(); err != nil {
+		if ctx.Err() != nil {
+			return "", ctx.Err()
+		}
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			// git did not start (not installed?): say so, not "exit status".
+			return "", fmt.Errorf("run git %s: %w", strings.Join(args, " "), err)
+		}
+		return "", &Error{Args: args, Err: err, Stderr: lastLines(stderr.String(), 5)}
+	}
+	return strings.TrimSpace(stdout.String()), nil
+}
+
+// lastLines keeps the end of git's stderr for an error message, without
+// the progress lines (they end in \r).
+func lastLines(s string, n int) string {
+	var keep []string
+	for _, l := range strings.Split(strings.ReplaceAll(s, "\r", "\n"), "\n") {
+		l = strings.TrimSpace(l)
+		if l != "" && !strings.Contains(l, "% (") {
+			keep = append(keep, l)
+		}
+	}
+	if len(keep) > n {
+		keep = keep[len(keep)-n:]
+	}
+	return strings.Join(keep, "; ")
+}

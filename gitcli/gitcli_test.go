@@ -1,0 +1,249 @@
+package gitcli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestMain doubles as an xmode that runs a git for TestDiesWithParent.
+func TestMain(m *testing.M) {
+	if os.Getenv("GITCLI_TEST_RUN_GIT") == "1" {
+		Run(context.Background(), nil, "", "-c", "alias.hang=!sleep 60", "hang")
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// git runs the real git for a test's setup, outside the package's safety.
+func git(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	c := exec.Command("git", append([]string{"-C", dir}, args...)...)
+	c.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com",
+		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com", "GIT_CONFIG_NOSYSTEM=1")
+	out, err := c.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func repo(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "repo")
+	git(t, ".", "init", "-q", "-b", "main", dir)
+	if err := os.WriteFile(filepath.Join(dir, "README"), []byte("one\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git(t, dir, "add", ".")
+	git(t, dir, "commit", "-qm", "one")
+	return dir
+}
+
+func TestRunReturnsTrimmedStdoutInDir(t *testing.T) {
+	dir := repo(t)
+	out, err := Run(context.Background(), nil, dir, "rev-parse", "HEAD")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := git(t, dir, "rev-parse", "HEAD"); out != want {
+		t.Fatalf("Run = %q, want %q", out, want)
+	}
+	out, err = RunInput(context.Background(), dir, "HEAD\nnosuch\n", "cat-file", "--batch-check=%(objecttype)")
+	if err != nil || out != "commit\nnosuch missing" {
+		t.Fatalf("RunInput = %q, %v", out, err)
+	}
+}
+
+func TestErrorCarriesArgsAndLastStderrLines(t *testing.T) {
+	dir := repo(t)
+	_, err := Run(context.Background(), nil, dir, "rev-parse", "--verify", "nosuch")
+	var ge *Error
+	if !errors.As(err, &ge) {
+		t.Fatalf("err = %v (%T), want *Error", err, err)
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 128 {
+		t.Fatalf("err does not unwrap to git's exit 128: %v", err)
+	}
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "git rev-parse --verify nosuch: exit status 128: ") || !strings.Contains(msg, "Needed a single revision") {
+		t.Fatalf("message %q", msg)
+	}
+}
+
+func TestLastLines(t *testing.T) {
+	in := "one\ntwo\nReceiving objects:  50% (1/2)\rReceiving objects: 100% (2/2), done.\n\nthree\nfour\nfive\nsix\n"
+	if got := lastLines(in, 5); got != "two; three; four; five; six" {
+		t.Fatalf("lastLines = %q", got)
+	}
+	if got := lastLines("a\nb\n", 5); got != "a; b" {
+		t.Fatalf("lastLines = %q", got)
+	}
+}
+
+func TestProgressGetsStderrLive(t *testing.T) {
+	var progress bytes.Buffer
+	if _, err := Run(context.Background(), &progress, "", "-c", "alias.say=!echo to-progress >&2", "say"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(progress.String(), "to-progress") {
+		t.Fatalf("progress got %q", progress.String())
+	}
+}
+
+// Without a progress writer nobody can answer a prompt: git must not ask.
+func TestNoPromptWithoutProgress(t *testing.T) {
+	t.Setenv("GIT_TERMINAL_PROMPT", "1")
+	show := []string{"-c", `alias.prompt=!echo "p=$GIT_TERMINAL_PROMPT"`, "prompt"}
+	if out, err := Run(context.Background(), nil, "", show...); err != nil || out != "p=0" {
+		t.Fatalf("without progress: %q %v", out, err)
+	}
+	if out, err := Run(context.Background(), &bytes.Buffer{}, "", show...); err != nil || out != "p=1" {
+		t.Fatalf("with progress: %q %v", out, err)
+	}
+}
+
+// A GIT_DIR (or the like) in xmode's environment must not point git at
+// another repository than dir.
+func TestRelocatingVariablesDropped(t *testing.T) {
+	dir, other := repo(t), repo(t)
+	t.Setenv("GIT_DIR", filepath.Join(other, ".git"))
+	t.Setenv("GIT_WORK_TREE", other)
+	out, err := Run(context.Background(), nil, dir, "rev-parse", "--show-toplevel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := filepath.EvalSymlinks(out); got != mustEval(t, dir) {
+		t.Fatalf("toplevel %q, want %q", out, dir)
+	}
+}
+
+func mustEval(t *testing.T, p string) string {
+	t.Helper()
+	r, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// The repository's own hooks and fsmonitor are commands a sandboxed step
+// could have written: xmode's git never runs them.
+func TestHooksAndFsmonitorDisabled(t *testing.T) {
+	dir := repo(t)
+	marker := filepath.Join(t.TempDir(), "ran")
+	hooks := filepath.Join(t.TempDir(), "hooks")
+	os.MkdirAll(hooks, 0o755)
+	script := "#!/bin/sh\necho $0 >> " + marker + "\n"
+	if err := os.WriteFile(filepath.Join(hooks, "post-checkout"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fsmon := filepath.Join(t.TempDir(), "fsmonitor")
+	if err := os.WriteFile(fsmon, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	git(t, dir, "config", "core.hooksPath", hooks)
+	git(t, dir, "config", "core.fsmonitor", fsmon)
+	if _, err := Run(context.Background(), nil, dir, "checkout", "--quiet", "--detach", "HEAD"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(context.Background(), nil, dir, "status", "--porcelain"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(marker); err == nil {
+		t.Fatalf("xmode's git ran %s", b)
+	}
+	// The control: git without the safety runs them, so the test can fail.
+	git(t, dir, "checkout", "--quiet", "--detach", "HEAD")
+	if b, _ := os.ReadFile(marker); !strings.Contains(string(b), "post-checkout") {
+		t.Fatalf("the hook does not run even without the safety: %q", b)
+	}
+}
+
+// Cancelling sends git SIGTERM (not SIGKILL), so git can clean up: here git
+// passes the signal to its alias, whose trap leaves a mark.
+func TestCancelTerminatesGit(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "terminated")
+	ctx, cancel := context.WithCancel(context.Background())
+	alias := `alias.hang=!sleep 60 & trap "kill $!; echo term > ` + marker + `; exit 143" TERM; wait`
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := Run(ctx, nil, "", "-c", alias, "hang")
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want context.Canceled", err)
+		}
+	case <-time.After(waitDelay + 5*time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Run took %v after cancel: git did not end on SIGTERM", d)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("git's child never got SIGTERM: %v", err)
+	}
+}
+
+// git dies with the xmode that started it, even when xmode is SIGKILLed.
+func TestDiesWithParent(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("Pdeathsig and /proc are Linux")
+	}
+	c := exec.Command(os.Args[0], "-test.run=^$")
+	c.Env = append(os.Environ(), "GITCLI_TEST_RUN_GIT=1")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	gitPid := 0
+	for i := 0; i < 1000 && gitPid == 0; i++ {
+		time.Sleep(5 * time.Millisecond)
+		tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(c.Process.Pid) + "/task/*/children")
+		for _, f := range tasks {
+			if b, _ := os.ReadFile(f); len(strings.Fields(string(b))) > 0 {
+				gitPid, _ = strconv.Atoi(strings.Fields(string(b))[0])
+			}
+		}
+	}
+	if gitPid == 0 {
+		c.Process.Kill()
+		t.Fatal("git never started")
+	}
+	c.Process.Signal(syscall.SIGKILL)
+	c.Wait()
+	for i := 0; i < 300; i++ {
+		if err := syscall.Kill(gitPid, 0); errors.Is(err, syscall.ESRCH) {
+			return
+		}
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(gitPid) + "/status"); strings.Contains(string(b), "State:\tZ") {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	syscall.Kill(gitPid, syscall.SIGKILL)
+	t.Fatalf("git %d outlived its killed parent", gitPid)
+}
+
+func TestGitMissing(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	_, err := Run(context.Background(), nil, "", "version")
+	var ge *Error
+	if err == nil || errors.As(err, &ge) || !strings.Contains(err.Error(), "run git version") {
+		t.Fatalf("err = %v", err)
+	}
+}
