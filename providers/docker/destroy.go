@@ -6,13 +6,9 @@ import (
 	"strings"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/api/types/volume"
-
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/providers/docker/internal/dockerapi"
 )
 
 // Labels xmode puts on everything it creates (contract §5). The caller fills
@@ -58,7 +54,7 @@ func (p *Provider) removeContainer(ctx context.Context, ref, sessionID string) e
 	cctx, cancel := p.call(ctx)
 	defer cancel()
 	ci, err := p.cli.ContainerInspect(cctx, ref)
-	if cerrdefs.IsNotFound(err) {
+	if dockerapi.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
@@ -68,12 +64,12 @@ func (p *Provider) removeContainer(ctx context.Context, ref, sessionID string) e
 		return fail.Refusedf("will not remove container %s (%s): %v", shortID(ci.ID), strings.TrimPrefix(ci.Name, "/"), err)
 	}
 	for attempt := 0; ; attempt++ {
-		err = p.cli.ContainerRemove(cctx, ci.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
-		if err == nil || cerrdefs.IsNotFound(err) {
+		err = p.cli.ContainerRemove(cctx, ci.ID, dockerapi.RemoveOptions{Force: true, RemoveVolumes: true})
+		if err == nil || dockerapi.IsNotFound(err) {
 			return nil
 		}
 		// "removal already in progress": another reaper got there first.
-		if cerrdefs.IsConflict(err) && attempt < 20 {
+		if dockerapi.IsConflict(err) && attempt < 20 {
 			select {
 			case <-cctx.Done():
 				return p.wrap(cctx.Err(), "remove container "+shortID(ci.ID))
@@ -110,7 +106,7 @@ func (p *Provider) removeVolume(ctx context.Context, name string) error {
 	cctx, cancel := p.call(ctx)
 	defer cancel()
 	v, err := p.cli.VolumeInspect(cctx, name)
-	if cerrdefs.IsNotFound(err) {
+	if dockerapi.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
@@ -119,7 +115,7 @@ func (p *Provider) removeVolume(ctx context.Context, name string) error {
 	if v.Labels[LabelManaged] != "true" {
 		return fail.Refusedf("will not remove volume %s: it is not managed by xmode (no %s=true label)", name, LabelManaged)
 	}
-	if err := p.cli.VolumeRemove(cctx, name, false); err != nil && !cerrdefs.IsNotFound(err) {
+	if err := p.cli.VolumeRemove(cctx, name, false); err != nil && !dockerapi.IsNotFound(err) {
 		return p.wrap(err, "remove volume "+name)
 	}
 	return nil
@@ -165,10 +161,10 @@ func (p *Provider) ListManaged(ctx context.Context, instanceID string) (Managed,
 	if _, err := p.Ping(ctx); err != nil {
 		return out, err
 	}
-	f := filters.NewArgs(filters.Arg("label", LabelManaged+"=true"), filters.Arg("label", LabelInstance+"="+instanceID))
+	f := dockerapi.Filters{"label": {LabelManaged + "=true", LabelInstance + "=" + instanceID}}
 	cctx, cancel := p.call(ctx)
 	defer cancel()
-	cs, err := p.cli.ContainerList(cctx, container.ListOptions{All: true, Filters: f})
+	cs, err := p.cli.ContainerList(cctx, true, f)
 	if err != nil {
 		return out, p.wrap(err, "list containers")
 	}
@@ -178,16 +174,16 @@ func (p *Provider) ListManaged(ctx context.Context, instanceID string) (Managed,
 			name = strings.TrimPrefix(c.Names[0], "/")
 		}
 		out.Containers = append(out.Containers, ManagedContainer{
-			ID: c.ID, Name: name, Image: c.Image, State: string(c.State),
+			ID: c.ID, Name: name, Image: c.Image, State: c.State,
 			Created: time.Unix(c.Created, 0), Labels: c.Labels,
 		})
 	}
-	vs, err := p.cli.VolumeList(cctx, volume.ListOptions{Filters: f})
+	vs, err := p.cli.VolumeList(cctx, f)
 	if err != nil {
 		return out, p.wrap(err, "list volumes")
 	}
-	for _, v := range vs.Volumes {
-		if v == nil || v.Name == p.cfg.StorageVolume {
+	for _, v := range vs {
+		if v.Name == p.cfg.StorageVolume {
 			continue
 		}
 		out.Volumes = append(out.Volumes, ManagedVolume{Name: v.Name, CreatedAt: v.CreatedAt, Labels: v.Labels})

@@ -1,7 +1,14 @@
 // Package docker is the design's DockerEngine: the engine adapter that runs a
 // cloud_worker session in its own container on a Docker daemon, reached over
-// the Engine API (unix:// or tcp://) with the Go SDK and API-version
-// negotiation, so Engine 20.10 (API 1.41) and newer daemons both work.
+// the Engine API (unix:// or tcp://) with API-version negotiation, so Engine
+// 20.10 (API 1.41) and newer daemons both work.
+//
+// The API is spoken over net/http by the small client in
+// internal/dockerapi, not by the Docker SDK: linking the SDK's client (and
+// even its api/types) costs every xmode command 5–9 ms of start-up — package
+// initialisation of distribution/reference, go-digest and OpenTelemetry, and
+// ~10 MB of binary — for calls that are a few lines of HTTP each. The tests
+// use the SDK as an independent check of what the provider did.
 //
 // One container per session, named xmode-<session>, started by Provision with
 // an init process (HostConfig.Init) and a keep-alive command; every step is
@@ -21,12 +28,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/client"
-
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/providers/docker/internal/dockerapi"
 )
 
 // Name is the engine name the provider registers under.
@@ -53,7 +58,7 @@ func init() {
 // after New and before the first call; a Provider is safe for concurrent use.
 type Provider struct {
 	cfg   *config.Config
-	cli   *client.Client
+	cli   *dockerapi.Client
 	guard engine.Guard
 
 	// Progress receives image pull progress, rendered like `docker run`
@@ -85,11 +90,16 @@ func New(cfg *config.Config) (*Provider, error) {
 	if cfg == nil {
 		return nil, errors.New("docker provider: no configuration")
 	}
-	opts := []client.Opt{client.FromEnv, client.WithAPIVersionNegotiation()}
-	if cfg.DockerHost != "" {
-		opts = append(opts, client.WithHost(cfg.DockerHost))
+	// DOCKER_HOST, DOCKER_API_VERSION and the TLS variables as the docker
+	// CLI reads them; XMODE_SANDBOX_DOCKER_HOST wins over DOCKER_HOST.
+	dc, err := dockerapi.ConfigFromEnv(os.Getenv)
+	if err == nil && cfg.DockerHost != "" {
+		dc.Host = cfg.DockerHost
 	}
-	cli, err := client.NewClientWithOpts(opts...)
+	var cli *dockerapi.Client
+	if err == nil {
+		cli, err = dockerapi.New(dc)
+	}
 	if err != nil {
 		return nil, fail.Enginef("docker endpoint %s: %v: check XMODE_SANDBOX_DOCKER_HOST / DOCKER_HOST (unix:///var/run/docker.sock or tcp://host:port) and DOCKER_CERT_PATH / DOCKER_TLS_VERIFY", hostOrDefault(cfg.DockerHost), err)
 	}
@@ -107,11 +117,8 @@ func (p *Provider) SetWarnings(w io.Writer) { p.Warnings = w }
 // Name implements engine.Adapter.
 func (p *Provider) Name() string { return Name }
 
-// Client is the SDK client, for callers (doctor, tests) that need more.
-func (p *Provider) Client() *client.Client { return p.cli }
-
 // Host is the daemon endpoint the provider talks to.
-func (p *Provider) Host() string { return p.cli.DaemonHost() }
+func (p *Provider) Host() string { return p.cli.Host() }
 
 // Close releases the client's connections.
 func (p *Provider) Close() error { return p.cli.Close() }
@@ -126,15 +133,18 @@ func (p *Provider) Ping(ctx context.Context) (string, error) {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
 		}
+		var ve *dockerapi.VersionError
+		if errors.As(err, &ve) {
+			return "", fail.Enginef("%v: upgrade the daemon, or point XMODE_SANDBOX_DOCKER_HOST or DOCKER_HOST at a newer one", err)
+		}
 		return "", p.unreachable(err)
 	}
-	p.cli.NegotiateAPIVersionPing(ping)
 	return ping.APIVersion, nil
 }
 
 // APIVersion is the API version the client speaks after negotiation (the
-// lower of the daemon's and the SDK's). Call Ping first.
-func (p *Provider) APIVersion() string { return p.cli.ClientVersion() }
+// lower of the daemon's and dockerapi.DefaultVersion). Call Ping first.
+func (p *Provider) APIVersion() string { return p.cli.Version() }
 
 // ImagePresent reports whether the image is in the daemon's image store.
 func (p *Provider) ImagePresent(ctx context.Context, ref string) (bool, error) {
@@ -147,7 +157,7 @@ func (p *Provider) ImagePresent(ctx context.Context, ref string) (bool, error) {
 	switch {
 	case err == nil:
 		return true, nil
-	case cerrdefs.IsNotFound(err):
+	case dockerapi.IsNotFound(err):
 		return false, nil
 	}
 	return false, p.wrap(err, "inspect image "+ref)
@@ -164,7 +174,7 @@ func (p *Provider) VolumePresent(ctx context.Context, name string) (bool, error)
 	switch {
 	case err == nil:
 		return true, nil
-	case cerrdefs.IsNotFound(err):
+	case dockerapi.IsNotFound(err):
 		return false, nil
 	}
 	return false, p.wrap(err, "inspect volume "+name)
@@ -198,7 +208,7 @@ func (p *Provider) unreachable(err error) error {
 	return fail.Enginef("docker daemon at %s is unreachable (%s): check that dockerd is running (`docker info`), that XMODE_SANDBOX_DOCKER_HOST or DOCKER_HOST points at it, and that this user may use its socket", p.Host(), why)
 }
 
-// wrap classifies an SDK error: connection failures and unanswered calls are
+// wrap classifies an error of the API client: connection failures and unanswered calls are
 // fail.Enginef (exit 5); anything else keeps its cause, prefixed with what
 // xmode was doing.
 func (p *Provider) wrap(err error, what string) error {
@@ -209,7 +219,7 @@ func (p *Provider) wrap(err error, what string) error {
 	if errors.As(err, &fe) {
 		return err
 	}
-	if client.IsErrConnectionFailed(err) || isNetErr(err) {
+	if dockerapi.IsConnectionFailed(err) || isNetErr(err) {
 		return fail.Enginef("%s: docker daemon at %s is unreachable (%v): check that dockerd is running (`docker info`) and that XMODE_SANDBOX_DOCKER_HOST or DOCKER_HOST points at it", what, p.Host(), err)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -226,7 +236,7 @@ func isNetErr(err error) bool {
 
 func hostOrDefault(h string) string {
 	if h == "" {
-		return client.DefaultDockerHost
+		return dockerapi.DefaultHost
 	}
 	return h
 }

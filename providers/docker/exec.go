@@ -16,17 +16,11 @@ import (
 	"syscall"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
-	"github.com/docker/docker/api/types"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/events"
-	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/client"
-	"github.com/docker/docker/pkg/stdcopy"
 	"golang.org/x/sys/unix"
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/providers/docker/internal/dockerapi"
 )
 
 // ExecTagEnv is set in every step's environment to a random value; the
@@ -165,7 +159,7 @@ func (p *Provider) Exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 	cmd := append([]string{"/bin/sh", "-c", wrapperFor(ci.HostConfig), "xmode-step"}, req.Argv...)
 
 	cctx, cancel := p.call(ctx)
-	created, err := p.cli.ContainerExecCreate(cctx, ci.ID, container.ExecOptions{
+	execID, err := p.cli.ExecCreate(cctx, ci.ID, dockerapi.ExecConfig{
 		Cmd:          cmd,
 		Env:          env,
 		WorkingDir:   dir,
@@ -181,19 +175,19 @@ func (p *Provider) Exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 	// The attach stream must outlive a cancelled ctx: the step's output
 	// keeps flowing while its processes are being ended.
 	actx, acancel := p.call(context.WithoutCancel(ctx))
-	hr, err := p.cli.ContainerExecAttach(actx, created.ID, container.ExecAttachOptions{})
+	hr, err := p.cli.ExecStart(actx, execID)
 	acancel()
 	if err != nil {
 		return engine.Status{}, p.wrap(err, "start exec in "+ContainerName(sb.SessionID))
 	}
-	s := &step{p: p, ctx: ctx, containerID: ci.ID, execID: created.ID, tag: tag, req: req, started: started}
+	s := &step{p: p, ctx: ctx, containerID: ci.ID, execID: execID, tag: tag, req: req, started: started}
 	return s.run(hr)
 }
 
 // sessionContainer finds the session's container, checks it is one of
 // xmode's, and starts it again if it stopped (a daemon restart stops
 // containers without a restart policy).
-func (p *Provider) sessionContainer(ctx context.Context, sb engine.Sandbox) (container.InspectResponse, error) {
+func (p *Provider) sessionContainer(ctx context.Context, sb engine.Sandbox) (dockerapi.ContainerJSON, error) {
 	ref := sb.ContainerID
 	if ref == "" {
 		ref = ContainerName(sb.SessionID)
@@ -201,7 +195,7 @@ func (p *Provider) sessionContainer(ctx context.Context, sb engine.Sandbox) (con
 	cctx, cancel := p.call(ctx)
 	defer cancel()
 	ci, err := p.cli.ContainerInspect(cctx, ref)
-	if cerrdefs.IsNotFound(err) {
+	if dockerapi.IsNotFound(err) {
 		return ci, fail.Failedf("the container of session %s (%s) is gone: stop the session and create a new one", sb.SessionID, shortID(ref))
 	}
 	if err != nil {
@@ -214,7 +208,7 @@ func (p *Provider) sessionContainer(ctx context.Context, sb engine.Sandbox) (con
 		if ci.State.Paused {
 			return ci, fail.Failedf("the container of session %s is paused: `docker unpause %s`", sb.SessionID, shortID(ci.ID))
 		}
-		if err := p.cli.ContainerStart(cctx, ci.ID, container.StartOptions{}); err != nil {
+		if err := p.cli.ContainerStart(cctx, ci.ID); err != nil {
 			return ci, p.wrap(err, "start the stopped container of session "+sb.SessionID)
 		}
 		p.warnf("the container of session %s had stopped (%s); started it again", sb.SessionID, ci.State.Status)
@@ -262,7 +256,7 @@ func execDir(root, worktree, rel string) (string, error) {
 // bookworm) hands exec'd processes a soft limit raised to the hard one, so
 // the configured soft limit is applied again here (lowering a soft limit
 // needs no privilege).
-func wrapperFor(hc *container.HostConfig) string {
+func wrapperFor(hc *dockerapi.HostConfig) string {
 	if hc != nil {
 		for _, u := range hc.Ulimits {
 			if u != nil && u.Name == "nofile" && u.Soft > 0 {
@@ -318,16 +312,16 @@ const drainIdle = 2 * time.Second
 // drainMax bounds the wait for the output after the step's processes ended.
 const drainMax = 30 * time.Second
 
-func (s *step) run(hr types.HijackedResponse) (engine.Status, error) {
+func (s *step) run(hr *dockerapi.HijackedConn) (engine.Status, error) {
 	p := s.p
 	bg := context.WithoutCancel(s.ctx)
 	var closeOnce sync.Once
-	closeConn := func() { closeOnce.Do(hr.Close) }
+	closeConn := func() { closeOnce.Do(func() { _ = hr.Close() }) }
 	defer closeConn()
 
 	if s.req.Stdin != nil {
 		go func() {
-			_, _ = io.Copy(hr.Conn, s.req.Stdin)
+			_, _ = io.Copy(hr, s.req.Stdin)
 			_ = hr.CloseWrite()
 		}()
 	}
@@ -336,7 +330,7 @@ func (s *step) run(hr types.HijackedResponse) (engine.Status, error) {
 	stderr := &streamWriter{w: orDiscard(s.req.Stderr)}
 	copyDone := make(chan struct{})
 	go func() {
-		_, _ = stdcopy.StdCopy(stdout, stderr, hr.Reader)
+		_, _ = dockerapi.Demux(stdout, stderr, hr)
 		close(copyDone)
 	}()
 
@@ -418,13 +412,13 @@ func (s *step) poll(ctx context.Context, copyDone <-chan struct{}, out chan<- ex
 	nudged := false
 	for {
 		cctx, cancel := context.WithTimeout(ctx, s.p.callTimeout())
-		ins, err := s.p.cli.ContainerExecInspect(cctx, s.execID)
+		ins, err := s.p.cli.ExecInspect(cctx, s.execID)
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
 		switch {
-		case cerrdefs.IsNotFound(err):
+		case dockerapi.IsNotFound(err):
 			out <- execState{exitCode: 137, gone: true}
 			return
 		case err != nil:
@@ -493,7 +487,7 @@ func (s *step) waitStarted(ctx context.Context) {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		cctx, cancel := context.WithTimeout(ctx, s.p.callTimeout())
-		ins, err := s.p.cli.ContainerExecInspect(cctx, s.execID)
+		ins, err := s.p.cli.ExecInspect(cctx, s.execID)
 		cancel()
 		if err != nil || ins.Running || ins.Pid != 0 {
 			return
@@ -543,7 +537,7 @@ func (p *Provider) leftovers(ctx context.Context, containerID, tag string, hostP
 	defer cancel()
 	top, err := p.cli.ContainerTop(cctx, containerID, []string{"-o", "pid,sid,args", "ww", "e"})
 	if err != nil {
-		if !client.IsErrConnectionFailed(err) {
+		if !dockerapi.IsConnectionFailed(err) {
 			p.topUnsupported.Store(true)
 		}
 		return false, err
@@ -612,21 +606,24 @@ func (p *Provider) runHelper(ctx context.Context, containerID string, cmd []stri
 func (p *Provider) runHelperAs(ctx context.Context, containerID, user string, cmd []string, limit time.Duration) (int, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	created, err := p.cli.ContainerExecCreate(ctx, containerID, container.ExecOptions{User: user, Cmd: cmd, AttachStdout: true, AttachStderr: true})
+	execID, err := p.cli.ExecCreate(ctx, containerID, dockerapi.ExecConfig{User: user, Cmd: cmd, AttachStdout: true, AttachStderr: true})
 	if err != nil {
 		return 0, "", p.wrap(err, "create helper exec")
 	}
-	hr, err := p.cli.ContainerExecAttach(ctx, created.ID, container.ExecAttachOptions{})
+	hr, err := p.cli.ExecStart(ctx, execID)
 	if err != nil {
 		return 0, "", p.wrap(err, "start helper exec")
 	}
 	defer hr.Close()
 	var out limitedBuffer
-	if _, err := stdcopy.StdCopy(&out, &out, hr.Reader); err != nil && ctx.Err() != nil {
+	// The stream is not tied to ctx once started: the limit closes it.
+	stop := context.AfterFunc(ctx, func() { _ = hr.Close() })
+	defer stop()
+	if _, err := dockerapi.Demux(&out, &out, hr); err != nil && ctx.Err() != nil {
 		return 0, out.String(), fmt.Errorf("helper exec did not finish within %s", limit)
 	}
 	for {
-		ins, err := p.cli.ContainerExecInspect(ctx, created.ID)
+		ins, err := p.cli.ExecInspect(ctx, execID)
 		if err != nil {
 			return 0, out.String(), p.wrap(err, "inspect helper exec")
 		}
@@ -652,7 +649,7 @@ func (p *Provider) restartContainer(ctx context.Context, containerID string, why
 	zero := 0
 	cctx, cancel := p.call(ctx)
 	defer cancel()
-	if err := p.cli.ContainerRestart(cctx, containerID, container.StopOptions{Signal: "KILL", Timeout: &zero}); err != nil {
+	if err := p.cli.ContainerRestart(cctx, containerID, dockerapi.StopOptions{Signal: "KILL", Timeout: &zero}); err != nil {
 		return p.wrap(err, "restart container "+shortID(containerID))
 	}
 	return nil
@@ -669,17 +666,16 @@ func (p *Provider) restartContainer(ctx context.Context, containerID string, why
 func (p *Provider) oomKilled(ctx context.Context, containerID, execID string, started time.Time) bool {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	f := filters.NewArgs(filters.Arg("type", string(events.ContainerEventType)), filters.Arg("container", containerID))
-	msgs, errs := p.cli.Events(ctx, events.ListOptions{
-		Since:   strconv.FormatInt(started.Add(-time.Minute).Unix(), 10),
-		Filters: f,
+	msgs, errs := p.cli.Events(ctx, dockerapi.EventsOptions{
+		Since:   time.Unix(started.Add(-time.Minute).Unix(), 0),
+		Filters: dockerapi.Filters{"type": {"container"}, "container": {containerID}},
 	})
 	seenStart, oom := false, false
 	var late <-chan time.Time
 	for {
 		select {
 		case m := <-msgs:
-			action := string(m.Action)
+			action := m.Action
 			switch {
 			case strings.HasPrefix(action, "exec_start") && m.Actor.Attributes["execID"] == execID:
 				seenStart, oom = true, false

@@ -13,13 +13,13 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/providers/docker/dockertest"
+	"github.com/xmode/xmode/providers/docker/internal/dockerapi"
 )
 
 func TestRegistered(t *testing.T) {
@@ -262,19 +262,19 @@ func TestNoDockerSocketMount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []mount.Mount{
-		{Type: mount.TypeBind, Source: "/var/run/docker.sock", Target: "/workspace"},
-		{Type: mount.TypeBind, Source: "/srv/xmode/runs/x/worktree", Target: "/var/run/docker.sock"},
-		{Type: mount.TypeBind, Source: "/var/run", Target: "/x"},
-		{Type: mount.TypeBind, Source: "/custom", Target: "/x"},
-		{Type: mount.TypeBind, Source: "/", Target: "/host"},
-		{Type: mount.TypeBind, Source: "/srv/a/docker.sock", Target: "/y"},
+	for _, m := range []dockerapi.Mount{
+		{Type: dockerapi.MountTypeBind, Source: "/var/run/docker.sock", Target: "/workspace"},
+		{Type: dockerapi.MountTypeBind, Source: "/srv/xmode/runs/x/worktree", Target: "/var/run/docker.sock"},
+		{Type: dockerapi.MountTypeBind, Source: "/var/run", Target: "/x"},
+		{Type: dockerapi.MountTypeBind, Source: "/custom", Target: "/x"},
+		{Type: dockerapi.MountTypeBind, Source: "/", Target: "/host"},
+		{Type: dockerapi.MountTypeBind, Source: "/srv/a/docker.sock", Target: "/y"},
 	} {
-		if err := p.checkNoSocket([]mount.Mount{m}); fail.KindOf(err) != fail.Refused {
+		if err := p.checkNoSocket([]dockerapi.Mount{m}); fail.KindOf(err) != fail.Refused {
 			t.Errorf("mount %s:%s: %v, want refused", m.Source, m.Target, err)
 		}
 	}
-	if err := p.checkNoSocket([]mount.Mount{{Type: mount.TypeBind, Source: "/srv/xmode/runs/r/worktree", Target: "/workspace"}}); err != nil {
+	if err := p.checkNoSocket([]dockerapi.Mount{{Type: dockerapi.MountTypeBind, Source: "/srv/xmode/runs/r/worktree", Target: "/workspace"}}); err != nil {
 		t.Errorf("a worktree mount was refused: %v", err)
 	}
 }

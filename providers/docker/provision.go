@@ -12,18 +12,9 @@ import (
 	"syscall"
 	"time"
 
-	cerrdefs "github.com/containerd/errdefs"
-	"github.com/distribution/reference"
-	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/image"
-	"github.com/docker/docker/api/types/mount"
-	"github.com/docker/docker/api/types/versions"
-	"github.com/docker/docker/api/types/volume"
-	"github.com/docker/docker/pkg/jsonmessage"
-	"github.com/moby/term"
-
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/providers/docker/internal/dockerapi"
 )
 
 // Mount modes (engine.Sandbox.MountMode).
@@ -112,14 +103,14 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 	name := ContainerName(spec.SessionID)
 	cctx, cancel := p.call(ctx)
 	defer cancel()
-	created, err := p.cli.ContainerCreate(cctx, cc, hc, nil, nil, name)
-	if err != nil && !cerrdefs.IsConflict(err) {
+	created, err := p.cli.ContainerCreate(cctx, name, cc, hc)
+	if err != nil && !dockerapi.IsConflict(err) {
 		// The daemon may have created it before the call failed (a lost
 		// answer, a cancelled context): leave nothing behind.
 		_ = p.removeContainer(context.WithoutCancel(ctx), name, spec.SessionID)
 	}
 	if err != nil {
-		if cerrdefs.IsConflict(err) {
+		if dockerapi.IsConflict(err) {
 			return engine.Sandbox{}, fail.Failedf("a container named %s already exists (%v): destroy the session first (`xmode sandbox stop`) or remove it with `docker rm -f %s`", name, err, name)
 		}
 		if strings.Contains(err.Error(), "bind source path does not exist") || strings.Contains(err.Error(), "subpath") {
@@ -130,10 +121,10 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 	for _, w := range created.Warnings {
 		p.warnf("docker: %s (container %s)", w, name)
 	}
-	if err := p.cli.ContainerStart(cctx, created.ID, container.StartOptions{}); err != nil {
+	if err := p.cli.ContainerStart(cctx, created.ID); err != nil {
 		// Leave nothing behind: a half-made sandbox is removed at once.
 		rctx, rcancel := p.call(context.WithoutCancel(ctx))
-		_ = p.cli.ContainerRemove(rctx, created.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		_ = p.cli.ContainerRemove(rctx, created.ID, dockerapi.RemoveOptions{Force: true, RemoveVolumes: true})
 		rcancel()
 		return engine.Sandbox{}, p.wrap(err, "start container "+name)
 	}
@@ -162,28 +153,28 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 }
 
 // containerConfig builds the create request for one session.
-func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img string) (*container.Config, *container.HostConfig, error) {
+func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img string) (*dockerapi.ContainerConfig, *dockerapi.HostConfig, error) {
 	labels := make(map[string]string, len(spec.Labels))
 	for k, v := range spec.Labels {
 		labels[k] = v
 	}
 	yes := true
-	cc := &container.Config{
+	cc := &dockerapi.ContainerConfig{
 		Image:      img,
 		Entrypoint: append([]string(nil), KeepAlive...),
 		Labels:     labels,
 		Env:        append([]string(nil), spec.Env...),
 	}
-	hc := &container.HostConfig{
+	hc := &dockerapi.HostConfig{
 		Init:          &yes,
-		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
+		RestartPolicy: dockerapi.RestartPolicy{Name: "no"},
 	}
 
 	if p.cfg.StorageVolume == "" {
 		// bind (dev): the lightweight historical argv, no limits.
 		cc.WorkingDir = BindWorkspace
-		hc.Mounts = []mount.Mount{{Type: mount.TypeBind, Source: spec.Worktree, Target: BindWorkspace}}
-		extra, err := p.projectMounts(ctx, spec, BindWorkspace, IsolationBind, volume.Volume{})
+		hc.Mounts = []dockerapi.Mount{{Type: dockerapi.MountTypeBind, Source: spec.Worktree, Target: BindWorkspace}}
+		extra, err := p.projectMounts(ctx, spec, BindWorkspace, IsolationBind, dockerapi.Volume{})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -208,9 +199,9 @@ func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img st
 	workdir := p.containerWorktree(spec.RunID)
 	mounts := p.storageMount(method, vol, path.Join("runs", spec.RunID, "worktree"), workdir, false)
 	if method == IsolationWholeVolume {
-		mounts = []mount.Mount{{
-			Type: mount.TypeVolume, Source: vol.Name, Target: p.cfg.StorageMount,
-			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
+		mounts = []dockerapi.Mount{{
+			Type: dockerapi.MountTypeVolume, Source: vol.Name, Target: p.cfg.StorageMount,
+			VolumeOptions: &dockerapi.VolumeOptions{NoCopy: true},
 		}}
 	}
 	extra, err := p.projectMounts(ctx, spec, workdir, method, vol)
@@ -225,21 +216,19 @@ func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img st
 	cc.User = p.sandboxUser(spec.Worktree)
 	pids := p.cfg.PidsLimit
 	hc.Mounts = mounts
-	hc.NetworkMode = container.NetworkMode(p.cfg.Network)
+	hc.NetworkMode = p.cfg.Network
 	hc.CapDrop = []string{"ALL"}
 	hc.SecurityOpt = []string{"no-new-privileges"}
 	hc.ReadonlyRootfs = p.cfg.ReadonlyRoot
-	hc.IpcMode = container.IPCModePrivate
+	hc.IpcMode = "private"
 	if p.cfg.TmpfsPath != "" {
 		hc.Tmpfs = map[string]string{p.cfg.TmpfsPath: p.cfg.TmpfsOptions}
 	}
-	hc.Resources = container.Resources{
-		NanoCPUs:   int64(p.cfg.CPUs * 1e9),
-		Memory:     p.cfg.Memory,
-		MemorySwap: p.cfg.Memory, // no swap beyond the memory limit
-		PidsLimit:  &pids,
-		Ulimits:    []*container.Ulimit{{Name: "nofile", Soft: NofileSoft, Hard: NofileHard}},
-	}
+	hc.NanoCPUs = int64(p.cfg.CPUs * 1e9)
+	hc.Memory = p.cfg.Memory
+	hc.MemorySwap = p.cfg.Memory // no swap beyond the memory limit
+	hc.PidsLimit = &pids
+	hc.Ulimits = []*dockerapi.Ulimit{{Name: "nofile", Soft: NofileSoft, Hard: NofileHard}}
 	return cc, hc, nil
 }
 
@@ -247,17 +236,17 @@ func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img st
 // method allows: a host bind (bind mode), a volume subpath, a bind from the
 // volume's mountpoint on the daemon host; nothing with the whole volume
 // (it is all mounted already).
-func (p *Provider) storageMount(method string, vol volume.Volume, rel, target string, readOnly bool) []mount.Mount {
+func (p *Provider) storageMount(method string, vol dockerapi.Volume, rel, target string, readOnly bool) []dockerapi.Mount {
 	switch method {
 	case IsolationBind:
-		return []mount.Mount{{Type: mount.TypeBind, Source: filepath.Join(p.cfg.StorageRoot, filepath.FromSlash(rel)), Target: target, ReadOnly: readOnly}}
+		return []dockerapi.Mount{{Type: dockerapi.MountTypeBind, Source: filepath.Join(p.cfg.StorageRoot, filepath.FromSlash(rel)), Target: target, ReadOnly: readOnly}}
 	case IsolationSubpath:
-		return []mount.Mount{{
-			Type: mount.TypeVolume, Source: vol.Name, Target: target, ReadOnly: readOnly,
-			VolumeOptions: &mount.VolumeOptions{NoCopy: true, Subpath: rel},
+		return []dockerapi.Mount{{
+			Type: dockerapi.MountTypeVolume, Source: vol.Name, Target: target, ReadOnly: readOnly,
+			VolumeOptions: &dockerapi.VolumeOptions{NoCopy: true, Subpath: rel},
 		}}
 	case IsolationMountpoint:
-		return []mount.Mount{{Type: mount.TypeBind, Source: path.Join(vol.Mountpoint, rel), Target: target, ReadOnly: readOnly}}
+		return []dockerapi.Mount{{Type: dockerapi.MountTypeBind, Source: path.Join(vol.Mountpoint, rel), Target: target, ReadOnly: readOnly}}
 	}
 	return nil
 }
@@ -276,8 +265,8 @@ func (p *Provider) storageMount(method string, vol volume.Volume, rel, target st
 //     the worktree on the host.
 //   - the project's dependency-cache volume at CacheMount, read-write,
 //     shared by the project's sessions and outliving them.
-func (p *Provider) projectMounts(ctx context.Context, spec engine.Spec, containerWorktree, method string, vol volume.Volume) ([]mount.Mount, error) {
-	var out []mount.Mount
+func (p *Provider) projectMounts(ctx context.Context, spec engine.Spec, containerWorktree, method string, vol dockerapi.Volume) ([]dockerapi.Mount, error) {
+	var out []dockerapi.Mount
 	if spec.MachineGitDir != "" {
 		gitDir := filepath.Clean(spec.MachineGitDir)
 		if err := p.guard.Within(gitDir); err != nil {
@@ -312,7 +301,7 @@ func (p *Provider) projectMounts(ctx context.Context, spec engine.Spec, containe
 		if err := p.ensureCacheVolume(ctx, spec); err != nil {
 			return nil, err
 		}
-		out = append(out, mount.Mount{Type: mount.TypeVolume, Source: spec.CacheVolume, Target: mnt, VolumeOptions: &mount.VolumeOptions{NoCopy: true}})
+		out = append(out, dockerapi.Mount{Type: dockerapi.MountTypeVolume, Source: spec.CacheVolume, Target: mnt, VolumeOptions: &dockerapi.VolumeOptions{NoCopy: true}})
 	}
 	return out, nil
 }
@@ -363,7 +352,7 @@ func (p *Provider) ensureCacheVolume(ctx context.Context, spec engine.Spec) erro
 	if err == nil {
 		return nil
 	}
-	if !cerrdefs.IsNotFound(err) {
+	if !dockerapi.IsNotFound(err) {
 		return p.wrap(err, "inspect cache volume "+spec.CacheVolume)
 	}
 	labels := map[string]string{}
@@ -373,7 +362,7 @@ func (p *Provider) ensureCacheVolume(ctx context.Context, spec engine.Spec) erro
 		}
 	}
 	labels[LabelProject] = spec.Project
-	if _, err := p.cli.VolumeCreate(cctx, volume.CreateOptions{Name: spec.CacheVolume, Labels: labels}); err != nil && !cerrdefs.IsConflict(err) {
+	if _, err := p.cli.VolumeCreate(cctx, dockerapi.VolumeCreateRequest{Name: spec.CacheVolume, Labels: labels}); err != nil && !dockerapi.IsConflict(err) {
 		return p.wrap(err, "create cache volume "+spec.CacheVolume)
 	}
 	return nil
@@ -432,19 +421,19 @@ func (p *Provider) IsolationMethod(ctx context.Context) (method, detail string, 
 // mode the storage root xmode writes must already live in it — a fresh
 // empty volume would give every sandbox an empty worktree, silently. It is
 // shared by every session and never removed by Destroy.
-func (p *Provider) isolation(ctx context.Context) (string, string, volume.Volume, error) {
+func (p *Provider) isolation(ctx context.Context) (string, string, dockerapi.Volume, error) {
 	name := p.cfg.StorageVolume
 	cctx, cancel := p.call(ctx)
 	defer cancel()
 	vol, err := p.cli.VolumeInspect(cctx, name)
-	if cerrdefs.IsNotFound(err) {
+	if dockerapi.IsNotFound(err) {
 		return "", "", vol, fail.Enginef("storage volume %q does not exist on the docker daemon at %s: in volume mode the storage root must live in it — create it (`docker volume create %s`) and mount it at %s in the container xmode runs in, or unset XMODE_SANDBOX_STORAGE_VOLUME for bind mode", name, p.Host(), name, p.cfg.StorageMount)
 	}
 	if err != nil {
 		return "", "", vol, p.wrap(err, "inspect storage volume "+name)
 	}
-	api := p.cli.ClientVersion()
-	subpathOK := versions.GreaterThanOrEqualTo(api, "1.45")
+	api := p.cli.Version()
+	subpathOK := dockerapi.VersionAtLeast(api, "1.45")
 	mountpointOK := vol.Driver == "local" && len(vol.Options) == 0 && vol.Mountpoint != ""
 	method := ""
 	switch {
@@ -484,7 +473,7 @@ func (p *Provider) dockerSockets() []string {
 // checkNoSocket refuses any mount that is, or contains, a docker socket:
 // the socket is root on the daemon host, so it never enters a sandbox,
 // whatever the configuration says.
-func (p *Provider) checkNoSocket(mounts []mount.Mount) error {
+func (p *Provider) checkNoSocket(mounts []dockerapi.Mount) error {
 	for _, m := range mounts {
 		for _, end := range []string{m.Source, m.Target} {
 			if end == "" {
@@ -500,7 +489,7 @@ func (p *Provider) checkNoSocket(mounts []mount.Mount) error {
 				}
 			}
 		}
-		if m.Type == mount.TypeBind {
+		if m.Type == dockerapi.MountTypeBind {
 			if st, err := os.Stat(m.Source); err == nil && st.Mode()&os.ModeSocket != 0 {
 				return fail.Refusedf("refusing to mount %s into a sandbox: it is a socket", m.Source)
 			}
@@ -522,7 +511,7 @@ func isUnder(dir, p string) bool {
 // pull is fail.Enginef (exit 5) with the daemon's reason; it never hangs
 // longer than PullTimeout.
 func (p *Provider) EnsureImage(ctx context.Context, ref string) error {
-	if _, err := reference.ParseNormalizedNamed(ref); err != nil {
+	if _, err := dockerapi.ParseReference(ref); err != nil {
 		return fail.Usagef("image %q is not a valid image reference (XMODE_SANDBOX_IMAGE or --image): %v", ref, err)
 	}
 	cctx, cancel := p.call(ctx)
@@ -531,7 +520,7 @@ func (p *Provider) EnsureImage(ctx context.Context, ref string) error {
 	if err == nil {
 		return nil
 	}
-	if !cerrdefs.IsNotFound(err) {
+	if !dockerapi.IsNotFound(err) {
 		return p.wrap(err, "inspect image "+ref)
 	}
 
@@ -543,7 +532,7 @@ func (p *Provider) EnsureImage(ctx context.Context, ref string) error {
 	}
 	pctx, pcancel := context.WithTimeout(ctx, p.pullTimeout())
 	defer pcancel()
-	rc, err := p.cli.ImagePull(pctx, ref, image.PullOptions{})
+	rc, err := p.cli.ImagePull(pctx, ref)
 	if err != nil {
 		if e := p.wrap(err, "pull "+ref); fail.KindOf(e) == fail.EngineUnavailable {
 			return e
@@ -551,8 +540,7 @@ func (p *Provider) EnsureImage(ctx context.Context, ref string) error {
 		return pullFailed(ref, err)
 	}
 	defer rc.Close()
-	fd, isTerm := term.GetFdInfo(out)
-	if err := jsonmessage.DisplayJSONMessagesStream(rc, out, fd, isTerm, nil); err != nil {
+	if err := renderPull(rc, out); err != nil {
 		if errors.Is(pctx.Err(), context.DeadlineExceeded) {
 			return fail.Enginef("image %s is not present locally and pulling it took longer than %s: load it with `docker load` or check the daemon's registry access", ref, p.pullTimeout())
 		}
