@@ -31,9 +31,11 @@ func makeRepo(b testing.TB, dir string, files, commits int) {
 }
 
 // BenchmarkExecOverhead: `xmode sandbox exec ID -- true` against `true`,
-// side by side. Target: at most 15 ms median overhead.
+// side by side. Target: at most 15 ms median overhead. A Go hello-world
+// runs beside them: the part of the overhead any Go binary pays here.
 func BenchmarkExecOverhead(b *testing.B) {
 	bin := xmodeBin(b)
+	hello := goHelloBin(b)
 	dir := b.TempDir()
 	makeRepo(b, filepath.Join(dir, "repo"), 20, 2)
 	env := []string{"XMODE_STORAGE_ROOT=" + filepath.Join(dir, "root")}
@@ -43,23 +45,30 @@ func BenchmarkExecOverhead(b *testing.B) {
 	med := sideBySide(rounds(b),
 		func() { run(b, nil, truePath) },
 		func() { run(b, env, bin, "sandbox", "exec", id, "--", "true") },
+		func() { run(b, nil, hello) },
 	)
 	b.ReportMetric(ms(med[0]), "true-ms")
 	b.ReportMetric(ms(med[1]), "xmode-exec-ms")
 	b.ReportMetric(ms(med[1]-med[0]), "overhead-ms")
+	b.ReportMetric(ms(med[2]), "go-hello-ms")
 }
 
-// BenchmarkVersion: `xmode --version` start-up. Target: under 10 ms.
+// BenchmarkVersion: `xmode --version` start-up. Target: under 10 ms. The
+// Go hello-world beside it is the floor of any Go binary on the machine.
 func BenchmarkVersion(b *testing.B) {
 	bin := xmodeBin(b)
+	hello := goHelloBin(b)
 	truePath, _ := exec.LookPath("true")
 	b.ResetTimer()
 	med := sideBySide(rounds(b),
 		func() { run(b, nil, truePath) },
 		func() { run(b, nil, bin, "--version") },
+		func() { run(b, nil, hello) },
 	)
 	b.ReportMetric(ms(med[0]), "true-ms")
 	b.ReportMetric(ms(med[1]), "version-ms")
+	b.ReportMetric(ms(med[2]), "go-hello-ms")
+	b.ReportMetric(ms(med[1]-med[2]), "over-hello-ms")
 }
 
 // BenchmarkCreateVsClone: `sandbox create` from a local repository (1,700
