@@ -16,7 +16,9 @@ import (
 // implements so that `machine rm` can remove a project's volume. Removing a
 // volume that does not exist is not an error.
 type VolumeRemover interface {
-	RemoveVolume(ctx context.Context, name string) error
+	// RemoveVolume refuses a volume of another install (instance is this
+	// storage root's ID).
+	RemoveVolume(ctx context.Context, name, instance string) error
 }
 
 // Removed says what Remove did.
@@ -93,7 +95,11 @@ func (m *Manager) removeVolume(ctx context.Context, name string) (bool, string, 
 	if !ok {
 		return false, fmt.Sprintf("this docker engine cannot remove volumes: remove it with `docker volume rm %s`", name), nil
 	}
-	if err := vr.RemoveVolume(ctx, name); err != nil {
+	instance, err := m.Store.InstanceID(ctx)
+	if err != nil {
+		return false, "", err
+	}
+	if err := vr.RemoveVolume(ctx, name, instance); err != nil {
 		return false, "", fmt.Errorf("remove cache volume %s of the project machine: %w", name, err)
 	}
 	return true, "", nil

@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -43,7 +44,9 @@ func (p *Provider) Destroy(ctx context.Context, sb engine.Sandbox) error {
 		}
 	}
 	for _, v := range sb.Volumes {
-		if err := p.removeVolume(ctx, v); err != nil {
+		// The session's own volumes, recorded on its row (orphans come
+		// from ListManaged, already filtered by instance).
+		if err := p.removeVolume(ctx, v, ""); err != nil {
 			return err
 		}
 	}
@@ -82,20 +85,28 @@ func (p *Provider) removeContainer(ctx context.Context, ref, sessionID string) e
 }
 
 // RemoveVolume removes a volume xmode created that outlives sessions — a
-// project machine's cache volume (`xmode machine rm`). A volume that does
-// not exist is success. It refuses the storage volume and any volume without
-// the xmode.managed=true label; a volume still in use is an error.
-func (p *Provider) RemoveVolume(ctx context.Context, name string) error {
+// project machine's cache volume (`xmode machine rm`) — for the install
+// whose instance ID is instance. A volume that does not exist is success.
+// It refuses the storage volume, any volume without the xmode.managed=true
+// label, and one labelled with another install's xmode.instance (two
+// installs sharing a daemon never remove each other's volumes); a volume
+// still in use is an error.
+func (p *Provider) RemoveVolume(ctx context.Context, name, instance string) error {
 	if name == p.cfg.StorageVolume {
 		return fail.Refusedf("will not remove %s: it is the storage volume (XMODE_SANDBOX_STORAGE_VOLUME)", name)
+	}
+	if instance == "" {
+		return fmt.Errorf("remove volume %s: no instance ID to check it against", name)
 	}
 	if _, err := p.Ping(ctx); err != nil {
 		return err
 	}
-	return p.removeVolume(ctx, name)
+	return p.removeVolume(ctx, name, instance)
 }
 
-func (p *Provider) removeVolume(ctx context.Context, name string) error {
+// removeVolume removes a managed volume; instance, when not empty, must be
+// the volume's xmode.instance.
+func (p *Provider) removeVolume(ctx context.Context, name, instance string) error {
 	if name == "" {
 		return nil
 	}
@@ -114,6 +125,10 @@ func (p *Provider) removeVolume(ctx context.Context, name string) error {
 	}
 	if v.Labels[LabelManaged] != "true" {
 		return fail.Refusedf("will not remove volume %s: it is not managed by xmode (no %s=true label)", name, LabelManaged)
+	}
+	if instance != "" && v.Labels[LabelInstance] != instance {
+		return fail.Refusedf("will not remove volume %s: it belongs to another xmode install on this daemon (%s=%s, this storage root's is %s)",
+			name, LabelInstance, v.Labels[LabelInstance], instance)
 	}
 	if err := p.cli.VolumeRemove(cctx, name, false); err != nil && !dockerapi.IsNotFound(err) {
 		return p.wrap(err, "remove volume "+name)

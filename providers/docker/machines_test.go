@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/volume"
 
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/providers/docker/dockertest"
@@ -127,19 +129,59 @@ func TestProjectMachineSandbox(t *testing.T) {
 			}
 			// `machine rm`: the provider removes it; absent is fine; the
 			// storage volume never.
-			if err := e.p.RemoveVolume(ctx, cache); err != nil {
+			if err := e.p.RemoveVolume(ctx, cache, e.instance); err != nil {
 				t.Errorf("RemoveVolume: %v", err)
 			}
 			if _, err := e.cli.VolumeInspect(ctx, cache); !cerrdefs.IsNotFound(err) {
 				t.Errorf("cache volume still there: %v", err)
 			}
-			if err := e.p.RemoveVolume(ctx, cache); err != nil {
+			if err := e.p.RemoveVolume(ctx, cache, e.instance); err != nil {
 				t.Errorf("RemoveVolume of an absent volume: %v", err)
 			}
 			if mode == MountVolume {
-				if err := e.p.RemoveVolume(ctx, e.volume); fail.KindOf(err) != fail.Refused {
+				if err := e.p.RemoveVolume(ctx, e.volume, e.instance); fail.KindOf(err) != fail.Refused {
 					t.Errorf("RemoveVolume of the storage volume: %v", err)
 				}
+			}
+		})
+	}
+}
+
+// A cache volume of the project's name that is not this install's — another
+// install's on the same daemon, or one a user made — is neither mounted into
+// this install's sandboxes nor removed by its `machine rm`.
+func TestProjectCacheVolumeOfAnotherInstall(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, MountBind, nil)
+	ctx := context.Background()
+	for name, labels := range map[string]map[string]string{
+		"other install": {LabelManaged: "true", LabelInstance: "someone-else", LabelProject: "proj"},
+		"not xmode's":   {"owner": "a-user"},
+	} {
+		project := strings.ReplaceAll(strings.ReplaceAll(name, " ", "-"), "'", "")
+		t.Run(name, func(t *testing.T) {
+			cache := "xmode-test-cache-" + strings.TrimPrefix(dockertest.NewID("c_"), "c_")
+			t.Cleanup(func() { _ = e.cli.VolumeRemove(context.Background(), cache, true) })
+			if _, err := e.cli.VolumeCreate(ctx, volume.CreateOptions{Name: cache, Labels: labels}); err != nil {
+				t.Fatal(err)
+			}
+			run := newRun()
+			gitDir, _ := machineWorktree(t, e.root, project, run)
+			spec := e.spec(run)
+			spec.MachineGitDir = gitDir
+			spec.CacheVolume, spec.CacheMount = cache, "/cache"
+			sb, err := e.p.Provision(ctx, spec)
+			if fail.KindOf(err) != fail.Refused || !strings.Contains(fmt.Sprint(err), cache) {
+				t.Errorf("Provision with %s cache volume: %v, want refused naming the volume", name, err)
+			}
+			if err == nil {
+				_ = e.p.Destroy(ctx, sb)
+			}
+			if err := e.p.RemoveVolume(ctx, cache, e.instance); fail.KindOf(err) != fail.Refused {
+				t.Errorf("RemoveVolume of %s volume: %v, want refused", name, err)
+			}
+			if _, err := e.cli.VolumeInspect(ctx, cache); err != nil {
+				t.Errorf("the volume is gone: %v", err)
 			}
 		})
 	}

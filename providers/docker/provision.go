@@ -345,11 +345,24 @@ func worktreeAdminDir(worktree, gitDir string) (string, error) {
 // xmode.project: it belongs to the project, outlives every session (never in
 // Sandbox.Volumes), and the reaper leaves volumes without a session alone;
 // `xmode machine rm` removes it (RemoveVolume).
+//
+// A volume of that name that is not this install's is refused, never
+// mounted: volumes are named by project alone, and a cache another install
+// (or a user) filled must not feed this install's untrusted steps, nor this
+// install's steps write into theirs.
 func (p *Provider) ensureCacheVolume(ctx context.Context, spec engine.Spec) error {
 	cctx, cancel := p.call(ctx)
 	defer cancel()
-	_, err := p.cli.VolumeInspect(cctx, spec.CacheVolume)
+	v, err := p.cli.VolumeInspect(cctx, spec.CacheVolume)
 	if err == nil {
+		switch instance := spec.Labels[LabelInstance]; {
+		case v.Labels[LabelManaged] != "true":
+			return fail.Refusedf("cache volume %s exists but xmode did not create it (no %s=true label): remove or rename it (`docker volume rm %s`), or use another project name",
+				spec.CacheVolume, LabelManaged, spec.CacheVolume)
+		case v.Labels[LabelInstance] != instance:
+			return fail.Refusedf("cache volume %s belongs to another xmode install on this daemon (%s=%s, this storage root's is %s): installs never share a project's cache; use another project name",
+				spec.CacheVolume, LabelInstance, v.Labels[LabelInstance], instance)
+		}
 		return nil
 	}
 	if !dockerapi.IsNotFound(err) {
