@@ -98,6 +98,10 @@ func (g Guard) RemoveWorktree(runID string) (bool, error) {
 		return false, fmt.Errorf("open %s: %w", g.RunsDir(), err)
 	}
 	defer root.Close()
+	// A run left with nothing in it (a create that failed before its first
+	// step) goes too; Remove only ever removes an empty directory, so a
+	// run with evidence keeps it.
+	defer root.Remove(runID) //nolint:errcheck // not empty: evidence stays
 	name := runID + "/worktree"
 	if _, err := root.Lstat(name); errors.Is(err, fs.ErrNotExist) {
 		return false, nil

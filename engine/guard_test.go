@@ -53,6 +53,44 @@ func TestRemoveWorktreeStaysInside(t *testing.T) {
 	}
 }
 
+// A run with no evidence (a create that failed) leaves no empty directory
+// behind; a run with evidence keeps its directory and the evidence.
+func TestRemoveWorktreeRemovesEmptyRun(t *testing.T) {
+	g, _ := newGuard(t)
+	bare, withSteps := "run_emptyrun", "run_hassteps"
+	for _, run := range []string{bare, withSteps} {
+		wt, _ := g.Worktree(run)
+		if err := os.MkdirAll(filepath.Join(wt, "sub"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runDir := func(run string) string { d, _ := g.RunDir(run); return d }
+	if err := os.MkdirAll(filepath.Join(runDir(withSteps), "steps", "0001-x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range []string{bare, withSteps} {
+		if removed, err := g.RemoveWorktree(run); err != nil || !removed {
+			t.Fatalf("RemoveWorktree(%s): %v %v", run, removed, err)
+		}
+	}
+	if _, err := os.Lstat(runDir(bare)); !os.IsNotExist(err) {
+		t.Errorf("the empty run directory is still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(runDir(withSteps), "steps", "0001-x")); err != nil {
+		t.Errorf("a run's evidence went with its worktree: %v", err)
+	}
+	// A run whose worktree never existed (failed before the clone).
+	if err := os.MkdirAll(runDir("run_noworktr"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := g.RemoveWorktree("run_noworktr"); err != nil || removed {
+		t.Fatalf("RemoveWorktree without a worktree: %v %v", removed, err)
+	}
+	if _, err := os.Lstat(runDir("run_noworktr")); !os.IsNotExist(err) {
+		t.Errorf("the empty run directory is still there: %v", err)
+	}
+}
+
 func TestRemoveWorktreeReplacedBySymlink(t *testing.T) {
 	g, base := newGuard(t)
 	outside := filepath.Join(base, "outside")
