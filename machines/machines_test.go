@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
-	"github.com/xmode/xmode/gitcli"
 	"github.com/xmode/xmode/store"
 )
 
@@ -29,10 +27,6 @@ func TestMain(m *testing.M) {
 		os.Stdout.WriteString("locked\n")
 		time.Sleep(time.Minute)
 		lk.unlock()
-		os.Exit(0)
-	}
-	if os.Getenv("XMODE_TEST_RUN_GIT") == "1" {
-		gitcli.Run(context.Background(), nil, "", "-c", "alias.hang=!sleep 60", "hang")
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
@@ -170,43 +164,6 @@ func TestLockReleasedWhenHolderKilled(t *testing.T) {
 		t.Fatalf("lock after the holder was killed: %v", err)
 	}
 	lk.unlock()
-}
-
-// git dies with the xmode that started it, even when xmode is SIGKILLed,
-// so it never goes on working on a machine whose lock the kernel released.
-func TestGitDiesWithParent(t *testing.T) {
-	c := exec.Command(os.Args[0], "-test.run=^$")
-	c.Env = append(os.Environ(), "XMODE_TEST_RUN_GIT=1")
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	gitPid := 0
-	for i := 0; i < 1000 && gitPid == 0; i++ {
-		time.Sleep(5 * time.Millisecond)
-		tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(c.Process.Pid) + "/task/*/children")
-		for _, f := range tasks {
-			if b, _ := os.ReadFile(f); len(strings.Fields(string(b))) > 0 {
-				gitPid, _ = strconv.Atoi(strings.Fields(string(b))[0])
-			}
-		}
-	}
-	if gitPid == 0 {
-		c.Process.Kill()
-		t.Fatal("git never started")
-	}
-	c.Process.Signal(syscall.SIGKILL)
-	c.Wait()
-	for i := 0; i < 300; i++ {
-		if err := syscall.Kill(gitPid, 0); errors.Is(err, syscall.ESRCH) {
-			return
-		}
-		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(gitPid) + "/status"); strings.Contains(string(b), "State:\tZ") {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	syscall.Kill(gitPid, syscall.SIGKILL)
-	t.Fatalf("git %d outlived its killed parent", gitPid)
 }
 
 // A waiter whose lock file was removed (machine rm) does not take a lock

@@ -155,19 +155,17 @@ func (c *Client) stopQuery(ctx context.Context, opts StopOptions) (url.Values, e
 
 // ContainerStop stops a container.
 func (c *Client) ContainerStop(ctx context.Context, id string, opts StopOptions) error {
-	id, err := segment("container", id, false)
-	if err != nil {
-		return err
-	}
-	q, err := c.stopQuery(ctx, opts)
-	if err != nil {
-		return err
-	}
-	return c.call(ctx, http.MethodPost, "/containers/"+id+"/stop", q, nil, nil)
+	return c.stopOrRestart(ctx, id, "stop", opts)
 }
 
 // ContainerRestart stops a container (as ContainerStop) and starts it again.
 func (c *Client) ContainerRestart(ctx context.Context, id string, opts StopOptions) error {
+	return c.stopOrRestart(ctx, id, "restart", opts)
+}
+
+// stopOrRestart is POST /containers/{id}/stop or …/restart: the same
+// options, the same answer.
+func (c *Client) stopOrRestart(ctx context.Context, id, action string, opts StopOptions) error {
 	id, err := segment("container", id, false)
 	if err != nil {
 		return err
@@ -176,7 +174,7 @@ func (c *Client) ContainerRestart(ctx context.Context, id string, opts StopOptio
 	if err != nil {
 		return err
 	}
-	return c.call(ctx, http.MethodPost, "/containers/"+id+"/restart", q, nil, nil)
+	return c.call(ctx, http.MethodPost, "/containers/"+id+"/"+action, q, nil, nil)
 }
 
 // ContainerTop lists the container's processes as ps on the daemon's host
