@@ -43,40 +43,17 @@ func xmodeBin(b testing.TB) string {
 	return binPath
 }
 
-var (
-	helloOnce sync.Once
-	helloPath string
-	helloErr  error
-)
-
-// goHelloBin builds the smallest static Go program, with xmode's build
-// flags: what any Go binary pays to start on this machine (runtime set-up,
-// its threads, the page faults of a fresh process), reported beside xmode's
-// start-up so the figure can be read against its floor.
-func goHelloBin(b testing.TB) string {
+// buildHelper builds one of bench/internal's commands, as xmode is built.
+func buildHelper(b testing.TB, name string) string {
 	b.Helper()
-	helloOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "xmode-bench-hello")
-		if err != nil {
-			helloErr = err
-			return
-		}
-		src := filepath.Join(dir, "hello.go")
-		if err := os.WriteFile(src, []byte("package main\n\nimport \"os\"\n\nfunc main() { os.Stdout.WriteString(\"hello\\n\") }\n"), 0o644); err != nil {
-			helloErr = err
-			return
-		}
-		helloPath = filepath.Join(dir, "hello")
-		c := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", helloPath, src)
-		c.Env = append(os.Environ(), "CGO_ENABLED=0", "GO111MODULE=off")
-		if out, err := c.CombinedOutput(); err != nil {
-			helloErr = &runErr{"go build hello", out, err}
-		}
-	})
-	if helloErr != nil {
-		b.Fatal(helloErr)
+	dir := b.TempDir()
+	out := filepath.Join(dir, name)
+	c := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, "./internal/"+name)
+	c.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if msg, err := c.CombinedOutput(); err != nil {
+		b.Fatal(&runErr{"go build " + name, msg, err})
 	}
-	return helloPath
+	return out
 }
 
 type runErr struct {

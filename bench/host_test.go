@@ -31,11 +31,13 @@ func makeRepo(b testing.TB, dir string, files, commits int) {
 }
 
 // BenchmarkExecOverhead: `xmode sandbox exec ID -- true` against `true`,
-// side by side. Target: at most 15 ms median overhead. A Go hello-world
-// runs beside them: the part of the overhead any Go binary pays here.
+// side by side. Target: at most 15 ms median overhead. Beside them run a
+// Go hello-world (what any Go binary pays here) and storefloor, which does
+// only exec's store work (what the embedded SQLite alone costs).
 func BenchmarkExecOverhead(b *testing.B) {
 	bin := xmodeBin(b)
-	hello := goHelloBin(b)
+	hello := buildHelper(b, "hello")
+	floor := buildHelper(b, "storefloor")
 	dir := b.TempDir()
 	makeRepo(b, filepath.Join(dir, "repo"), 20, 2)
 	env := []string{"XMODE_STORAGE_ROOT=" + filepath.Join(dir, "root")}
@@ -46,18 +48,20 @@ func BenchmarkExecOverhead(b *testing.B) {
 		func() { run(b, nil, truePath) },
 		func() { run(b, env, bin, "sandbox", "exec", id, "--", "true") },
 		func() { run(b, nil, hello) },
+		func() { run(b, nil, floor, filepath.Join(dir, "root"), id) },
 	)
 	b.ReportMetric(ms(med[0]), "true-ms")
 	b.ReportMetric(ms(med[1]), "xmode-exec-ms")
 	b.ReportMetric(ms(med[1]-med[0]), "overhead-ms")
 	b.ReportMetric(ms(med[2]), "go-hello-ms")
+	b.ReportMetric(ms(med[3]), "store-only-ms")
 }
 
 // BenchmarkVersion: `xmode --version` start-up. Target: under 10 ms. The
 // Go hello-world beside it is the floor of any Go binary on the machine.
 func BenchmarkVersion(b *testing.B) {
 	bin := xmodeBin(b)
-	hello := goHelloBin(b)
+	hello := buildHelper(b, "hello")
 	truePath, _ := exec.LookPath("true")
 	b.ResetTimer()
 	med := sideBySide(rounds(b),
