@@ -57,12 +57,15 @@ func TestMigrateOnceAndRefuseNewerSchema(t *testing.T) {
 func TestWALAndPragmasOnEveryConnection(t *testing.T) {
 	s := open(t, t.TempDir())
 	var mode string
-	var timeout, fk int
+	var timeout, fk, ckpt int
 	s.db.QueryRow("PRAGMA journal_mode").Scan(&mode)
 	s.db.QueryRow("PRAGMA busy_timeout").Scan(&timeout)
 	s.db.QueryRow("PRAGMA foreign_keys").Scan(&fk)
-	if mode != "wal" || timeout < 10000 || fk != 1 {
-		t.Fatalf("journal_mode=%s busy_timeout=%d foreign_keys=%d", mode, timeout, fk)
+	s.db.QueryRow("PRAGMA wal_autocheckpoint").Scan(&ckpt)
+	// A small auto-checkpoint keeps the WAL-index rebuild of each CLI
+	// process cheap (store.Open).
+	if mode != "wal" || timeout < 10000 || fk != 1 || ckpt != 100 {
+		t.Fatalf("journal_mode=%s busy_timeout=%d foreign_keys=%d wal_autocheckpoint=%d", mode, timeout, fk, ckpt)
 	}
 }
 
