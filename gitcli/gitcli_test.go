@@ -173,16 +173,29 @@ func TestHooksAndFsmonitorDisabled(t *testing.T) {
 // Cancelling sends git SIGTERM (not SIGKILL), so git can clean up: here git
 // passes the signal to its alias, whose trap leaves a mark.
 func TestCancelTerminatesGit(t *testing.T) {
-	marker := filepath.Join(t.TempDir(), "terminated")
+	dir := t.TempDir()
+	marker, ready := filepath.Join(dir, "terminated"), filepath.Join(dir, "ready")
 	ctx, cancel := context.WithCancel(context.Background())
-	alias := `alias.hang=!sleep 60 & trap "kill $!; echo term > ` + marker + `; exit 143" TERM; wait`
+	alias := `alias.hang=!sleep 60 & trap "kill $!; echo term > ` + marker + `; exit 143" TERM; echo > ` + ready + `; wait`
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() {
 		_, err := Run(ctx, nil, "", "-c", alias, "hang")
 		done <- err
 	}()
-	time.Sleep(300 * time.Millisecond)
+	// Cancel once the trap is set (a loaded CI machine may take a while to
+	// get there), not after a guessed delay.
+	for i := 0; ; i++ {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		if i == 1000 {
+			cancel()
+			t.Fatal("git's alias never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	start = time.Now()
 	cancel()
 	select {
 	case err := <-done:
