@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -22,6 +23,18 @@ func dockerSession(b *testing.B, dir string) ([]string, string, string) {
 	return env, repo, img
 }
 
+// stopSessions stops the benchmark's sessions with the benchmark's own
+// environment (its storage root): their containers must not outlive it.
+func stopSessions(b *testing.B, env []string, bin string, ids ...string) {
+	for _, id := range ids {
+		c := exec.Command(bin, "sandbox", "stop", id)
+		c.Env = append(os.Environ(), env...)
+		if out, err := c.CombinedOutput(); err != nil {
+			b.Errorf("stop %s: %v: %s", id, err, out)
+		}
+	}
+}
+
 // BenchmarkDockerExec: `xmode sandbox exec ID -- true` against `docker exec
 // <container> true` by the docker CLI on the same container, side by side.
 // Target: median ratio ≤ 1.0.
@@ -34,7 +47,7 @@ func BenchmarkDockerExec(b *testing.B) {
 	dir := b.TempDir()
 	env, repo, _ := dockerSession(b, dir)
 	id := output(b, env, bin, "sandbox", "create", "--repo", repo, "-q")
-	b.Cleanup(func() { exec.Command(bin, "sandbox", "stop", id).Run() })
+	b.Cleanup(func() { stopSessions(b, env, bin, id) })
 	b.ResetTimer()
 	med := sideBySide(rounds(b),
 		func() { run(b, nil, dockerBin, "exec", "xmode-"+id, "true") },
@@ -57,9 +70,7 @@ func BenchmarkDockerCreate(b *testing.B) {
 	env, repo, img := dockerSession(b, dir)
 	var ids, containers []string
 	b.Cleanup(func() {
-		for _, id := range ids {
-			exec.Command(bin, "sandbox", "stop", id).Run()
-		}
+		stopSessions(b, env, bin, ids...)
 		for _, c := range containers {
 			exec.Command(dockerBin, "rm", "-f", c).Run()
 		}

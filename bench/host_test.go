@@ -55,6 +55,9 @@ func BenchmarkExecOverhead(b *testing.B) {
 	b.ReportMetric(ms(med[1]-med[0]), "overhead-ms")
 	b.ReportMetric(ms(med[2]), "go-hello-ms")
 	b.ReportMetric(ms(med[3]), "store-only-ms")
+	b.ReportMetric(pageFaults(b, env, bin, "sandbox", "exec", id, "--", "true"), "xmode-exec-faults")
+	b.ReportMetric(pageFaults(b, nil, floor, filepath.Join(dir, "root"), id), "store-only-faults")
+	b.ReportMetric(pageFaults(b, nil, hello), "go-hello-faults")
 }
 
 // BenchmarkVersion: `xmode --version` start-up. Target: under 10 ms. The
@@ -73,6 +76,8 @@ func BenchmarkVersion(b *testing.B) {
 	b.ReportMetric(ms(med[1]), "version-ms")
 	b.ReportMetric(ms(med[2]), "go-hello-ms")
 	b.ReportMetric(ms(med[1]-med[2]), "over-hello-ms")
+	b.ReportMetric(pageFaults(b, nil, bin, "--version"), "version-faults")
+	b.ReportMetric(pageFaults(b, nil, hello), "go-hello-faults")
 }
 
 // BenchmarkCreateVsClone: `sandbox create` from a local repository (1,700
