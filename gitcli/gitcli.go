@@ -72,16 +72,6 @@ func (e *Error) Unwrap() error { return e.Err }
 // cleans up its lock files and half-made clones or worktrees before it
 // exits; Run then returns ctx.Err().
 func Run(ctx context.Context, progress io.Writer, dir string, args ...string) (string, error) {
-	return run(ctx, progress, nil, dir, args)
-}
-
-// RunInput is Run without progress, with stdin as git's standard input
-// (for the --batch and --stdin commands).
-func RunInput(ctx context.Context, dir, stdin string, args ...string) (string, error) {
-	return run(ctx, nil, strings.NewReader(stdin), dir, args)
-}
-
-func run(ctx context.Context, progress io.Writer, stdin io.Reader, dir string, args []string) (string, error) {
 	argv := append([]string(nil), safety...)
 	if dir != "" {
 		argv = append(argv, "-C", dir)
@@ -89,7 +79,6 @@ func run(ctx context.Context, progress io.Writer, stdin io.Reader, dir string, a
 	argv = append(argv, args...)
 	c := exec.CommandContext(ctx, "git", argv...)
 	c.Env = env(progress != nil)
-	c.Stdin = stdin
 	var stdout, stderr bytes.Buffer
 	c.Stdout = &stdout
 	c.Stderr = &stderr
