@@ -5,16 +5,15 @@ import (
 	"context"
 	"database/sql"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/gitcli/gittest"
 	_ "github.com/xmode/xmode/providers/local" // the host engine
 	"github.com/xmode/xmode/reaper"
 	"github.com/xmode/xmode/sandbox"
@@ -79,14 +78,10 @@ func newEnv(t *testing.T, vars map[string]string) *env {
 	return e
 }
 
-func git(t testing.TB, dir string, args ...string) {
+// git runs the real git for a fixture (gittest.Git).
+func git(t testing.TB, dir string, args ...string) string {
 	t.Helper()
-	c := exec.Command("git", append([]string{"-C", dir}, args...)...)
-	c.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com",
-		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com", "GIT_CONFIG_NOSYSTEM=1")
-	if out, err := c.CombinedOutput(); err != nil {
-		t.Fatalf("git %s: %v: %s", strings.Join(args, " "), err, out)
-	}
+	return gittest.Git(t, dir, args...)
 }
 
 func makeRepo(t testing.TB, dir string) {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -15,18 +14,13 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/gitcli/gittest"
 )
 
-func git(t *testing.T, dir string, args ...string) string {
+// git runs the real git for a fixture (gittest.Git).
+func git(t testing.TB, dir string, args ...string) string {
 	t.Helper()
-	c := exec.Command("git", append([]string{"-C", dir}, args...)...)
-	c.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com",
-		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com", "GIT_CONFIG_NOSYSTEM=1")
-	out, err := c.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out))
+	return gittest.Git(t, dir, args...)
 }
 
 func write(t *testing.T, path, s string) {
