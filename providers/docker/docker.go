@@ -148,36 +148,36 @@ func (p *Provider) APIVersion() string { return p.cli.Version() }
 
 // ImagePresent reports whether the image is in the daemon's image store.
 func (p *Provider) ImagePresent(ctx context.Context, ref string) (bool, error) {
-	if _, err := p.Ping(ctx); err != nil {
-		return false, err
-	}
-	cctx, cancel := p.call(ctx)
-	defer cancel()
-	_, err := p.cli.ImageInspect(cctx, ref)
-	switch {
-	case err == nil:
-		return true, nil
-	case dockerapi.IsNotFound(err):
-		return false, nil
-	}
-	return false, p.wrap(err, "inspect image "+ref)
+	return p.present(ctx, "image "+ref, func(ctx context.Context) error {
+		_, err := p.cli.ImageInspect(ctx, ref)
+		return err
+	})
 }
 
 // VolumePresent reports whether the named volume exists on the daemon.
 func (p *Provider) VolumePresent(ctx context.Context, name string) (bool, error) {
+	return p.present(ctx, "volume "+name, func(ctx context.Context) error {
+		_, err := p.cli.VolumeInspect(ctx, name)
+		return err
+	})
+}
+
+// present pings the daemon, then inspects what: not found is false, any
+// other failure an error.
+func (p *Provider) present(ctx context.Context, what string, inspect func(context.Context) error) (bool, error) {
 	if _, err := p.Ping(ctx); err != nil {
 		return false, err
 	}
 	cctx, cancel := p.call(ctx)
 	defer cancel()
-	_, err := p.cli.VolumeInspect(cctx, name)
-	switch {
+	switch err := inspect(cctx); {
 	case err == nil:
 		return true, nil
 	case dockerapi.IsNotFound(err):
 		return false, nil
+	default:
+		return false, p.wrap(err, "inspect "+what)
 	}
-	return false, p.wrap(err, "inspect volume "+name)
 }
 
 func (p *Provider) pingTimeout() time.Duration { return cmp.Or(p.PingTimeout, DefaultPingTimeout) }

@@ -325,7 +325,7 @@ func (s *step) run(hr *dockerapi.HijackedConn) (engine.Status, error) {
 			_ = hr.CloseWrite()
 		}()
 	}
-	head := &headWriter{}
+	head := &headBuffer{limit: 1 << 10}
 	stdout := &streamWriter{w: io.MultiWriter(head, orDiscard(s.req.Stdout))}
 	stderr := &streamWriter{w: orDiscard(s.req.Stderr)}
 	copyDone := make(chan struct{})
@@ -615,11 +615,11 @@ func (p *Provider) runHelperAs(ctx context.Context, containerID, user string, cm
 		return 0, "", p.wrap(err, "start helper exec")
 	}
 	defer hr.Close()
-	var out limitedBuffer
+	out := &headBuffer{limit: 64 << 10}
 	// The stream is not tied to ctx once started: the limit closes it.
 	stop := context.AfterFunc(ctx, func() { _ = hr.Close() })
 	defer stop()
-	if _, err := dockerapi.Demux(&out, &out, hr); err != nil && ctx.Err() != nil {
+	if _, err := dockerapi.Demux(out, out, hr); err != nil && ctx.Err() != nil {
 		return 0, out.String(), fmt.Errorf("helper exec did not finish within %s", limit)
 	}
 	for {
@@ -745,35 +745,25 @@ func (s *streamWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// headWriter keeps the first KiB written to it.
-type headWriter struct{ buf bytes.Buffer }
+// headBuffer keeps the first limit bytes written to it and drops the rest:
+// what a step or a helper prints is unbounded, a message needs its start.
+type headBuffer struct {
+	limit int
+	mu    sync.Mutex
+	buf   bytes.Buffer
+}
 
-func (h *headWriter) Write(b []byte) (int, error) {
-	if room := 1024 - h.buf.Len(); room > 0 {
+func (h *headBuffer) Write(b []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if room := h.limit - h.buf.Len(); room > 0 {
 		h.buf.Write(b[:min(room, len(b))])
 	}
 	return len(b), nil
 }
 
-func (h *headWriter) String() string { return h.buf.String() }
-
-// limitedBuffer keeps the first 64 KiB of a helper's output.
-type limitedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *limitedBuffer) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if room := 64<<10 - l.buf.Len(); room > 0 {
-		l.buf.Write(b[:min(room, len(b))])
-	}
-	return len(b), nil
-}
-
-func (l *limitedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
+func (h *headBuffer) String() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.buf.String()
 }

@@ -126,7 +126,7 @@ func (c *Client) ContainerRemove(ctx context.Context, id string, opts RemoveOpti
 	return c.call(ctx, http.MethodDelete, "/containers/"+id, q, nil, nil)
 }
 
-// StopOptions say how a container is stopped (or restarted).
+// StopOptions say how a container is stopped when it is restarted.
 type StopOptions struct {
 	// Signal to send first instead of the container's stop signal. API
 	// 1.42+; older daemons send their default (SIGTERM) and ignore it.
@@ -153,19 +153,9 @@ func (c *Client) stopQuery(ctx context.Context, opts StopOptions) (url.Values, e
 	return q, nil
 }
 
-// ContainerStop stops a container.
-func (c *Client) ContainerStop(ctx context.Context, id string, opts StopOptions) error {
-	return c.stopOrRestart(ctx, id, "stop", opts)
-}
-
-// ContainerRestart stops a container (as ContainerStop) and starts it again.
+// ContainerRestart stops a container (opts: the signal and how long to
+// wait for it) and starts it again.
 func (c *Client) ContainerRestart(ctx context.Context, id string, opts StopOptions) error {
-	return c.stopOrRestart(ctx, id, "restart", opts)
-}
-
-// stopOrRestart is POST /containers/{id}/stop or …/restart: the same
-// options, the same answer.
-func (c *Client) stopOrRestart(ctx context.Context, id, action string, opts StopOptions) error {
 	id, err := segment("container", id, false)
 	if err != nil {
 		return err
@@ -174,7 +164,7 @@ func (c *Client) stopOrRestart(ctx context.Context, id, action string, opts Stop
 	if err != nil {
 		return err
 	}
-	return c.call(ctx, http.MethodPost, "/containers/"+id+"/"+action, q, nil, nil)
+	return c.call(ctx, http.MethodPost, "/containers/"+id+"/restart", q, nil, nil)
 }
 
 // ContainerTop lists the container's processes as ps on the daemon's host

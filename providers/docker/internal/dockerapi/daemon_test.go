@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 
 	"github.com/xmode/xmode/providers/docker/dockertest"
@@ -390,8 +391,9 @@ func TestContainerAndVolumeLifecycle(t *testing.T) {
 	if after, err := sdk.ContainerInspect(ctx, created.ID); err != nil || !after.State.Running || after.State.Pid == ours.State.Pid {
 		t.Errorf("after the restart: %+v %v (pid before: %d)", after.State, err, ours.State.Pid)
 	}
-	if err := c.ContainerStop(ctx, created.ID, StopOptions{Timeout: &zero}); err != nil {
-		t.Errorf("ContainerStop: %v", err)
+	// The provider never stops a container (Restart, Remove): the SDK does.
+	if err := sdk.ContainerStop(ctx, created.ID, container.StopOptions{Timeout: &zero}); err != nil {
+		t.Errorf("stop with the SDK: %v", err)
 	}
 	if st, err := c.ContainerInspect(ctx, created.ID); err != nil || st.State.Running || st.State.Status != "exited" {
 		t.Errorf("after the stop: %+v %v", st.State, err)
