@@ -14,6 +14,7 @@ import (
 	"github.com/xmode/xmode/providers/docker"
 	"github.com/xmode/xmode/providers/docker/dockertest"
 	"github.com/xmode/xmode/reaper"
+	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -26,7 +27,7 @@ type reapSeed struct {
 	root     string
 	template string
 	st       *store.Store
-	guard    engine.Guard
+	guard    storage.Guard
 }
 
 func newReapSeed(b testing.TB, dir string) *reapSeed {
@@ -41,7 +42,7 @@ func newReapSeed(b testing.TB, dir string) *reapSeed {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { st.Close() })
-	return &reapSeed{b: b, root: root, template: tmpl, st: st, guard: engine.Guard{Root: root}}
+	return &reapSeed{b: b, root: root, template: tmpl, st: st, guard: storage.Guard{Root: root}}
 }
 
 // session inserts one open session on a new run, expired, or ended when

@@ -18,10 +18,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xmode/xmode/config"
-	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
 	_ "github.com/xmode/xmode/providers/local" // the host engine
 	"github.com/xmode/xmode/sandbox"
+	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -172,7 +172,7 @@ func (a *App) service(ctx context.Context, overrides map[string]config.Flag) (*s
 		return nil, err
 	}
 	a.st = st
-	svc := &sandbox.Service{Cfg: cfg, Store: st, Guard: engine.Guard{Root: cfg.StorageRoot}}
+	svc := &sandbox.Service{Cfg: cfg, Store: st, Guard: storage.Guard{Root: cfg.StorageRoot}}
 	if !a.json && !a.quiet && isTerminal(a.Err) {
 		svc.Progress = a.Err
 	}

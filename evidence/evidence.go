@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -71,7 +72,7 @@ type Request struct {
 
 // Begin allocates the step, creates its directory, writes command.json and
 // opens the two log files the caller streams output into.
-func Begin(ctx context.Context, st *store.Store, g engine.Guard, req Request) (*Step, error) {
+func Begin(ctx context.Context, st *store.Store, g storage.Guard, req Request) (*Step, error) {
 	runDir, err := g.RunDir(req.Session.RunID)
 	if err != nil {
 		return nil, err

@@ -22,9 +22,9 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/config"
-	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/gitcli"
+	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -50,7 +50,7 @@ func CacheEnv(mount string) []string {
 type Manager struct {
 	Cfg      *config.Config
 	Store    *store.Store
-	Guard    engine.Guard
+	Guard    storage.Guard
 	Progress io.Writer // git's clone and fetch progress (a terminal); nil: quiet
 	Now      func() time.Time
 }

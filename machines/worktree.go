@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/gitcli"
+	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -172,7 +172,7 @@ func (c *Checkout) AddWorktree(ctx context.Context, runID, path string) error {
 // ReleaseRun removes git's record of a run's worktree from the machine the
 // run was branched from, if any: the reaper calls it once the worktree
 // directory is gone. It reports whether it removed a record.
-func ReleaseRun(ctx context.Context, st *store.Store, g engine.Guard, runID string) (bool, error) {
+func ReleaseRun(ctx context.Context, st *store.Store, g storage.Guard, runID string) (bool, error) {
 	project, err := st.RunMachine(ctx, runID)
 	if err != nil || project == "" {
 		return false, err
@@ -186,11 +186,11 @@ func ReleaseRun(ctx context.Context, st *store.Store, g engine.Guard, runID stri
 // one a killed create left). The removal is confined to
 // <root>/project_machines with os.Root; it follows no symlink a sandbox
 // planted in the machine's .git and touches no other run's record.
-func ReleaseWorktree(g engine.Guard, project, runID string) (bool, error) {
+func ReleaseWorktree(g storage.Guard, project, runID string) (bool, error) {
 	if _, err := g.MachineDir(project); err != nil {
 		return false, err
 	}
-	if !engine.ValidID("run_", runID) {
+	if !storage.ValidID("run_", runID) {
 		return false, fail.Refusedf("run id %q is malformed; refusing to derive a path from it", runID)
 	}
 	root, err := g.OpenMachinesRoot()

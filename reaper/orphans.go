@@ -12,6 +12,7 @@ import (
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/machines"
 	"github.com/xmode/xmode/providers/docker"
+	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -184,7 +185,7 @@ func (r *Reaper) sweepRuns(ctx context.Context, dry bool, passStart time.Time, s
 			return
 		}
 		for _, e := range entries {
-			if e.IsDir() && engine.ValidID("run_", e.Name()) {
+			if e.IsDir() && storage.ValidID("run_", e.Name()) {
 				candidates = append(candidates, e.Name())
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/machines"
+	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -22,7 +23,7 @@ import (
 type Reaper struct {
 	Cfg   *config.Config
 	Store *store.Store
-	Guard engine.Guard
+	Guard storage.Guard
 	Log   io.Writer // one line per action; nil for silence
 	Now   func() time.Time
 

@@ -11,6 +11,7 @@ import (
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -47,7 +48,7 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	if err != nil {
 		return nil, err
 	}
-	dir, err := engine.ResolveWorkdir(worktree, o.Workdir)
+	dir, err := storage.ResolveWorkdir(worktree, o.Workdir)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/machines"
 	"github.com/xmode/xmode/reaper"
+	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -23,7 +24,7 @@ import (
 type Service struct {
 	Cfg      *config.Config
 	Store    *store.Store
-	Guard    engine.Guard
+	Guard    storage.Guard
 	Progress io.Writer // clone and pull progress; nil for none
 	Log      io.Writer // teardown actions; nil for none
 }
@@ -95,7 +96,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		if o.Repo != "" {
 			return nil, fail.Usagef("--repo and --run do not go together: a shared run already has its checkout")
 		}
-		if !engine.ValidID("run_", o.RunID) {
+		if !storage.ValidID("run_", o.RunID) {
 			return nil, fail.Usagef("--run %q is not a run ID (run_…)", o.RunID)
 		}
 		sess.RunID = o.RunID

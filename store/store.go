@@ -22,8 +22,8 @@ import (
 
 	"modernc.org/sqlite" // also registers the "sqlite" driver
 
-	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/storage"
 )
 
 //go:embed migrations/*.sql
@@ -36,7 +36,7 @@ const FileName = "xmode.db"
 type Store struct {
 	db    *sql.DB
 	path  string
-	guard engine.Guard // derives each session's run_dir
+	guard storage.Guard // derives each session's run_dir
 }
 
 // Open opens (creating if needed) the store under root and migrates it.
@@ -61,7 +61,7 @@ func Open(ctx context.Context, root string) (*Store, error) {
 	// One connection per process: SQLite allows one writer anyway, and a
 	// single connection cannot deadlock against itself across transactions.
 	db.SetMaxOpenConns(1)
-	s := &Store{db: db, path: path, guard: engine.Guard{Root: root}}
+	s := &Store{db: db, path: path, guard: storage.Guard{Root: root}}
 	// Opening a brand-new database races other processes switching it to
 	// WAL, where SQLite reports SQLITE_BUSY without consulting busy_timeout;
 	// such a first open is retried for as long as busy_timeout would wait.

@@ -32,6 +32,7 @@ import (
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/providers/docker/internal/dockerapi"
+	"github.com/xmode/xmode/storage"
 )
 
 // Name is the engine name the provider registers under.
@@ -59,7 +60,7 @@ func init() {
 type Provider struct {
 	cfg   *config.Config
 	cli   *dockerapi.Client
-	guard engine.Guard
+	guard storage.Guard
 
 	// Progress receives image pull progress, rendered like `docker run`
 	// renders it (with cursor movement when it is a terminal). nil: silent.
@@ -103,7 +104,7 @@ func New(cfg *config.Config) (*Provider, error) {
 	if err != nil {
 		return nil, fail.Enginef("docker endpoint %s: %v: check XMODE_SANDBOX_DOCKER_HOST / DOCKER_HOST (unix:///var/run/docker.sock or tcp://host:port) and DOCKER_CERT_PATH / DOCKER_TLS_VERIFY", hostOrDefault(cfg.DockerHost), err)
 	}
-	return &Provider{cfg: cfg, cli: cli, guard: engine.Guard{Root: cfg.StorageRoot}}, nil
+	return &Provider{cfg: cfg, cli: cli, guard: storage.Guard{Root: cfg.StorageRoot}}, nil
 }
 
 // SetProgress sets Progress; callers that hold an engine.Adapter use it

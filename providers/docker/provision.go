@@ -15,6 +15,7 @@ import (
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/providers/docker/internal/dockerapi"
+	"github.com/xmode/xmode/storage"
 )
 
 // Mount modes (engine.Sandbox.MountMode).
@@ -64,7 +65,7 @@ func ContainerName(sessionID string) string { return "xmode-" + sessionID }
 // keep-alive command, the worktree mounted per the mount model, and in volume
 // mode every limit and hardening flag.
 func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sandbox, error) {
-	if !engine.ValidID("sbx_", spec.SessionID) {
+	if !storage.ValidID("sbx_", spec.SessionID) {
 		return engine.Sandbox{}, fail.Refusedf("session id %q is malformed: refusing to name a container after it", spec.SessionID)
 	}
 	if spec.Labels[LabelManaged] != "true" || spec.Labels[LabelSession] != spec.SessionID {
@@ -186,7 +187,7 @@ func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img st
 	}
 
 	// volume (prod): bounded and hardened, always.
-	if !engine.ValidID("run_", spec.RunID) {
+	if !storage.ValidID("run_", spec.RunID) {
 		return nil, nil, fail.Refusedf("run id %q is malformed; refusing to derive a path from it", spec.RunID)
 	}
 	method, detail, vol, err := p.isolation(ctx)

@@ -1,4 +1,7 @@
-package engine
+// Package storage is the layout of the storage root and its one path guard:
+// every path xmode writes or deletes under the root is derived here from IDs,
+// and every path a database row or a sandbox claims is checked here.
+package storage
 
 import (
 	"errors"
