@@ -10,7 +10,7 @@ import (
 )
 
 func (a *App) newMachine() *cobra.Command {
-	m := &cobra.Command{
+	m := parent(&cobra.Command{
 		Use:     "machine",
 		Aliases: []string{"machines"},
 		Short:   "Warm, inspect and remove project machines (a warm checkout per project)",
@@ -18,7 +18,7 @@ func (a *App) newMachine() *cobra.Command {
 <root>/project_machines/<project>/repo. With XMODE_PROJECT_MACHINES=1,
 ` + "`xmode sandbox create --project P`" + ` gives each run a detached git worktree of it
 instead of a clone of its own. See docs/project-machines.md.`,
-	}
+	})
 	m.AddCommand(a.newMachineWarm(), a.newMachineList(), a.newMachineShow(), a.newMachineRm())
 	return m
 }

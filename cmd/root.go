@@ -135,7 +135,7 @@ with evidence for every step that outlives the sandbox.` + exitStatusHelp,
 	pf.BoolVar(&a.noColor, "no-color", false, "no colour (also: NO_COLOR)")
 	pf.BoolVarP(&a.quiet, "quiet", "q", false, "print only what scripts need")
 
-	sb := &cobra.Command{Use: "sandbox", Short: "Create, run in, inspect and stop sandboxes", Aliases: []string{"sb"}}
+	sb := parent(&cobra.Command{Use: "sandbox", Short: "Create, run in, inspect and stop sandboxes", Aliases: []string{"sb"}})
 	sb.AddCommand(a.newCreate(), a.newExec(), a.newStop(), a.newList(), a.newShow(), a.newExtend(), a.newReap("reap"))
 	root.AddCommand(sb, a.newMachine(), a.newConfig(), a.newDoctor(), a.newVersion(), a.newReap("reap"))
 	return root
@@ -210,6 +210,19 @@ func (a *App) paint(c color.Attribute, s string) string {
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && isatty.IsTerminal(f.Fd())
+}
+
+// parent makes a command that only groups subcommands refuse an unknown one
+// (exit 2, as git and docker do) instead of printing its help with exit 0.
+func parent(c *cobra.Command) *cobra.Command {
+	c.Args = cobra.ArbitraryArgs
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return cmd.Help()
+		}
+		return fail.Usagef("unknown command %q for %q: see `%s --help`", args[0], cmd.CommandPath(), cmd.CommandPath())
+	}
+	return c
 }
 
 func exactArgs(n int, what string) cobra.PositionalArgs {

@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/api/types/versions"
 	"github.com/docker/docker/client"
 
+	"github.com/xmode/xmode/internal/testenv"
 	"github.com/xmode/xmode/providers/docker/dockertest"
 )
 
@@ -45,7 +46,7 @@ func TestDockerEngineCLI(t *testing.T) {
 	t.Run("bind", func(t *testing.T) {
 		t.Parallel()
 		if !local {
-			t.Skipf("SKIP: bind mode needs a local daemon, the daemon is at %s", host)
+			testenv.Skip(t, "bind mode needs a local daemon, the daemon is at %s", host)
 		}
 		root := filepath.Join(t.TempDir(), "root")
 		dkRemoveSandboxes(t, cli, "", root)
@@ -104,7 +105,7 @@ func TestDockerEngineCLI(t *testing.T) {
 	t.Run("missing-image", func(t *testing.T) {
 		t.Parallel()
 		if !local {
-			t.Skipf("SKIP: needs a local daemon, the daemon is at %s", host)
+			testenv.Skip(t, "needs a local daemon, the daemon is at %s", host)
 		}
 		root := filepath.Join(t.TempDir(), "root")
 		dkRemoveSandboxes(t, cli, "", root)

@@ -138,3 +138,45 @@ func exits(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("exit code %d, want %d", got, want)
 	}
 }
+
+// TestScriptsLiveWhereTheRunnerLooks fails on a testscript script outside
+// testdata/script: TestScripts never runs it, so it would pass silently.
+func TestScriptsLiveWhereTheRunnerLooks(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripts, err := filepath.Abs(filepath.Join("testdata", "script"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || filepath.Ext(path) != ".txt" || filepath.Dir(path) == scripts {
+			return nil
+		}
+		if b, err := os.ReadFile(path); err == nil && looksLikeScript(string(b)) {
+			t.Errorf("%s looks like a testscript script but is outside %s, where TestScripts never runs it", path, scripts)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// looksLikeScript recognises a testscript script by its commands.
+func looksLikeScript(s string) bool {
+	for _, line := range strings.Split(s, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 1 && (f[0] == "exec" || f[0] == "exits" || f[0] == "!") && strings.Contains(line, "xmode") {
+			return true
+		}
+	}
+	return false
+}

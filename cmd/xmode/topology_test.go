@@ -17,6 +17,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 
+	"github.com/xmode/xmode/internal/testenv"
 	"github.com/xmode/xmode/providers/docker/dockertest"
 )
 
@@ -37,7 +38,7 @@ func TestXmodeInJobContainer(t *testing.T) {
 	img := dockertest.Image(t)
 	host := dockertest.Host()
 	if !strings.HasPrefix(host, "unix://") {
-		t.Skipf("SKIP: the daemon is at %s; the job container needs its unix socket and host binds", host)
+		testenv.Skip(t, "the daemon is at %s; the job container needs its unix socket and host binds", host)
 	}
 	sock := strings.TrimPrefix(host, "unix://")
 	instance := dockertest.NewInstance(t, cli) // labels the job containers
@@ -284,7 +285,7 @@ func hostGitMounts(t *testing.T) []mount.Mount {
 		t.Fatalf("git is not on PATH: %v", err)
 	}
 	if real, _ := filepath.EvalSymlinks(git); !strings.HasPrefix(real, "/usr/") {
-		t.Skipf("SKIP: git is %s, outside /usr: it cannot be lent to the job container", real)
+		testenv.Skip(t, "git is %s, outside /usr: it cannot be lent to the job container", real)
 	}
 	ms := []mount.Mount{{Type: mount.TypeBind, Source: "/usr", Target: "/usr", ReadOnly: true}}
 	for _, d := range []string{"/lib", "/lib64"} {

@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/testenv"
 	"github.com/xmode/xmode/providers/docker/dockertest"
 )
 
@@ -23,7 +24,7 @@ import (
 func machineWorktree(t *testing.T, root, project, run string) (gitDir, worktree string) {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("SKIP: no git")
+		testenv.Skip(t, "no git on PATH")
 	}
 	repo := filepath.Join(root, "project_machines", project, "repo")
 	worktree = filepath.Join(root, "runs", run, "worktree")

@@ -18,6 +18,7 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/testenv"
 	"github.com/xmode/xmode/providers/docker/dockertest"
 	"github.com/xmode/xmode/providers/docker/internal/dockerapi"
 )
@@ -162,7 +163,7 @@ func TestTCPEndpoint(t *testing.T) {
 	img := dockertest.Image(t)
 	sock := strings.TrimPrefix(dockertest.Host(), "unix://")
 	if !strings.HasPrefix(dockertest.Host(), "unix://") {
-		t.Skipf("the test daemon is not on a unix socket (%s)", dockertest.Host())
+		testenv.Skip(t, "the test daemon is not on a unix socket (%s)", dockertest.Host())
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

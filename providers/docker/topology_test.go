@@ -16,6 +16,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/pkg/stdcopy"
 
+	"github.com/xmode/xmode/internal/testenv"
 	"github.com/xmode/xmode/providers/docker/dockertest"
 )
 
@@ -30,7 +31,7 @@ func TestJobContainerTopology(t *testing.T) {
 	img := dockertest.Image(t)
 	host := dockertest.Host()
 	if !strings.HasPrefix(host, "unix://") {
-		t.Skipf("SKIP: the daemon is at %s; the job container needs its unix socket", host)
+		testenv.Skip(t, "the daemon is at %s; the job container needs its unix socket", host)
 	}
 	instance := dockertest.NewInstance(t, cli)
 	vol, _ := dockertest.StorageVolume(t, cli)

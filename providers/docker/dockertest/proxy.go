@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/xmode/xmode/internal/testenv"
 )
 
 // SocketProxy is a docker endpoint that can go away and come back: the
@@ -58,7 +60,7 @@ func unixTarget(t testing.TB) string {
 	t.Helper()
 	host := Host()
 	if !strings.HasPrefix(host, "unix://") {
-		t.Skipf("SKIP: the proxy needs the test daemon on a unix socket; it is at %s", host)
+		testenv.Skip(t, "the proxy needs the test daemon on a unix socket; it is at %s", host)
 	}
 	return strings.TrimPrefix(host, "unix://")
 }
