@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,21 +27,46 @@ type check struct {
 }
 
 func (a *App) newDoctor() *cobra.Command {
-	return &cobra.Command{
+	var adopt bool
+	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check a deployment: storage root, database, git, docker daemon, image, storage volume, isolation",
 		Long: `Check everything xmode needs on this machine. Each line is ok, warn or fail,
 with a fix. Docker checks are failures when XMODE_SANDBOX_ENGINE=docker and
 warnings otherwise.
 
+--adopt makes a storage root whose store was lost (xmode.db missing, emptied
+or another install's, while runs/ or project_machines/ remain) usable again,
+deliberately: a new store keeps the root's instance, what is left of the old
+database is moved aside, and every run directory stays (the reaper leaves
+runs the store does not know alone unless ` + "`xmode reap --reclaim-unknown`" + `).
+
 EXIT STATUS
   0 when nothing failed (warnings allowed), 1 when any check failed, 2 when
   the configuration itself is invalid.`,
+		Example: `  xmode doctor
+  xmode doctor --adopt     # after restoring nothing: start a new store over a used root`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := a.config(nil)
 			if err != nil {
 				return err
+			}
+			if adopt {
+				st, res, err := store.Adopt(cmd.Context(), cfg.StorageRoot)
+				if err != nil {
+					return err
+				}
+				st.Close()
+				switch {
+				case !res.Adopted:
+					a.info("nothing to adopt: the store of %s is this root's (instance %s)", cfg.StorageRoot, res.Instance)
+				default:
+					a.info("adopted %s: %s; the store is instance %s now", cfg.StorageRoot, res.Reason, res.Instance)
+					for _, m := range res.MovedTo {
+						a.info("kept the old database file as %s", m)
+					}
+				}
 			}
 			checks := doctor(cmd.Context(), cfg)
 			failed := 0
@@ -71,6 +97,8 @@ EXIT STATUS
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&adopt, "adopt", false, "start a new store over a storage root whose store was lost, keeping every run directory")
+	return cmd
 }
 
 func doctor(ctx context.Context, cfg *config.Config) []check {
@@ -90,7 +118,11 @@ func doctor(ctx context.Context, cfg *config.Config) []check {
 
 	// database
 	if st, err := store.Open(ctx, cfg.StorageRoot); err != nil {
-		add("database", "fail", err.Error(), "see the message; a newer schema needs a newer xmode")
+		fix := "see the message; a newer schema needs a newer xmode"
+		if errors.Is(err, store.ErrLost) {
+			fix = "restore xmode.db from a backup, or `xmode doctor --adopt`"
+		}
+		add("database", "fail", err.Error(), fix)
 	} else {
 		add("database", "ok", fmt.Sprintf("%s opens (schema %d, WAL)", st.Path(), store.SchemaVersion()), "")
 		st.Close()

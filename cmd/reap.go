@@ -15,7 +15,7 @@ import (
 
 // newReap is `xmode sandbox reap` and its alias `xmode reap`.
 func (a *App) newReap(use string) *cobra.Command {
-	var dryRun, verbose bool
+	var dryRun, verbose, reclaimUnknown bool
 	var grace string
 	cmd := &cobra.Command{
 		Use:   use,
@@ -32,7 +32,9 @@ func (a *App) newReap(use string) *cobra.Command {
   - orphans go: containers and per-session volumes labelled with this
     install's xmode.instance whose session is not open (with
     XMODE_SANDBOX_ENGINE=docker), and worktrees of runs without an open
-    session. Objects of another install are never touched.
+    session. Objects of another install are never touched, nor worktrees
+    of run directories the store has no record of, unless
+    --reclaim-unknown asks for them.
 
 Silent on success, for cron; -v prints one line per action, --json the
 summary, --dry-run what it would do (changing nothing). Overlapping passes
@@ -71,7 +73,7 @@ EXIT STATUS
 			if dryRun || verbose && !a.quiet {
 				r.Log = logTo
 			}
-			sum, err := r.Pass(cmd.Context(), reaper.PassOptions{DryRun: dryRun})
+			sum, err := r.Pass(cmd.Context(), reaper.PassOptions{DryRun: dryRun, ReclaimUnknown: reclaimUnknown})
 			if err != nil {
 				if sum == nil {
 					return err
@@ -96,6 +98,7 @@ EXIT STATUS
 	f.BoolVar(&dryRun, "dry-run", false, "list what the pass would do; change nothing")
 	f.BoolVarP(&verbose, "verbose", "v", false, "print one line per action, with the session ID")
 	f.StringVar(&grace, "provision-grace", "15m", "end sessions still provisioning after this long (e.g. 15m)")
+	f.BoolVar(&reclaimUnknown, "reclaim-unknown", false, "also reclaim worktrees of run directories the store has no record of (after `xmode doctor --adopt`)")
 	return cmd
 }
 

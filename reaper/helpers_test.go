@@ -139,10 +139,15 @@ func (e *env) reaper() *reaper.Reaper {
 
 func (e *env) pass(r *reaper.Reaper, dry bool) *reaper.Summary {
 	e.t.Helper()
+	return e.passWith(r, reaper.PassOptions{DryRun: dry})
+}
+
+func (e *env) passWith(r *reaper.Reaper, o reaper.PassOptions) *reaper.Summary {
+	e.t.Helper()
 	if r == nil {
 		r = e.reaper()
 	}
-	sum, err := r.Pass(context.Background(), reaper.PassOptions{DryRun: dry})
+	sum, err := r.Pass(context.Background(), o)
 	if err != nil {
 		e.t.Fatalf("pass: %v", err)
 	}

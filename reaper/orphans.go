@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -162,9 +163,9 @@ func shortName(o Object) string {
 // runs marked reclaimed since the watermark (the start of the last sweep
 // that succeeded, less a margin for transactions that committed late), and
 // lists every run directory only on the first pass and then once every
-// FullSweepEvery (a run directory unknown to the database, after a restore,
-// is found then).
-func (r *Reaper) sweepRuns(ctx context.Context, dry bool, passStart time.Time, sum *summer) {
+// FullSweepEvery. A run directory unknown to the store is reclaimed only
+// when reclaimUnknown asks for it, and then in that (full) pass.
+func (r *Reaper) sweepRuns(ctx context.Context, dry, reclaimUnknown bool, passStart time.Time, sum *summer) {
 	wm, haveWM, err := r.Store.MetaTime(ctx, store.KeySweepWatermark)
 	if err != nil {
 		sum.fail("", err)
@@ -175,7 +176,7 @@ func (r *Reaper) sweepRuns(ctx context.Context, dry bool, passStart time.Time, s
 		sum.fail("", err)
 		return
 	}
-	full := !haveWM || !haveFull || passStart.Sub(lastFull) >= r.fullSweepEvery()
+	full := reclaimUnknown || !haveWM || !haveFull || passStart.Sub(lastFull) >= r.fullSweepEvery()
 	var candidates []string
 	var reclaimedAt map[string]time.Time
 	if full {
@@ -184,10 +185,27 @@ func (r *Reaper) sweepRuns(ctx context.Context, dry bool, passStart time.Time, s
 			sum.fail("", fmt.Errorf("look for orphan worktrees: %w", err))
 			return
 		}
-		for _, e := range entries {
-			if e.IsDir() && storage.ValidID("run_", e.Name()) {
-				candidates = append(candidates, e.Name())
+		// A run directory the store has never known (a store lost and
+		// adopted, a directory copied in) is not an orphan to delete unless
+		// asked: its worktree may be all that is left of someone's work.
+		var known map[string]bool
+		if !reclaimUnknown {
+			if known, err = r.Store.KnownRuns(ctx); err != nil {
+				sum.fail("", err)
+				return
 			}
+		}
+		for _, e := range entries {
+			if !e.IsDir() || !storage.ValidID("run_", e.Name()) {
+				continue
+			}
+			if known != nil && !known[e.Name()] {
+				if _, err := os.Lstat(filepath.Join(r.Guard.RunsDir(), e.Name(), "worktree")); err == nil {
+					r.logf(e.Name(), "kept worktree of a run the store does not know (`xmode reap --reclaim-unknown` removes it)")
+				}
+				continue
+			}
+			candidates = append(candidates, e.Name())
 		}
 	} else {
 		if reclaimedAt, err = r.Store.RunsReclaimedSince(ctx, wm); err != nil {

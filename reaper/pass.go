@@ -33,6 +33,10 @@ const (
 type PassOptions struct {
 	// DryRun lists what the pass would do and changes nothing.
 	DryRun bool
+	// ReclaimUnknown also reclaims the worktrees of run directories the
+	// store has no record of (after a lost store was adopted); this pass
+	// then looks at every run directory.
+	ReclaimUnknown bool
 }
 
 // Summary is what one pass did: contract §3's reap summary.
@@ -145,7 +149,7 @@ func (r *Reaper) Pass(ctx context.Context, o PassOptions) (*Summary, error) {
 	// Worktrees before engine objects: the run sweep moves its watermark
 	// only when no teardown or removal of a worktree failed, and an
 	// unreachable docker daemon is no reason to look at every run again.
-	r.sweepRuns(ctx, o.DryRun, now, sum)
+	r.sweepRuns(ctx, o.DryRun, o.ReclaimUnknown, now, sum)
 	r.sweepEngine(ctx, o.DryRun, sum)
 	sum.mu.Lock()
 	out := sum.s

@@ -108,8 +108,8 @@ func TestPlantedSymlinksDeleteNothingOutside(t *testing.T) {
 }
 
 // The orphan sweep of run directories never follows a symlinked run
-// directory, leaves directories that are not runs alone, and keeps runs with
-// an open session.
+// directory, leaves directories that are not runs alone, keeps runs with an
+// open session, and keeps runs the store never knew unless asked.
 func TestOrphanWorktreeSweep(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
@@ -137,13 +137,21 @@ func TestOrphanWorktreeSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	want(t, e.pass(nil, true), reaper.Summary{DryRun: true, OrphansRemoved: 2})
+	want(t, e.pass(nil, true), reaper.Summary{DryRun: true, OrphansRemoved: 1})
 	if !exists(e.worktree(crashed)) || !exists(unknown) {
 		t.Fatal("dry run removed something")
 	}
-	want(t, e.pass(nil, false), reaper.Summary{OrphansRemoved: 2})
-	if exists(e.worktree(crashed)) || exists(unknown) {
-		t.Fatal("orphan worktrees left")
+	want(t, e.pass(nil, false), reaper.Summary{OrphansRemoved: 1})
+	if exists(e.worktree(crashed)) {
+		t.Fatal("orphan worktree left")
+	}
+	// The run the store never knew is kept until asked for.
+	if !exists(unknown) || !strings.Contains(e.log.String(), "kept worktree of a run the store does not know") {
+		t.Fatalf("the worktree of an unknown run was reclaimed unasked, or silently kept:\n%s", e.log)
+	}
+	want(t, e.passWith(nil, reaper.PassOptions{ReclaimUnknown: true}), reaper.Summary{OrphansRemoved: 1})
+	if exists(unknown) {
+		t.Fatal("--reclaim-unknown left the unknown run's worktree")
 	}
 	if !exists(filepath.Join(e.root, "runs", crashed.RunID, "steps", "0001-true", "result.json")) {
 		t.Fatal("evidence of the orphaned run lost")
@@ -242,7 +250,7 @@ func TestOrphanEngineObjects(t *testing.T) {
 // The run sweep is incremental: after the first pass it only looks at the
 // runs that ended since the last one (a worktree a crashed teardown left is
 // found at once), and at every run directory once per FullSweepEvery (a run
-// the database does not know waits for that).
+// whose end the watermark already passed waits for that).
 func TestOrphanSweepIsIncremental(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, nil)
@@ -254,21 +262,27 @@ func TestOrphanSweepIsIncremental(t *testing.T) {
 		t.Fatalf("after the first pass: watermark %v (%v), full sweep %v (%v)", wm, ok, full, ok2)
 	}
 	crashed := e.create("")
+	// a run that ended in the store but whose worktree a crashed teardown
+	// left, and which the incremental sweep is not told about
+	stale := e.create("")
+	if _, _, err := e.st.End(ctx, stale.ID, store.StatusDestroyed, store.ReasonStopped, "", time.Now().Add(-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.SetMetaTime(ctx, store.KeySweepWatermark, time.Now()); err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := e.st.End(ctx, crashed.ID, store.StatusDestroyed, store.ReasonStopped, "", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	unknown := filepath.Join(e.root, "runs", store.NewRunID(), "worktree")
-	os.MkdirAll(unknown, 0o755)
-
 	want(t, e.pass(nil, false), reaper.Summary{OrphansRemoved: 1})
-	if exists(e.worktree(crashed)) || !exists(unknown) {
+	if exists(e.worktree(crashed)) || !exists(e.worktree(stale)) {
 		t.Fatal("the incremental sweep missed the ended run or listed every directory")
 	}
 	r := e.reaper()
 	r.FullSweepEvery = time.Nanosecond
 	want(t, e.pass(r, false), reaper.Summary{OrphansRemoved: 1})
-	if exists(unknown) {
-		t.Fatal("the full sweep missed the unknown run")
+	if exists(e.worktree(stale)) {
+		t.Fatal("the full sweep missed the stale run")
 	}
 	if f2, _, _ := e.st.MetaTime(ctx, store.KeySweepFull); !f2.After(full) {
 		t.Fatal("the full sweep was not recorded")

@@ -35,7 +35,7 @@ func scanMachine(row scanner) (*Machine, error) {
 // updated (repo, default ref, commit, last fetch) afterwards. CreatedAt is
 // kept from the first insert.
 func (s *Store) PutMachine(ctx context.Context, m Machine) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO project_machines (`+machineCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
+	_, err := s.exec(ctx, `INSERT INTO project_machines (`+machineCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (project) DO UPDATE SET repo = excluded.repo, default_ref = excluded.default_ref,
 			head_commit = excluded.head_commit, volume = excluded.volume, last_fetch_at = excluded.last_fetch_at`,
 		m.Project, m.Repo, m.DefaultRef, m.HeadCommit, m.Volume, millis(m.CreatedAt), millis(m.LastFetchAt))
@@ -75,7 +75,7 @@ func (s *Store) ListMachines(ctx context.Context) ([]*Machine, error) {
 // DeleteMachine forgets a machine. Runs keep the name of the machine they
 // came from: that is history, like their evidence.
 func (s *Store) DeleteMachine(ctx context.Context, project string) error {
-	if _, err := s.db.ExecContext(ctx, `DELETE FROM project_machines WHERE project = ?`, project); err != nil {
+	if _, err := s.exec(ctx, `DELETE FROM project_machines WHERE project = ?`, project); err != nil {
 		return fmt.Errorf("forget project machine %s: %w", project, err)
 	}
 	return nil
@@ -85,7 +85,7 @@ func (s *Store) DeleteMachine(ctx context.Context, project string) error {
 // of project. Called before the worktree exists, so `machine rm` sees the
 // session as a user of the machine from then on.
 func (s *Store) MarkRunMachine(ctx context.Context, runID, project string) error {
-	if _, err := s.db.ExecContext(ctx, `UPDATE runs SET machine = ? WHERE id = ?`, project, runID); err != nil {
+	if _, err := s.exec(ctx, `UPDATE runs SET machine = ? WHERE id = ?`, project, runID); err != nil {
 		return fmt.Errorf("record machine of run %s: %w", runID, err)
 	}
 	return nil

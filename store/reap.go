@@ -101,7 +101,7 @@ func (s *Store) ActiveSessions(ctx context.Context) (sessions, runs map[string]b
 
 // Heartbeat renews a running step's lease.
 func (s *Store) Heartbeat(ctx context.Context, runID string, seq int, now time.Time) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE steps SET heartbeat_at = ? WHERE run_id = ? AND seq = ? AND state = 'running'`,
+	_, err := s.exec(ctx, `UPDATE steps SET heartbeat_at = ? WHERE run_id = ? AND seq = ? AND state = 'running'`,
 		millis(now), runID, seq)
 	if err != nil {
 		return fmt.Errorf("heartbeat of step %s/%d: %w", runID, seq, err)
@@ -272,7 +272,7 @@ func sessionClaimOnRun(ctx context.Context, tx *sql.Tx, runID, holder string, st
 
 // Release drops a claim the holder took (someone who took it over keeps it).
 func (s *Store) Release(ctx context.Context, id, holder string) error {
-	_, err := s.db.ExecContext(ctx, `DELETE FROM meta WHERE key = ? AND substr(value, instr(value, ' ') + 1) = ?`, claimKey(id), holder)
+	_, err := s.exec(ctx, `DELETE FROM meta WHERE key = ? AND substr(value, instr(value, ' ') + 1) = ?`, claimKey(id), holder)
 	if err != nil {
 		return fmt.Errorf("release claim on %s: %w", id, err)
 	}
@@ -372,7 +372,7 @@ func (s *Store) MetaTime(ctx context.Context, key string) (t time.Time, ok bool,
 
 // SetMetaTime keeps a time in meta.
 func (s *Store) SetMetaTime(ctx context.Context, key string, t time.Time) error {
-	_, err := s.db.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES (?, ?)
+	_, err := s.exec(ctx, `INSERT INTO meta (key, value) VALUES (?, ?)
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, strconv.FormatInt(millis(t), 10))
 	if err != nil {
 		return fmt.Errorf("write %s: %w", key, err)

@@ -275,7 +275,7 @@ func (s *Store) Provisioned(ctx context.Context, id, baseCommit, containerID, mo
 // so a crash before the session opens still leaves them findable.
 func (s *Store) RecordEngine(ctx context.Context, id, containerID, mountMode, image string, volumes []string) error {
 	vols, _ := json.Marshal(nonNil(volumes))
-	_, err := s.db.ExecContext(ctx, `UPDATE sessions SET container_id = ?, mount_mode = ?, image = ?, volumes = ? WHERE id = ?`,
+	_, err := s.exec(ctx, `UPDATE sessions SET container_id = ?, mount_mode = ?, image = ?, volumes = ? WHERE id = ?`,
 		containerID, mountMode, image, string(vols), id)
 	if err != nil {
 		return fmt.Errorf("record engine objects of %s: %w", id, err)

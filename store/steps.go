@@ -72,7 +72,7 @@ func (s *Store) BeginStep(ctx context.Context, sessionID, runID, name string, ar
 
 // FinishStep records a step's outcome.
 func (s *Store) FinishStep(ctx context.Context, runID string, seq int, finished time.Time, exitCode int, signal string, timedOut, oomKilled bool) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE steps SET state = 'finished', finished_at = ?, exit_code = ?, signal = ?,
+	_, err := s.exec(ctx, `UPDATE steps SET state = 'finished', finished_at = ?, exit_code = ?, signal = ?,
 		timed_out = ?, oom_killed = ? WHERE run_id = ? AND seq = ?`,
 		millis(finished), exitCode, signal, timedOut, oomKilled, runID, seq)
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -39,11 +38,37 @@ type Store struct {
 	guard storage.Guard // derives each session's run_dir
 }
 
-// Open opens (creating if needed) the store under root and migrates it.
+// Open opens (creating if needed) the store under root and migrates it. A
+// root that has been used (runs/, project_machines/, xmode.instance) but
+// whose database is missing, empty or another install's is refused
+// (ErrLost): see Adopt.
 func Open(ctx context.Context, root string) (*Store, error) {
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return nil, fmt.Errorf("create storage root: %w", err)
+	if err := storage.MkdirRoot(root); err != nil {
+		return nil, err
 	}
+	id, err := readIdentity(root)
+	if err != nil {
+		return nil, err
+	}
+	if err := id.checkBeforeOpen(); err != nil {
+		return nil, err
+	}
+	s, err := openDB(ctx, root, id, "")
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkAfterOpen(ctx, id); err != nil {
+		s.Close()
+		return nil, err
+	}
+	keepReserve(root)
+	return s, nil
+}
+
+// openDB opens the database and migrates it. A new database gets instance as
+// its ID ("" for a fresh one); one that is new where id says the root was
+// used is refused inside the migration, before anything is written.
+func openDB(ctx context.Context, root string, id identity, instance string) (*Store, error) {
 	path := filepath.Join(root, FileName)
 	// wal_autocheckpoint(100): the CLI leaves its connection to process exit
 	// (see cmd.App.Run), so every command's first connection rebuilds the
@@ -67,13 +92,13 @@ func Open(ctx context.Context, root string) (*Store, error) {
 	// such a first open is retried for as long as busy_timeout would wait.
 	deadline := time.Now().Add(20 * time.Second)
 	for attempt := 1; ; attempt++ {
-		err = s.migrate(ctx)
+		err = s.migrate(ctx, id, instance)
 		if err == nil {
 			return s, nil
 		}
 		if !isBusy(err) || time.Now().After(deadline) {
 			db.Close()
-			return nil, err
+			return nil, s.writeError(err)
 		}
 		select {
 		case <-ctx.Done():
@@ -135,8 +160,10 @@ func SchemaVersion() int {
 }
 
 // migrate applies pending migrations in one immediate transaction, so two
-// processes opening a new database at once apply them exactly once.
-func (s *Store) migrate(ctx context.Context) error {
+// processes opening a new database at once apply them exactly once. A new
+// database in a root id says was used is refused; a new one gets instance
+// as its ID, or a fresh one.
+func (s *Store) migrate(ctx context.Context, id identity, instance string) error {
 	ms, err := migrations()
 	if err != nil {
 		return err
@@ -158,13 +185,19 @@ func (s *Store) migrate(ctx context.Context) error {
 		if have > len(ms) {
 			return schemaTooNew(s.path, have, len(ms))
 		}
+		if have == 0 && id.used() {
+			return id.lost("has no xmode schema (a new or foreign database)")
+		}
 		for _, m := range ms[have:] {
 			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
 				return fmt.Errorf("apply migration %s: %w", m.name, err)
 			}
 		}
 		if have == 0 {
-			if _, err := tx.ExecContext(ctx, "INSERT INTO meta(key, value) VALUES ('instance', ?)", newID("")); err != nil {
+			if instance == "" {
+				instance = newID("")
+			}
+			if _, err := tx.ExecContext(ctx, "INSERT INTO meta(key, value) VALUES ('instance', ?)", instance); err != nil {
 				return err
 			}
 		}
@@ -188,8 +221,17 @@ func (s *Store) InstanceID(ctx context.Context) (string, error) {
 	return id, nil
 }
 
-// tx runs fn in an immediate transaction (the DSN's _txlock).
+// tx runs fn in an immediate transaction (the DSN's _txlock). On a full
+// disk it gives back the reserve and runs fn once more (see exec).
 func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	err := s.tx1(ctx, fn)
+	if err != nil && isFull(err) && s.releaseReserve() {
+		err = s.tx1(ctx, fn)
+	}
+	return s.writeError(err)
+}
+
+func (s *Store) tx1(ctx context.Context, fn func(*sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
