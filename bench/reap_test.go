@@ -59,7 +59,7 @@ func (s *reapSeed) session(ended, worktree, evidence bool) *store.Session {
 	if err := s.st.CreateSession(ctx, n); err != nil {
 		s.b.Fatal(err)
 	}
-	if err := s.st.Provisioned(ctx, n.ID, "", "", "", "", nil); err != nil {
+	if err := s.st.Provisioned(ctx, n.ID, "", "", "", "", nil, time.Time{}); err != nil {
 		s.b.Fatal(err)
 	}
 	if worktree {

@@ -57,6 +57,24 @@ func left(s *store.Session, now time.Time) string {
 	return "expired " + human(now.Sub(s.ExpiresAt)) + " ago"
 }
 
+// size prints a byte count the way du -h does; "-" when unknown.
+func size(n *int64) string {
+	if n == nil {
+		return "-"
+	}
+	v := float64(*n)
+	for _, unit := range []string{"B", "K", "M", "G"} {
+		if v < 1024 {
+			if unit == "B" {
+				return fmt.Sprintf("%d%s", int64(v), unit)
+			}
+			return fmt.Sprintf("%.1f%s", v, unit)
+		}
+		v /= 1024
+	}
+	return fmt.Sprintf("%.1fT", v)
+}
+
 func shortSHA(s string) string {
 	if len(s) > 12 {
 		return s[:12]

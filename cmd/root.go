@@ -57,6 +57,11 @@ func Main() int {
 	app := &App{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Env: os.Getenv, exitAfterRun: true}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	// A closed stdout or stderr (`xmode sandbox exec ID -- cmd | head -1`)
+	// must fail the write, not kill xmode with SIGPIPE before it has kept
+	// the step's evidence and its status. A handler, not SIG_IGN: children
+	// get the default disposition back at exec.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	return app.Run(ctx, os.Args[1:])
 }
 

@@ -105,13 +105,17 @@ EXIT STATUS
 				o.LiveStdout, o.LiveStderr = a.Out, a.Err
 			}
 			res, err := svc.Exec(cmd.Context(), sess, o)
-			if err != nil {
+			if res == nil {
 				return err
 			}
+			if err != nil {
+				// The command ran: its status stands, and stderr says what
+				// of its evidence was lost.
+				fmt.Fprintf(a.Err, "%s %v\n", a.paint(color.FgYellow, "xmode: warning:"), err)
+			}
 			if a.json {
-				if err := a.printJSON(res); err != nil {
-					return err
-				}
+				// A reader that closed stdout does not change the status.
+				_ = a.printJSON(res)
 			}
 			if res.TimedOut {
 				fmt.Fprintf(a.Err, "xmode: step %d timed out after %s\n", res.Seq, o.Timeout)
@@ -194,6 +198,9 @@ func (a *App) newList() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if !a.quiet {
+				svc.MeasureWorktrees(sessions)
+			}
 			if a.json {
 				if sessions == nil {
 					sessions = []*store.Session{}
@@ -207,9 +214,9 @@ func (a *App) newList() *cobra.Command {
 				return nil
 			}
 			now := time.Now()
-			t := newTable(a.Out, "ID", "STATUS", "USER", "ENGINE", "REF", "CREATED", "EXPIRES")
+			t := newTable(a.Out, "ID", "STATUS", "USER", "ENGINE", "REF", "SIZE", "CREATED", "EXPIRES")
 			for _, s := range sessions {
-				t.row(s.ID, a.status(s), s.User, s.Engine, s.Ref, ago(s.CreatedAt, now), left(s, now))
+				t.row(s.ID, a.status(s), s.User, s.Engine, s.Ref, size(s.WorktreeBytes), ago(s.CreatedAt, now), left(s, now))
 			}
 			return t.flush()
 		},
@@ -233,6 +240,7 @@ func (a *App) newShow() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			svc.MeasureWorktrees([]*store.Session{s})
 			if a.json {
 				return a.printJSON(s)
 			}
@@ -254,7 +262,7 @@ func (a *App) newShow() *cobra.Command {
 			if s.EndedAt != nil {
 				kv.row("Ended:", s.EndedAt.Local().Format(time.DateTime))
 			}
-			kv.row("Worktree:", s.WorktreePath)
+			kv.row("Worktree:", s.WorktreePath+" ("+size(s.WorktreeBytes)+")")
 			kv.row("Evidence:", s.RunDir)
 			if s.ContainerID != "" {
 				kv.row("Container:", shortSHA(s.ContainerID)+" ("+s.MountMode+", "+s.Image+")")
@@ -273,6 +281,9 @@ func (a *App) newShow() *cobra.Command {
 			t := newTable(a.Out, "STEP", "SESSION", "COMMAND", "EXIT", "DURATION")
 			for _, st := range steps {
 				exit, dur := "running", "-"
+				if st.State == "lost" {
+					exit = a.paint(color.FgRed, "lost")
+				}
 				if st.ExitCode != nil {
 					exit = fmt.Sprint(*st.ExitCode)
 					if st.TimedOut {
@@ -307,6 +318,9 @@ func (a *App) newExtend() *cobra.Command {
 			svc, err := a.service(cmd.Context(), nil)
 			if err != nil {
 				return err
+			}
+			if err := svc.Cfg.CheckTTL(d); err != nil {
+				return fail.Usagef("--ttl: %v", err)
 			}
 			s, err := svc.Store.Resolve(cmd.Context(), args[0])
 			if err != nil {

@@ -43,7 +43,10 @@ type Config struct {
 	ReadonlyRoot       bool
 	SandboxUser        string // "uid:gid"; "" when the storage root does not exist yet
 	TTL                time.Duration
+	MaxTTL             time.Duration
 	MaxOpen            int
+	EvidenceMaxBytes   int64
+	MinFree            int64
 	ProjectMachines    bool
 	ProjectCacheMount  string
 	CloudStatusCommand string
@@ -82,11 +85,12 @@ var settings = []setting{
 		if strings.TrimSpace(v) == "" {
 			return fmt.Errorf("the storage root may not be empty")
 		}
-		abs, err := filepath.Abs(v)
-		if err != nil {
-			return err
+		if !filepath.IsAbs(v) {
+			// cron and CI run from other directories: a relative root would
+			// silently be a new, empty one there.
+			return fmt.Errorf("%q must be an absolute path (e.g. %s)", v, filepath.Join("$PWD", v))
 		}
-		c.StorageRoot = filepath.Clean(abs)
+		c.StorageRoot = resolveExisting(filepath.Clean(v))
 		return nil
 	}},
 	{name: "XMODE_USER", def: defaultUser, apply: func(c *Config, v string) error {
@@ -145,8 +149,9 @@ var settings = []setting{
 	}},
 	{name: "XMODE_SANDBOX_CPUS", fallback: "CODEX_DOCKER_CPUS", def: lit("2"), apply: func(c *Config, v string) error {
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f <= 0 || f > 1024 {
-			return fmt.Errorf("%q is not a CPU count: use a positive number such as 2 or 0.5", v)
+		// NaN fails every comparison: only a number in range passes.
+		if err != nil || !(f >= 0.01 && f <= 1024) {
+			return fmt.Errorf("%q is not a CPU count: use a number from 0.01 to 1024, such as 2 or 0.5", v)
 		}
 		c.CPUs = f
 		return nil
@@ -170,10 +175,19 @@ var settings = []setting{
 		c.PidsLimit = n
 		return nil
 	}},
-	{name: "XMODE_SANDBOX_TMPFS", fallback: "CODEX_DOCKER_TMPFS", def: lit("/tmp:rw,nosuid,nodev,size=1g"), apply: func(c *Config, v string) error {
+	{name: "XMODE_SANDBOX_TMPFS", fallback: "CODEX_DOCKER_TMPFS", def: defaultTmpfs, apply: func(c *Config, v string) error {
 		path, opts, _ := strings.Cut(v, ":")
 		if !filepath.IsAbs(path) {
 			return fmt.Errorf("%q is not a tmpfs mount: use PATH[:OPTIONS] with an absolute path, e.g. /tmp:rw,size=1g", v)
+		}
+		// A tmpfs is charged to the sandbox's memory: one at or above the
+		// limit lets a full /tmp get every later step OOM-killed.
+		size, err := tmpfsSize(opts)
+		if err != nil {
+			return fmt.Errorf("%q: %v", v, err)
+		}
+		if size == 0 || size >= c.Memory {
+			return fmt.Errorf("%q: give the tmpfs a size= below the memory limit XMODE_SANDBOX_MEMORY (%d MiB): a full /tmp counts against it and would get every later step OOM-killed", v, c.Memory>>20)
 		}
 		c.TmpfsPath, c.TmpfsOptions = filepath.Clean(path), opts
 		return nil
@@ -212,10 +226,21 @@ var settings = []setting{
 		c.SandboxUser = v
 		return nil
 	}},
+	{name: "XMODE_SANDBOX_MAX_TTL", def: lit("168h"), apply: func(c *Config, v string) error {
+		d, err := ParseDuration(v)
+		c.MaxTTL = d
+		return err
+	}},
 	{name: "XMODE_SANDBOX_TTL", def: lit("2h"), apply: func(c *Config, v string) error {
 		d, err := ParseDuration(v)
+		if err != nil {
+			return err
+		}
+		if err := c.CheckTTL(d); err != nil {
+			return err
+		}
 		c.TTL = d
-		return err
+		return nil
 	}},
 	{name: "XMODE_SANDBOX_MAX_OPEN", def: lit("10"), apply: func(c *Config, v string) error {
 		n, err := strconv.Atoi(v)
@@ -224,6 +249,22 @@ var settings = []setting{
 		}
 		c.MaxOpen = n
 		return nil
+	}},
+	{name: "XMODE_EVIDENCE_MAX_BYTES", def: lit("256m"), apply: func(c *Config, v string) error {
+		n, err := ParseSize(v)
+		if err != nil {
+			return err
+		}
+		if n < 1<<10 {
+			return fmt.Errorf("%q is below 1k: a step's log must keep at least its start", v)
+		}
+		c.EvidenceMaxBytes = n
+		return nil
+	}},
+	{name: "XMODE_MIN_FREE", def: lit("1g"), apply: func(c *Config, v string) error {
+		n, err := ParseSize(v)
+		c.MinFree = n
+		return err
 	}},
 	{name: "XMODE_PROJECT_MACHINES", def: lit("0"), apply: func(c *Config, v string) error {
 		b, err := ParseBool(v)
@@ -311,6 +352,50 @@ func defaultSandboxUser(c *Config, _ Env) string {
 		return ""
 	}
 	return fmt.Sprintf("%d:%d", st.Uid, st.Gid)
+}
+
+// CheckTTL refuses a lifetime beyond XMODE_SANDBOX_MAX_TTL.
+func (c *Config) CheckTTL(d time.Duration) error {
+	if c.MaxTTL > 0 && d > c.MaxTTL {
+		return fmt.Errorf("%s is longer than XMODE_SANDBOX_MAX_TTL (%s): ask for less, or raise the limit", d, c.MaxTTL)
+	}
+	return nil
+}
+
+// resolveExisting resolves the symlinks of the longest part of p that
+// exists, so that a storage root reached through a symlink is one path for
+// every command, and the paths derived from it match what is on disk.
+func resolveExisting(p string) string {
+	rest := ""
+	for cur := p; ; cur = filepath.Dir(cur) {
+		if real, err := filepath.EvalSymlinks(cur); err == nil {
+			return filepath.Join(real, rest)
+		}
+		if filepath.Dir(cur) == cur {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(cur), rest)
+	}
+}
+
+// defaultTmpfs is contract §6's /tmp of 1g, or half the memory limit when
+// that is 2g or less: the tmpfs must stay below the limit it counts against.
+func defaultTmpfs(c *Config, _ Env) string {
+	size := "1g"
+	if c.Memory <= 2<<30 {
+		size = strconv.FormatInt(c.Memory/2>>10, 10) + "k"
+	}
+	return "/tmp:rw,nosuid,nodev,size=" + size
+}
+
+// tmpfsSize is the size= of docker tmpfs options, 0 when there is none.
+func tmpfsSize(opts string) (int64, error) {
+	for _, o := range strings.Split(opts, ",") {
+		if v, ok := strings.CutPrefix(o, "size="); ok {
+			return ParseSize(v)
+		}
+	}
+	return 0, nil
 }
 
 // ValidUser checks an owner name: printable, no spaces, at most 64 bytes.

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -120,4 +122,65 @@ func FuzzParseDuration(f *testing.F) {
 			t.Fatalf("unhelpful error %q", err)
 		}
 	})
+}
+
+// Limits that would only fail later at the daemon, or wedge a session, are
+// usage errors naming their variable (issue 9).
+func TestLimitsAreCheckedUpFront(t *testing.T) {
+	cases := []map[string]string{
+		{"XMODE_SANDBOX_CPUS": "NaN"},
+		{"XMODE_SANDBOX_CPUS": "0.001"},
+		{"XMODE_SANDBOX_CPUS": "+Inf"},
+		{"XMODE_SANDBOX_MEMORY": "64m", "XMODE_SANDBOX_TMPFS": "/tmp:rw,size=1g"},
+		{"XMODE_SANDBOX_MEMORY": "1g", "XMODE_SANDBOX_TMPFS": "/tmp:rw,size=1g"},
+		{"XMODE_SANDBOX_TMPFS": "/tmp:rw"},
+		{"XMODE_SANDBOX_TTL": "200h"},
+		{"XMODE_SANDBOX_MAX_TTL": "1h", "XMODE_SANDBOX_TTL": "2h"},
+		{"XMODE_EVIDENCE_MAX_BYTES": "10"},
+		{"XMODE_MIN_FREE": "plenty"},
+		{"XMODE_STORAGE_ROOT": "relative/root"},
+	}
+	for _, env := range cases {
+		var name string
+		for k := range env {
+			if name == "" || k == "XMODE_SANDBOX_TMPFS" || k == "XMODE_SANDBOX_TTL" {
+				name = k
+			}
+		}
+		env["HOME"] = "/h"
+		_, err := Load(envOf(env), nil)
+		if err == nil || fail.KindOf(err) != fail.Usage || !strings.Contains(err.Error(), name) {
+			t.Errorf("%v: %v; want a usage error naming %s", env, err, name)
+		}
+	}
+	// a small memory limit brings the default /tmp below it
+	c, err := Load(envOf(map[string]string{"HOME": "/h", "XMODE_SANDBOX_MEMORY": "64m"}), nil)
+	if err != nil || c.TmpfsOptions != "rw,nosuid,nodev,size=32768k" {
+		t.Fatalf("tmpfs with 64m of memory: %q, %v", c.TmpfsOptions, err)
+	}
+	if _, err := ParseDuration("9999999h"); err == nil || !strings.Contains(err.Error(), "too long") {
+		t.Errorf("9999999h: %v; want 'too long'", err)
+	}
+	if _, err := ParseDuration("soon"); err == nil || !strings.Contains(err.Error(), "not a duration") {
+		t.Errorf("soon: %v", err)
+	}
+}
+
+// A storage root reached through a symlink is resolved once, so every path
+// derived from it is the path on disk; the part that does not exist yet is
+// kept as given.
+func TestStorageRootThroughSymlink(t *testing.T) {
+	dir := t.TempDir()
+	real := filepath.Join(dir, "real")
+	if err := os.Mkdir(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	realDir, _ := filepath.EvalSymlinks(real)
+	c, err := Load(envOf(map[string]string{"HOME": "/h", "XMODE_STORAGE_ROOT": filepath.Join(dir, "link", "xmode")}), nil)
+	if err != nil || c.StorageRoot != filepath.Join(realDir, "xmode") {
+		t.Fatalf("root %q, %v; want %s", c.StorageRoot, err, filepath.Join(realDir, "xmode"))
+	}
 }

@@ -12,12 +12,31 @@ import (
 func ParseDuration(s string) (time.Duration, error) {
 	d, err := time.ParseDuration(strings.TrimSpace(s))
 	if err != nil {
+		if strings.Contains(err.Error(), "invalid duration") && tooLong(strings.TrimSpace(s)) {
+			return 0, fmt.Errorf("%q is too long: durations go up to about 2562047h", s)
+		}
 		return 0, fmt.Errorf("%q is not a duration: use Go syntax such as 90s, 15m or 2h", s)
 	}
 	if d <= 0 {
 		return 0, fmt.Errorf("%q must be longer than zero", s)
 	}
 	return d, nil
+}
+
+// tooLong reports a well-formed duration too large for time.Duration
+// (time.ParseDuration calls both "invalid").
+func tooLong(s string) bool {
+	s = strings.TrimPrefix(s, "+")
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= '0' && r <= '9' || r == '.' || strings.ContainsRune("nsuµmh", r)) {
+			return false
+		}
+	}
+	_, err := time.ParseDuration("1" + strings.TrimLeft(s, "0123456789."))
+	return err == nil && s[0] >= '0' && s[0] <= '9'
 }
 
 var sizeUnits = map[string]int64{

@@ -75,7 +75,14 @@ type ExecRequest struct {
 	Stdin   io.Reader     // nil: no input
 	Stdout  io.Writer
 	Stderr  io.Writer
+	// Tag is put in the step's environment as XMODE_EXEC_TAG, which its
+	// processes inherit: how a provider finds them to end them, even when
+	// the xmode that started them is gone (StepKiller).
+	Tag string
 }
+
+// ExecTagEnv is the variable that carries ExecRequest.Tag.
+const ExecTagEnv = "XMODE_EXEC_TAG"
 
 // Status is the "status" of the design's raw (stdout, stderr, status) triple.
 type Status struct {

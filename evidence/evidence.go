@@ -2,12 +2,19 @@
 // in a sandbox (the CLI's exec, pipeline steps, agent runtimes) records it
 // here, as a row in the store and as files under
 // <root>/runs/<run>/steps/<seq>-<name>/ that outlive the worktree.
+//
+// Evidence is written through an os.Root confined to <root>/runs, into a
+// step directory made fresh for the step, with files created exclusively:
+// a host step that replaced a step directory with a symlink cannot make the
+// next step's evidence land outside the storage root or overwrite anything.
+// Directories are 0700 and files 0600: evidence holds what steps printed.
 package evidence
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +24,9 @@ import (
 	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
+
+// DefaultMaxLogBytes caps each of a step's two logs (XMODE_EVIDENCE_MAX_BYTES).
+const DefaultMaxLogBytes = 256 << 20
 
 // Result is contract §3's step shape, also written as result.json.
 type Result struct {
@@ -34,6 +44,12 @@ type Result struct {
 	Dir        string    `json:"dir"`
 	StdoutPath string    `json:"stdout_path"`
 	StderrPath string    `json:"stderr_path"`
+	// Truncated: a log reached XMODE_EVIDENCE_MAX_BYTES; the rest of that
+	// stream was not kept (the terminal saw all of it).
+	Truncated bool `json:"truncated"`
+	// EvidenceIncomplete: some evidence could not be written (a full disk);
+	// the status above is still the command's.
+	EvidenceIncomplete bool `json:"evidence_incomplete,omitempty"`
 }
 
 // command is command.json: what was asked, before it ran.
@@ -50,14 +66,20 @@ type command struct {
 	StartedAt time.Time `json:"started_at"`
 }
 
-// Step is a step being recorded.
+// Step is a step being recorded. Stdout and Stderr never fail and never
+// block on anything but the disk: output past the cap, or after a write
+// error, is dropped and the loss is recorded, so the step itself runs on.
 type Step struct {
-	st      *store.Store
-	res     Result
-	runID   string
-	Stdout  *os.File
-	Stderr  *os.File
-	started time.Time
+	st             *store.Store
+	guard          storage.Guard
+	res            Result
+	runID          string
+	runs           *os.Root // <root>/runs
+	rel            string   // the step directory, relative to runs
+	stdout, stderr *capLog
+	Stdout         io.Writer
+	Stderr         io.Writer
+	started        time.Time
 }
 
 // Request is what a caller is about to run.
@@ -68,6 +90,10 @@ type Request struct {
 	Env     []string
 	Workdir string
 	Timeout time.Duration
+	// Tag is the XMODE_EXEC_TAG the step's processes carry (engine.ExecRequest).
+	Tag string
+	// MaxLogBytes caps each log; DefaultMaxLogBytes when zero.
+	MaxLogBytes int64
 }
 
 // Begin allocates the step, creates its directory, writes command.json and
@@ -79,62 +105,146 @@ func Begin(ctx context.Context, st *store.Store, g storage.Guard, req Request) (
 	}
 	name := StepName(req.Name, req.Argv)
 	now := time.Now().UTC()
-	seq, dir, err := st.BeginStep(ctx, req.Session.ID, req.Session.RunID, name, req.Argv, now, func(seq int) string {
-		return filepath.Join(runDir, "steps", fmt.Sprintf("%04d-%s", seq, name))
+	rel := func(seq int) string {
+		return filepath.Join(req.Session.RunID, "steps", fmt.Sprintf("%04d-%s", seq, name))
+	}
+	seq, dir, err := st.BeginStep(ctx, store.NewStep{
+		SessionID: req.Session.ID, RunID: req.Session.RunID, Name: name, Argv: req.Argv, Tag: req.Tag, Started: now,
+		DirFor: func(seq int) string { return filepath.Join(g.RunsDir(), rel(seq)) },
 	})
 	if err != nil {
 		return nil, err
 	}
-	s := &Step{st: st, runID: req.Session.RunID, started: now, res: Result{
+	s := &Step{st: st, guard: g, runID: req.Session.RunID, rel: rel(seq), started: now, res: Result{
 		SessionID: req.Session.ID, Seq: seq, Name: name, Argv: req.Argv, StartedAt: now, Dir: dir,
 		StdoutPath: filepath.Join(dir, "stdout.log"), StderrPath: filepath.Join(dir, "stderr.log"),
 	}}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("create step directory: %w", err)
+	if err := s.open(runDir, req, now); err != nil {
+		s.stdout.close()
+		s.stderr.close()
+		s.close()
+		// The row says running; nothing will run: record it as xmode's own
+		// failure (125), as far as the disk lets us.
+		_ = st.FinishStep(context.WithoutCancel(ctx), store.StepEnd{RunID: s.runID, Seq: seq, Finished: time.Now(), ExitCode: 125, EvidenceIncomplete: true})
+		return nil, storage.WriteError(g.Root, err)
+	}
+	return s, nil
+}
+
+func (s *Step) open(runDir string, req Request, now time.Time) error {
+	if err := os.MkdirAll(runDir, 0o700); err != nil {
+		return fmt.Errorf("create run directory: %w", err)
+	}
+	runs, err := os.OpenRoot(s.guard.RunsDir())
+	if err != nil {
+		return fmt.Errorf("open %s: %w", s.guard.RunsDir(), err)
+	}
+	s.runs = runs
+	steps := filepath.Dir(s.rel)
+	if err := runs.MkdirAll(steps, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", steps, err)
+	}
+	// A fresh directory: Mkdir fails on anything already there, a symlink
+	// a step planted included.
+	if err := runs.Mkdir(s.rel, 0o700); err != nil {
+		return fmt.Errorf("create step directory: %w", err)
 	}
 	env := req.Env
 	if env == nil {
 		env = []string{}
 	}
-	if err := writeJSON(filepath.Join(dir, "command.json"), command{
-		SessionID: req.Session.ID, RunID: req.Session.RunID, Seq: seq, Name: name, Argv: req.Argv,
+	if err := s.writeJSON("command.json", command{
+		SessionID: req.Session.ID, RunID: req.Session.RunID, Seq: s.res.Seq, Name: s.res.Name, Argv: req.Argv,
 		Env: env, Workdir: req.Workdir, Engine: req.Session.Engine, TimeoutMS: req.Timeout.Milliseconds(), StartedAt: now,
 	}); err != nil {
-		return nil, err
+		return err
 	}
-	if s.Stdout, err = os.OpenFile(s.res.StdoutPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644); err != nil {
-		return nil, fmt.Errorf("create stdout log: %w", err)
+	max := req.MaxLogBytes
+	if max <= 0 {
+		max = DefaultMaxLogBytes
 	}
-	if s.Stderr, err = os.OpenFile(s.res.StderrPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644); err != nil {
-		s.Stdout.Close()
-		return nil, fmt.Errorf("create stderr log: %w", err)
+	for _, l := range []struct {
+		name string
+		log  **capLog
+	}{{"stdout", &s.stdout}, {"stderr", &s.stderr}} {
+		f, err := s.create(l.name + ".log")
+		if err != nil {
+			return fmt.Errorf("create %s log: %w", l.name, err)
+		}
+		*l.log = &capLog{f: f, max: max, stream: l.name}
 	}
-	return s, nil
+	s.Stdout, s.Stderr = s.stdout, s.stderr
+	return nil
+}
+
+// create makes a new file in the step directory, exclusively: O_EXCL
+// follows no link and overwrites nothing.
+func (s *Step) create(name string) (*os.File, error) {
+	return s.runs.OpenFile(filepath.Join(s.rel, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 }
 
 // Seq is the step's number in its run.
 func (s *Step) Seq() int { return s.res.Seq }
 
-// Finish closes the logs, writes result.json and records the outcome.
+// Incomplete is Finish's error when the command ran but some of its
+// evidence could not be kept; the Result still holds the command's status.
+type Incomplete struct {
+	Lost []string // what was lost, one phrase each
+	Err  error    // the first cause
+}
+
+func (e *Incomplete) Error() string {
+	return fmt.Sprintf("the step's evidence is incomplete (%s): %v", strings.Join(e.Lost, "; "), e.Err)
+}
+
+func (e *Incomplete) Unwrap() error { return e.Err }
+
+// Finish closes the logs, writes result.json and records the outcome. Every
+// part is attempted whatever failed before it; a failure makes the error an
+// *Incomplete (and, where it can still be written, marks the row
+// evidence_incomplete). The Result is returned whenever the step's status
+// is known.
 func (s *Step) Finish(ctx context.Context, status engine.Status) (*Result, error) {
 	now := time.Now().UTC()
 	s.res.ExitCode, s.res.Signal, s.res.TimedOut, s.res.OOMKilled = status.ExitCode, status.Signal, status.TimedOut, status.OOMKilled
 	s.res.FinishedAt = now
 	s.res.DurationMS = now.Sub(s.started).Milliseconds()
-	err1 := s.Stdout.Close()
-	err2 := s.Stderr.Close()
-	if err := writeJSON(filepath.Join(s.res.Dir, "result.json"), s.res); err != nil {
-		return nil, err
-	}
-	if err := s.st.FinishStep(ctx, s.runID, s.res.Seq, now, status.ExitCode, status.Signal, status.TimedOut, status.OOMKilled); err != nil {
-		return nil, err
-	}
-	for _, err := range []error{err1, err2} {
-		if err != nil {
-			return &s.res, fmt.Errorf("close step log: %w", err)
+	inc := &Incomplete{}
+	lose := func(what string, err error) {
+		inc.Lost = append(inc.Lost, what)
+		if inc.Err == nil {
+			inc.Err = storage.WriteError(s.guard.Root, err)
 		}
 	}
+	for _, l := range []*capLog{s.stdout, s.stderr} {
+		if err := l.close(); err != nil {
+			lose(fmt.Sprintf("%s.log stops after %d bytes", l.stream, l.n), err)
+		}
+		s.res.Truncated = s.res.Truncated || l.truncated
+	}
+	s.res.EvidenceIncomplete = len(inc.Lost) > 0
+	if err := s.writeJSON("result.json", s.res); err != nil {
+		s.res.EvidenceIncomplete = true
+		lose("no result.json", err)
+	}
+	s.close()
+	err := s.st.FinishStep(ctx, store.StepEnd{
+		RunID: s.runID, Seq: s.res.Seq, Finished: now, ExitCode: status.ExitCode, Signal: status.Signal,
+		TimedOut: status.TimedOut, OOMKilled: status.OOMKilled, Truncated: s.res.Truncated, EvidenceIncomplete: s.res.EvidenceIncomplete,
+	})
+	if err != nil {
+		lose("the store still says the step is running (the reaper marks it lost)", err)
+	}
+	if len(inc.Lost) > 0 {
+		return &s.res, inc
+	}
 	return &s.res, nil
+}
+
+func (s *Step) close() {
+	if s.runs != nil {
+		s.runs.Close()
+	}
 }
 
 // StepName is the directory-safe name of a step: --name if given, else the
@@ -162,13 +272,67 @@ func StepName(name string, argv []string) string {
 	return out
 }
 
-func writeJSON(path string, v any) error {
+func (s *Step) writeJSON(name string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
+	f, err := s.create(name)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
 	}
 	return nil
+}
+
+// capLog is one log file. It keeps at most max bytes, then one marker line,
+// and stops at the first write error; either way it reports every write as
+// done, so the copy feeding it (and the terminal beside it) goes on.
+type capLog struct {
+	f         *os.File
+	max, n    int64
+	stream    string
+	truncated bool
+	err       error
+}
+
+func (c *capLog) Write(p []byte) (int, error) {
+	if c.err != nil || c.truncated {
+		return len(p), nil
+	}
+	keep := p
+	if room := c.max - c.n; int64(len(p)) > room {
+		keep = p[:room]
+	}
+	n, err := c.f.Write(keep)
+	c.n += int64(n)
+	if err != nil {
+		c.err = err
+		return len(p), nil
+	}
+	if len(keep) < len(p) {
+		c.truncated = true
+		marker := fmt.Sprintf("\n[xmode: %s truncated after %d bytes (XMODE_EVIDENCE_MAX_BYTES); the rest was not kept]\n", c.stream, c.max)
+		if _, err := io.WriteString(c.f, marker); err != nil {
+			c.err = err
+		}
+	}
+	return len(p), nil
+}
+
+func (c *capLog) close() error {
+	if c == nil {
+		return nil
+	}
+	err := c.f.Close()
+	if c.err != nil {
+		return c.err
+	}
+	return err
 }

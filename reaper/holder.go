@@ -3,11 +3,10 @@ package reaper
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"os"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/xmode/xmode/internal/proc"
 )
 
 // MaxClaimAge is how long a claim holds even when its holder cannot be
@@ -15,54 +14,15 @@ import (
 // so an older claim is a dead reaper's.
 const MaxClaimAge = time.Hour
 
-var (
-	holderOnce sync.Once
-	holderID   string
-)
-
-// processHolder names this process in the store's claims:
-// "<pid>:<start>", start being the process's start time in clock ticks since
-// boot, so a recycled PID is not mistaken for the reaper that died.
-func processHolder() string {
-	holderOnce.Do(func() {
-		pid := os.Getpid()
-		start, _ := procStart(pid)
-		holderID = strconv.Itoa(pid) + ":" + start
-	})
-	return holderID
-}
-
 // holder names this Reaper: its process and a random tag, so two Reapers of
 // one process (tests, a long-lived server) exclude each other too.
 func (r *Reaper) holder() string {
 	r.holderOnce.Do(func() {
 		var b [4]byte
 		rand.Read(b[:])
-		r.holderID = processHolder() + "/" + hex.EncodeToString(b[:])
+		r.holderID = proc.Self() + "/" + hex.EncodeToString(b[:])
 	})
 	return r.holderID
-}
-
-// procStart reads field 22 (starttime) of /proc/<pid>/stat.
-func procStart(pid int) (string, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", false
-	}
-	// The command name (field 2) is in parentheses and may hold anything.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return "", false
-	}
-	f := strings.Fields(s[i+1:]) // f[0] is field 3 (state)
-	if len(f) < 20 {
-		return "", false
-	}
-	if f[0] == "Z" || f[0] == "X" {
-		return "", false // a zombie holds no claim
-	}
-	return f[19], true
 }
 
 // staleClaim reports whether a claim's holder is gone: its process ended or
@@ -73,14 +33,5 @@ func staleClaim(h string, at time.Time) bool {
 		return true
 	}
 	h, _, _ = strings.Cut(h, "/")
-	pidStr, start, ok := strings.Cut(h, ":")
-	pid, err := strconv.Atoi(pidStr)
-	if !ok || err != nil || pid <= 0 {
-		return true // not a holder this xmode writes
-	}
-	if start == "" {
-		return false // written where /proc was unreadable: only age tells
-	}
-	now, alive := procStart(pid)
-	return !alive || now != start
+	return proc.Gone(h)
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/store"
 )
 
@@ -59,6 +60,7 @@ type Summary struct {
 	WorktreesReclaimed  int       `json:"worktrees_reclaimed"`
 	WorktreesKeptShared int       `json:"worktrees_kept_shared"`
 	OrphansRemoved      int       `json:"orphans_removed"`
+	StepsLost           int       `json:"steps_lost"`
 	Errors              []Failure `json:"errors"`
 	DurationMS          int64     `json:"duration_ms"`
 }
@@ -126,6 +128,7 @@ func (r *Reaper) Pass(ctx context.Context, o PassOptions) (*Summary, error) {
 			return nil, err
 		}
 	}
+	r.loseStaleSteps(ctx, o.DryRun, sum)
 	expired, err := r.Store.ExpiredOpen(ctx, now)
 	if err != nil {
 		return nil, err
@@ -156,6 +159,55 @@ func (r *Reaper) Pass(ctx context.Context, o PassOptions) (*Summary, error) {
 	sum.mu.Unlock()
 	out.DurationMS = time.Since(start).Milliseconds()
 	return &out, ctx.Err()
+}
+
+// loseStaleSteps ends the steps whose xmode is gone (killed: its process
+// ended, or no heartbeat for StaleAfter) — their processes, in a session
+// that may live on — and records them as lost, so no row says "running"
+// for ever.
+func (r *Reaper) loseStaleSteps(ctx context.Context, dry bool, sum *summer) {
+	stale := r.now().Add(-r.staleAfter())
+	steps, err := r.Store.AllRunningSteps(ctx)
+	if err != nil {
+		sum.fail("", err)
+		return
+	}
+	for _, st := range steps {
+		if ctx.Err() != nil {
+			return
+		}
+		if !st.Gone(stale) {
+			continue
+		}
+		if dry {
+			r.logf(st.SessionID, "would end step %d as lost: no heartbeat since %s", st.Seq, st.Heartbeat.Format(time.RFC3339))
+			sum.add(func(s *Summary) { s.StepsLost++ })
+			continue
+		}
+		sess, err := r.Store.Get(ctx, st.SessionID)
+		if err != nil {
+			sum.fail(st.SessionID, err)
+			continue
+		}
+		adapter, err := r.adapter(sess.Engine)
+		if err == nil {
+			err = engine.KillStep(ctx, adapter, sess.Sandbox(), st.Tag)
+		}
+		if err != nil {
+			// Its processes may live: leave it running for the next pass.
+			sum.fail(st.SessionID, fmt.Errorf("end lost step %d: %w", st.Seq, err))
+			continue
+		}
+		lost, err := r.Store.LoseStep(ctx, st.RunID, st.Seq, r.now(), "its xmode was gone (last heartbeat "+st.Heartbeat.Format(time.RFC3339)+"); the reaper ended its processes")
+		if err != nil {
+			sum.fail(st.SessionID, err)
+			continue
+		}
+		if lost {
+			r.logf(st.SessionID, "step %d lost: its xmode was gone; ended its processes", st.Seq)
+			sum.add(func(s *Summary) { s.StepsLost++ })
+		}
+	}
 }
 
 func (r *Reaper) reapAll(ctx context.Context, jobs []job, sum *summer) {

@@ -177,7 +177,7 @@ func TestStaleHeartbeatReleasesTheSession(t *testing.T) {
 	e := newEnv(t, nil)
 	s := e.create("")
 	ctx := context.Background()
-	seq, _, err := e.st.BeginStep(ctx, s.ID, s.RunID, "killed", []string{"sleep", "1000"}, time.Now(), func(int) string { return "d" })
+	seq, _, err := e.st.BeginStep(ctx, store.NewStep{SessionID: s.ID, RunID: s.RunID, Name: "killed", Argv: []string{"sleep", "1000"}, Started: time.Now(), DirFor: func(int) string { return "d" }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,11 @@ func TestStaleHeartbeatReleasesTheSession(t *testing.T) {
 	if err := e.st.Heartbeat(ctx, s.RunID, seq, time.Now().Add(-reaper.DefaultStaleAfter-time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	want(t, e.pass(nil, false), reaper.Summary{Expired: 1, Destroyed: 1, WorktreesReclaimed: 1})
+	want(t, e.pass(nil, false), reaper.Summary{Expired: 1, Destroyed: 1, WorktreesReclaimed: 1, StepsLost: 1})
+	steps, _ := e.st.Steps(ctx, s.RunID)
+	if len(steps) != 1 || steps[0].State != "lost" || !strings.Contains(steps[0].LostReason, "xmode was gone") {
+		t.Fatalf("the stale step is not recorded as lost: %+v", steps)
+	}
 }
 
 // A create that died (or hangs) leaves a provisioning session: after the
@@ -226,7 +230,7 @@ func TestStuckProvisioningIsCleaned(t *testing.T) {
 		t.Fatalf("a create within its grace period was reaped: %s", got.Status)
 	}
 	// the create that was still running cannot open its session any more
-	if err := e.st.Provisioned(ctx, stuck.ID, "abc", "", "", "", nil); err == nil {
+	if err := e.st.Provisioned(ctx, stuck.ID, "abc", "", "", "", nil, time.Time{}); err == nil {
 		t.Fatal("a reaped session was opened")
 	}
 }

@@ -111,15 +111,20 @@ func (r *Reaper) Stop(ctx context.Context, sess *store.Session) (Outcome, error)
 	return r.Teardown(ctx, sess, store.StatusDestroyed, store.ReasonStopped, "")
 }
 
-// Teardown ends a session: the engine's objects first (a session whose
-// container may still live is never marked ended), then the row, then the
-// worktree when no other open session shares the run.
+// Teardown ends a session: its running steps first (their processes are
+// ended, and a step whose xmode is gone is recorded as lost), then the
+// engine's objects (a session whose container may still live is never
+// marked ended), then the row, then the worktree when no other open session
+// shares the run.
 func (r *Reaper) Teardown(ctx context.Context, sess *store.Session, status, reason, errMsg string) (Outcome, error) {
 	var out Outcome
 	if _, err := r.Guard.CheckWorktree(sess.RunID, sess.WorktreePath); err != nil {
 		// A tampered row: still end the session and reclaim the derived
 		// worktree, never the claimed path.
 		r.logf(sess.ID, "ignoring stored worktree path: %v", err)
+	}
+	if err := r.endSteps(ctx, sess); err != nil {
+		return out, fmt.Errorf("tear down %s: %w", sess.ID, err)
 	}
 	sb := sess.Sandbox()
 	if sb.ContainerID != "" || len(sb.Volumes) > 0 {
@@ -136,7 +141,15 @@ func (r *Reaper) Teardown(ctx context.Context, sess *store.Session, status, reas
 			r.logf(sess.ID, "removed container %s", short(sb.ContainerID))
 		}
 	}
+	freedFirst := false
 	ended, last, err := r.Store.End(ctx, sess.ID, status, reason, errMsg, r.now())
+	if err != nil && storage.IsDiskFull(err) {
+		// A sandbox filled the disk and the store cannot write: free the
+		// worktree first — it is what holds the space — then write.
+		if freedFirst, err = r.freeFirst(ctx, sess); err == nil {
+			ended, last, err = r.Store.End(ctx, sess.ID, status, reason, errMsg, r.now())
+		}
+	}
 	if err != nil {
 		return out, fmt.Errorf("tear down %s: %w", sess.ID, err)
 	}
@@ -149,6 +162,7 @@ func (r *Reaper) Teardown(ctx context.Context, sess *store.Session, status, reas
 		r.logf(sess.ID, "kept worktree of %s: another open session shares it", sess.RunID)
 		return out, nil
 	}
+	size := r.measure(sess)
 	removed, c, err := r.reclaim(ctx, sess.RunID, false)
 	if err != nil {
 		return out, fmt.Errorf("tear down %s: %w", sess.ID, err)
@@ -161,9 +175,12 @@ func (r *Reaper) Teardown(ctx context.Context, sess *store.Session, status, reas
 	case store.Busy:
 		r.logf(sess.ID, "left the worktree of %s to the reaper already removing it", sess.RunID)
 	}
-	out.WorktreeReclaimed = removed
-	if removed {
+	out.WorktreeReclaimed = removed || freedFirst
+	if out.WorktreeReclaimed {
 		r.logf(sess.ID, "reclaimed worktree of %s", sess.RunID)
+	}
+	if size >= 0 {
+		_ = r.Store.SetWorktreeBytes(ctx, sess.ID, size)
 	}
 	// Project machines: git's record of the worktree goes with it, so
 	// `git worktree prune` in the machine finds nothing stale.
@@ -173,6 +190,66 @@ func (r *Reaper) Teardown(ctx context.Context, sess *store.Session, status, reas
 		}
 	}
 	return out, nil
+}
+
+// endSteps ends the processes of the session's running steps (a step must
+// not outlive its session, nor run in a worktree about to be removed) and
+// records as lost those whose xmode is gone; a step whose xmode still runs
+// is finished by it, with the status its processes died of.
+func (r *Reaper) endSteps(ctx context.Context, sess *store.Session) error {
+	steps, err := r.Store.RunningSteps(ctx, sess.ID)
+	if err != nil || len(steps) == 0 {
+		return err
+	}
+	adapter, err := r.adapter(sess.Engine)
+	if err != nil {
+		return err
+	}
+	stale := r.now().Add(-r.staleAfter())
+	for _, st := range steps {
+		if err := engine.KillStep(ctx, adapter, sess.Sandbox(), st.Tag); err != nil {
+			return fmt.Errorf("end step %d: %w", st.Seq, err)
+		}
+		if st.Gone(stale) {
+			lost, err := r.Store.LoseStep(ctx, st.RunID, st.Seq, r.now(), "its xmode was gone (last heartbeat "+st.Heartbeat.Format(time.RFC3339)+"); the session was torn down")
+			if err != nil {
+				return err
+			}
+			if lost {
+				r.logf(sess.ID, "step %d lost: its xmode was gone", st.Seq)
+			}
+		}
+	}
+	return nil
+}
+
+// freeFirst removes the session's worktree before the store can record
+// anything, when no other open session shares it: the way out of a full
+// disk. It reports whether it removed it.
+func (r *Reaper) freeFirst(ctx context.Context, sess *store.Session) (bool, error) {
+	n, err := r.Store.OpenOnRun(ctx, sess.RunID)
+	if err != nil || n > 1 {
+		return false, err
+	}
+	size := r.measure(sess)
+	removed, err := r.Guard.RemoveWorktree(sess.RunID)
+	if removed {
+		r.logf(sess.ID, "disk full: removed the worktree of %s (%d MiB) before recording the end", sess.RunID, size>>20)
+	}
+	return removed, err
+}
+
+// measure is the disk space of the session's worktree, -1 when it is gone.
+func (r *Reaper) measure(sess *store.Session) int64 {
+	wt, err := r.Guard.Worktree(sess.RunID)
+	if err != nil {
+		return -1
+	}
+	n, err := storage.DiskUsage(wt)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // reclaim removes a run's worktree under a claim on the run, so two

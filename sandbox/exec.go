@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -25,16 +27,21 @@ type ExecOptions struct {
 	Grace   time.Duration
 	Stdin   io.Reader
 	// Live receives the output as it happens, besides the log files; nil
-	// writers mean logs only (--json).
+	// writers mean logs only (--json). A live stream that stalls or closes
+	// never holds up the step or its evidence (see liveWriter).
 	LiveStdout, LiveStderr io.Writer
 }
 
 // Exec runs one step in an open session and records its evidence. An error
-// means xmode failed before or around the command (exit 125); the command's
-// own outcome is in the Result.
+// with a nil Result means xmode failed before the command could start (exit
+// 125). A Result with an error (an *evidence.Incomplete) means the command
+// ran and the Result holds its status, but some of its evidence was lost.
 func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) (*evidence.Result, error) {
 	if len(o.Argv) == 0 {
 		return nil, fail.Usagef("no command: give one after --, e.g. xmode sandbox exec %s -- make test", sess.ID)
+	}
+	if o.Timeout < 0 {
+		return nil, fail.Usagef("--timeout %s must be positive (or left out for none)", o.Timeout)
 	}
 	for _, kv := range o.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
@@ -60,20 +67,25 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	if err != nil {
 		return nil, err
 	}
+	tag := newTag()
 	step, err := evidence.Begin(ctx, s.Store, s.Guard, evidence.Request{
 		Session: sess, Name: o.Name, Argv: o.Argv, Env: o.Env, Workdir: rel, Timeout: o.Timeout,
+		Tag: tag, MaxLogBytes: s.Cfg.EvidenceMaxBytes,
 	})
 	if err != nil {
 		return nil, err
 	}
 	sb := sess.Sandbox()
 	sb.Worktree = worktree
+	stdout, stderr := newLive(o.LiveStdout), newLive(o.LiveStderr)
 	stopBeat := s.heartbeat(ctx, sess.RunID, step.Seq())
 	status, runErr := adapter.Exec(ctx, sb, engine.ExecRequest{
-		Argv: o.Argv, Env: o.Env, Workdir: rel, Timeout: o.Timeout, Grace: o.Grace, Stdin: o.Stdin,
-		Stdout: tee(step.Stdout, o.LiveStdout), Stderr: tee(step.Stderr, o.LiveStderr),
+		Argv: o.Argv, Env: o.Env, Workdir: rel, Timeout: o.Timeout, Grace: o.Grace, Stdin: o.Stdin, Tag: tag,
+		Stdout: tee(step.Stdout, stdout), Stderr: tee(step.Stderr, stderr),
 	})
 	stopBeat()
+	stdout.close()
+	stderr.close()
 	if runErr != nil {
 		// The command never ran: the step's evidence says why, as 125.
 		fmt.Fprintf(step.Stderr, "xmode: %v\n", runErr)
@@ -81,9 +93,17 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	}
 	res, err := step.Finish(context.WithoutCancel(ctx), status)
 	if runErr != nil {
-		return res, runErr
+		return nil, runErr
 	}
 	return res, err
+}
+
+// newTag is a step's XMODE_EXEC_TAG: its processes carry it, so they can be
+// found and ended even when the xmode that started them is gone.
+func newTag() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // HeartbeatInterval is how often a running step renews its lease
@@ -117,26 +137,12 @@ func (s *Service) heartbeat(ctx context.Context, runID string, seq int) (stop fu
 	}
 }
 
-// tee writes to the log and, best effort, to the live stream: a closed
-// terminal must not cost the evidence or kill the command with SIGPIPE.
-func tee(log io.Writer, live io.Writer) io.Writer {
+// tee writes to the log and to the live stream. Neither can fail or block
+// the step: the log keeps what it can, the live stream drops what it
+// cannot deliver.
+func tee(log io.Writer, live *liveWriter) io.Writer {
 	if live == nil {
 		return log
 	}
-	return &teeWriter{log: log, live: live}
-}
-
-type teeWriter struct {
-	log, live io.Writer
-	liveDead  bool
-}
-
-func (t *teeWriter) Write(p []byte) (int, error) {
-	n, err := t.log.Write(p)
-	if !t.liveDead {
-		if _, lerr := t.live.Write(p); lerr != nil {
-			t.liveDead = true
-		}
-	}
-	return n, err
+	return io.MultiWriter(log, live)
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/xmode/xmode/config"
@@ -54,6 +55,9 @@ func (s *Service) reaper() *reaper.Reaper {
 func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, error) {
 	engineName, err := engine.Choose(s.Cfg.RunnerMode, s.Cfg.Engine)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.Guard.CheckFree(s.Cfg.MinFree, "refusing to create a sandbox"); err != nil {
 		return nil, err
 	}
 	now := time.Now().UTC()
@@ -179,7 +183,7 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Store.Provisioned(ctx, sess.ID, base, sb.ContainerID, sb.MountMode, sess.Image, sb.Volumes); err != nil {
+	if err := s.Store.Provisioned(ctx, sess.ID, base, sb.ContainerID, sb.MountMode, sess.Image, sb.Volumes, time.Now().Add(s.Cfg.TTL)); err != nil {
 		return nil, err
 	}
 	return s.Store.Get(ctx, sess.ID)
@@ -202,4 +206,28 @@ func (s *Service) branch(ctx context.Context, sess *store.Session, co *machines.
 // Stop is `sandbox stop`: reap this one session now.
 func (s *Service) Stop(ctx context.Context, sess *store.Session) (reaper.Outcome, error) {
 	return s.reaper().Stop(ctx, sess)
+}
+
+// MeasureWorktrees fills in WorktreeBytes of the sessions still open (an
+// ended session keeps the size measured at its teardown), a few at a time.
+func (s *Service) MeasureWorktrees(sessions []*store.Session) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	for _, sess := range sessions {
+		if sess.Ended() {
+			continue
+		}
+		wt, err := s.Guard.Worktree(sess.RunID)
+		if err != nil {
+			continue
+		}
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if n, err := storage.DiskUsage(wt); err == nil {
+				sess.WorktreeBytes = &n
+			}
+		})
+	}
+	wg.Wait()
 }

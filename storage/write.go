@@ -3,7 +3,9 @@ package storage
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -18,10 +20,16 @@ func IsDiskFull(err error) bool {
 }
 
 // DiskFull is the one message for a write the storage root's filesystem
-// had no room for: where, and what to remove.
+// had no room for: where, and what to remove. IsDiskFull knows it, whatever
+// layer the cause came from (SQLITE_FULL included).
 func DiskFull(root, path string, err error) error {
-	return fail.Failedf("disk full on %s (%v): free space on the storage root's filesystem — stop idle sandboxes (`xmode sandbox stop ID`), run `xmode reap`, or remove old evidence under %s/runs/*/steps", path, err, root)
+	return &fail.Error{Kind: fail.Failed, Err: &diskFull{msg: fmt.Sprintf("disk full on %s (%v): free space on the storage root's filesystem — stop idle sandboxes (`xmode sandbox stop ID`), run `xmode reap`, or remove old evidence under %s/runs/*/steps", path, err, root)}}
 }
+
+type diskFull struct{ msg string }
+
+func (e *diskFull) Error() string        { return e.msg }
+func (e *diskFull) Is(target error) bool { return target == syscall.ENOSPC }
 
 // WriteError turns a failed write under the storage root into the message
 // a user can act on: disk full, or a read-only root; other errors pass.
@@ -55,4 +63,54 @@ func MkdirRoot(root string) error {
 		return WriteError(root, fmt.Errorf("create storage root: %w", err))
 	}
 	return nil
+}
+
+// Free is the space an unprivileged writer may still use on dir's
+// filesystem.
+func Free(dir string) (int64, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	return int64(st.Bavail) * int64(st.Bsize), nil
+}
+
+// CheckFree refuses work that would start with less than min bytes free on
+// the storage root's filesystem (XMODE_MIN_FREE; 0 turns it off).
+func (g Guard) CheckFree(min int64, what string) error {
+	if min <= 0 {
+		return nil
+	}
+	free, err := Free(g.Root)
+	if err != nil {
+		return err
+	}
+	if free < min {
+		return fail.Refusedf("%s: only %d MiB free on the storage root's filesystem (%s), below XMODE_MIN_FREE (%d MiB): stop idle sandboxes (`xmode sandbox stop ID`), run `xmode reap`, or remove old evidence under %s/runs/*/steps",
+			what, free>>20, g.Root, min>>20, g.Root)
+	}
+	return nil
+}
+
+// DiskUsage is the space dir's files take on disk (like du -s), walked
+// without following symlinks.
+func DiskUsage(dir string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil // gone meanwhile
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			total += st.Blocks * 512
+		}
+		return nil
+	})
+	return total, err
 }

@@ -20,7 +20,7 @@ func openSess(t *testing.T, s *Store, n NewSession) NewSession {
 	if err := s.CreateSession(ctx, n); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Provisioned(ctx, n.ID, "abc", "", "", "", nil); err != nil {
+	if err := s.Provisioned(ctx, n.ID, "abc", "", "", "", nil, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -116,7 +116,7 @@ func TestClaimExpiredRechecks(t *testing.T) {
 	if c, _ := s.ClaimExpired(ctx, n.ID, "a", now, fresh, never); c.Result != Gone {
 		t.Fatalf("unexpired session: %+v", c)
 	}
-	seq, _, err := s.BeginStep(ctx, n.ID, n.RunID, "x", []string{"sleep"}, now, func(int) string { return "d" })
+	seq, _, err := s.BeginStep(ctx, NewStep{SessionID: n.ID, RunID: n.RunID, Name: "x", Argv: []string{"sleep"}, Started: now, DirFor: func(int) string { return "d" }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestClaimExpiredRechecks(t *testing.T) {
 	if c, _ := s.ClaimExpired(ctx, n.ID, "a", now, fresh, never); c.Result != StepRunning {
 		t.Fatalf("renewed step: %+v", c)
 	}
-	if err := s.FinishStep(ctx, n.RunID, seq, now, 0, "", false, false); err != nil {
+	if err := s.FinishStep(ctx, StepEnd{RunID: n.RunID, Seq: seq, Finished: now}); err != nil {
 		t.Fatal(err)
 	}
 	s.Heartbeat(ctx, n.RunID, seq, now)
@@ -163,14 +163,14 @@ func TestClaimedSessionTakesNoStepNoExtensionNoOpening(t *testing.T) {
 	now := time.Now()
 	n := openSess(t, s, newSess("u", now))
 	s.Extend(ctx, n.ID, now.Add(-time.Second))
-	if _, _, err := s.BeginStep(ctx, n.ID, n.RunID, "x", []string{"true"}, now, func(int) string { return "d" }); fail.KindOf(err) != fail.Refused || !strings.Contains(err.Error(), "expired") {
+	if _, _, err := s.BeginStep(ctx, NewStep{SessionID: n.ID, RunID: n.RunID, Name: "x", Argv: []string{"true"}, Started: now, DirFor: func(int) string { return "d" }}); fail.KindOf(err) != fail.Refused || !strings.Contains(err.Error(), "expired") {
 		t.Fatalf("step in an expired session: %v", err)
 	}
 	if c, _ := s.ClaimExpired(ctx, n.ID, "a", now, now, never); c.Result != Claimed {
 		t.Fatal(c)
 	}
 	// Even a step whose clock says the session has not expired yet.
-	if _, _, err := s.BeginStep(ctx, n.ID, n.RunID, "x", []string{"true"}, now.Add(-time.Hour), func(int) string { return "d" }); fail.KindOf(err) != fail.Refused || !strings.Contains(err.Error(), "being reaped") {
+	if _, _, err := s.BeginStep(ctx, NewStep{SessionID: n.ID, RunID: n.RunID, Name: "x", Argv: []string{"true"}, Started: now.Add(-time.Hour), DirFor: func(int) string { return "d" }}); fail.KindOf(err) != fail.Refused || !strings.Contains(err.Error(), "being reaped") {
 		t.Fatalf("step under a claim: %v", err)
 	}
 	if err := s.Extend(ctx, n.ID, now.Add(time.Hour)); fail.KindOf(err) != fail.Refused || !strings.Contains(err.Error(), "being reaped") {
@@ -187,7 +187,7 @@ func TestClaimedSessionTakesNoStepNoExtensionNoOpening(t *testing.T) {
 	if c, _ := s.ClaimProvisioning(ctx, p.ID, "a", now.Add(-15*time.Minute), now, never); c.Result != Claimed {
 		t.Fatalf("provisioning past grace: %+v", c)
 	}
-	if err := s.Provisioned(ctx, p.ID, "abc", "", "", "", nil); fail.KindOf(err) != fail.Refused {
+	if err := s.Provisioned(ctx, p.ID, "abc", "", "", "", nil, time.Time{}); fail.KindOf(err) != fail.Refused {
 		t.Fatalf("opened under a claim: %v", err)
 	}
 }

@@ -48,6 +48,9 @@ type Session struct {
 	MountMode    string     `json:"mount_mode"`
 	Image        string     `json:"image"`
 	Volumes      []string   `json:"-"`
+	// WorktreeBytes is the worktree's size on disk: measured at teardown
+	// for an ended session, live (by the caller) for an open one.
+	WorktreeBytes *int64 `json:"worktree_bytes"`
 }
 
 // Ended reports whether the session is over.
@@ -60,7 +63,7 @@ func (s *Session) Expired(now time.Time) bool { return !now.Before(s.ExpiresAt) 
 
 const sessionCols = `id, run_id, user, project, runner_mode, engine, status, end_reason, error,
 	created_at, expires_at, ended_at, worktree_path, repo, ref, base_commit,
-	container_id, mount_mode, image, volumes`
+	container_id, mount_mode, image, volumes, worktree_bytes`
 
 type scanner interface{ Scan(...any) error }
 
@@ -69,10 +72,14 @@ func (st *Store) scanSession(row scanner) (*Session, error) {
 	var created, expires int64
 	var ended sql.NullInt64
 	var volumes string
+	var size sql.NullInt64
 	if err := row.Scan(&s.ID, &s.RunID, &s.User, &s.Project, &s.RunnerMode, &s.Engine, &s.Status,
 		&s.EndReason, &s.Error, &created, &expires, &ended, &s.WorktreePath, &s.Repo, &s.Ref,
-		&s.BaseCommit, &s.ContainerID, &s.MountMode, &s.Image, &volumes); err != nil {
+		&s.BaseCommit, &s.ContainerID, &s.MountMode, &s.Image, &volumes, &size); err != nil {
 		return nil, err
+	}
+	if size.Valid {
+		s.WorktreeBytes = &size.Int64
 	}
 	s.CreatedAt, s.ExpiresAt = fromMillis(created), fromMillis(expires)
 	if ended.Valid {
@@ -86,7 +93,14 @@ func (st *Store) scanSession(row scanner) (*Session, error) {
 	return &s, nil
 }
 
-func millis(t time.Time) int64      { return t.UnixMilli() }
+func millis(t time.Time) int64 { return t.UnixMilli() }
+
+func expiresMillis(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return millis(t)
+}
 func fromMillis(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
 
 // NewSession describes a session to insert.
@@ -145,7 +159,7 @@ func (s *Store) CreateSession(ctx context.Context, n NewSession) error {
 		}
 		vols, _ := json.Marshal(nonNil(n.Volumes))
 		_, err := tx.ExecContext(ctx, `INSERT INTO sessions (`+sessionCols+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, '', '', ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, '', '', ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`,
 			n.ID, n.RunID, n.User, n.Project, n.RunnerMode, n.Engine, StatusProvisioning,
 			now, millis(n.ExpiresAt), n.WorktreePath, n.Repo, n.Ref, n.BaseCommit,
 			n.ContainerID, n.MountMode, n.Image, string(vols))
@@ -247,17 +261,20 @@ func (s *Store) query(ctx context.Context, q string, args ...any) ([]*Session, e
 }
 
 // Provisioned records what the engine created for a provisioning session and
-// opens it. Only a provisioning session can be opened: a reaper that gave up
-// on it in the meantime wins.
-func (s *Store) Provisioned(ctx context.Context, id, baseCommit, containerID, mountMode, image string, volumes []string) error {
+// opens it, expiring at expires (its lifetime counts from now, not from the
+// start of a create that may have waited on a clone or a pull; the zero
+// time keeps the expiry set at insert). Only a provisioning session can be
+// opened: a reaper that gave up on it in the meantime wins.
+func (s *Store) Provisioned(ctx context.Context, id, baseCommit, containerID, mountMode, image string, volumes []string, expires time.Time) error {
 	vols, _ := json.Marshal(nonNil(volumes))
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		// A session the reaper has claimed (provisioning past its grace) is
 		// not opened under it.
 		res, err := tx.ExecContext(ctx, `UPDATE sessions SET status = 'open', base_commit = ?, container_id = ?,
-			mount_mode = ?, image = ?, volumes = ? WHERE id = ? AND status = 'provisioning'
+			mount_mode = ?, image = ?, volumes = ?, expires_at = CASE WHEN ? > 0 THEN ? ELSE expires_at END
+			WHERE id = ? AND status = 'provisioning'
 			AND NOT EXISTS (SELECT 1 FROM meta WHERE key = ?)`,
-			baseCommit, containerID, mountMode, image, string(vols), id, claimKey(id))
+			baseCommit, containerID, mountMode, image, string(vols), expiresMillis(expires), expiresMillis(expires), id, claimKey(id))
 		if err != nil {
 			return fmt.Errorf("open session %s: %w", id, err)
 		}
@@ -311,6 +328,15 @@ func (s *Store) End(ctx context.Context, id, status, reason, errMsg string, now 
 		return err
 	})
 	return ended, lastOfRun, err
+}
+
+// SetWorktreeBytes records the size of a session's worktree, measured at
+// its teardown.
+func (s *Store) SetWorktreeBytes(ctx context.Context, id string, n int64) error {
+	if _, err := s.exec(ctx, `UPDATE sessions SET worktree_bytes = ? WHERE id = ?`, n, id); err != nil {
+		return fmt.Errorf("record the worktree size of %s: %w", id, err)
+	}
+	return nil
 }
 
 // OpenOnRun counts the open or provisioning sessions of a run.

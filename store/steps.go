@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/proc"
 )
 
 // StepRow is a step as the store keeps it.
@@ -25,13 +26,29 @@ type StepRow struct {
 	Signal     string
 	TimedOut   bool
 	OOMKilled  bool
+	Tag        string
+	Owner      string // the xmode process running it (internal/proc)
+	Heartbeat  time.Time
+	// EvidenceIncomplete, Truncated: what the step's files lack.
+	EvidenceIncomplete bool
+	Truncated          bool
+	LostReason         string
+}
+
+// NewStep is a step about to run.
+type NewStep struct {
+	SessionID, RunID, Name string
+	Argv                   []string
+	Tag                    string // the XMODE_EXEC_TAG its processes carry
+	Started                time.Time
+	DirFor                 func(seq int) string // the step directory of a number
 }
 
 // BeginStep allocates the run's next step number and inserts the step as
 // running, in one immediate transaction: concurrent execs on one run get
-// unique, gapless numbers. dirFor turns the number into the step directory.
-func (s *Store) BeginStep(ctx context.Context, sessionID, runID, name string, argv []string, now time.Time, dirFor func(seq int) string) (int, string, error) {
-	argvJSON, err := json.Marshal(argv)
+// unique, gapless numbers. It returns the number and its directory.
+func (s *Store) BeginStep(ctx context.Context, n NewStep) (int, string, error) {
+	argvJSON, err := json.Marshal(n.Argv)
 	if err != nil {
 		return 0, "", err
 	}
@@ -40,28 +57,28 @@ func (s *Store) BeginStep(ctx context.Context, sessionID, runID, name string, ar
 	err = s.tx(ctx, func(tx *sql.Tx) error {
 		var status string
 		var expires int64
-		if err := tx.QueryRowContext(ctx, `SELECT status, expires_at FROM sessions WHERE id = ?`, sessionID).Scan(&status, &expires); err != nil {
-			return errNoRows(err, "no session %s", sessionID)
+		if err := tx.QueryRowContext(ctx, `SELECT status, expires_at FROM sessions WHERE id = ?`, n.SessionID).Scan(&status, &expires); err != nil {
+			return errNoRows(err, "no session %s", n.SessionID)
 		}
 		if status != StatusOpen {
-			return errNotOpen(sessionID, status)
+			return errNotOpen(n.SessionID, status)
 		}
 		// No new step under a reaper: the step's lease and the reaper's
 		// claim are taken in immediate transactions, so one sees the other.
-		if c, err := claimed(ctx, tx, sessionID); err != nil {
+		if c, err := claimed(ctx, tx, n.SessionID); err != nil {
 			return err
 		} else if c {
-			return fail.Refusedf("session %s expired and is being reaped: create a new one with `xmode sandbox create`", sessionID)
+			return fail.Refusedf("session %s expired and is being reaped: create a new one with `xmode sandbox create`", n.SessionID)
 		}
-		if expires <= millis(now) {
-			return CheckOpen(&Session{ID: sessionID, Status: status, ExpiresAt: fromMillis(expires)}, now)
+		if expires <= millis(n.Started) {
+			return CheckOpen(&Session{ID: n.SessionID, Status: status, ExpiresAt: fromMillis(expires)}, n.Started)
 		}
-		if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) + 1 FROM steps WHERE run_id = ?`, runID).Scan(&seq); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) + 1 FROM steps WHERE run_id = ?`, n.RunID).Scan(&seq); err != nil {
 			return fmt.Errorf("next step number: %w", err)
 		}
-		dir = dirFor(seq)
-		_, err := tx.ExecContext(ctx, `INSERT INTO steps (run_id, seq, session_id, name, argv, dir, started_at, heartbeat_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, runID, seq, sessionID, name, string(argvJSON), dir, millis(now), millis(now))
+		dir = n.DirFor(seq)
+		_, err := tx.ExecContext(ctx, `INSERT INTO steps (run_id, seq, session_id, name, argv, dir, started_at, heartbeat_at, tag, owner)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, n.RunID, seq, n.SessionID, n.Name, string(argvJSON), dir, millis(n.Started), millis(n.Started), n.Tag, proc.Self())
 		if err != nil {
 			return fmt.Errorf("insert step: %w", err)
 		}
@@ -70,39 +87,87 @@ func (s *Store) BeginStep(ctx context.Context, sessionID, runID, name string, ar
 	return seq, dir, err
 }
 
-// FinishStep records a step's outcome.
-func (s *Store) FinishStep(ctx context.Context, runID string, seq int, finished time.Time, exitCode int, signal string, timedOut, oomKilled bool) error {
+// StepEnd is how a step ended.
+type StepEnd struct {
+	RunID                         string
+	Seq                           int
+	Finished                      time.Time
+	ExitCode                      int
+	Signal                        string
+	TimedOut, OOMKilled           bool
+	Truncated, EvidenceIncomplete bool
+}
+
+// FinishStep records a step's outcome. A step the reaper marked lost while
+// its xmode was suspended is finished all the same: its own end is better
+// evidence than the reaper's guess.
+func (s *Store) FinishStep(ctx context.Context, e StepEnd) error {
 	_, err := s.exec(ctx, `UPDATE steps SET state = 'finished', finished_at = ?, exit_code = ?, signal = ?,
-		timed_out = ?, oom_killed = ? WHERE run_id = ? AND seq = ?`,
-		millis(finished), exitCode, signal, timedOut, oomKilled, runID, seq)
+		timed_out = ?, oom_killed = ?, truncated = ?, evidence_incomplete = ?, lost_reason = ''
+		WHERE run_id = ? AND seq = ?`,
+		millis(e.Finished), e.ExitCode, e.Signal, e.TimedOut, e.OOMKilled, e.Truncated, e.EvidenceIncomplete, e.RunID, e.Seq)
 	if err != nil {
-		return fmt.Errorf("record step %s/%d: %w", runID, seq, err)
+		return fmt.Errorf("record step %s/%d: %w", e.RunID, e.Seq, err)
 	}
 	return nil
 }
 
 // Steps lists a run's steps in order.
 func (s *Store) Steps(ctx context.Context, runID string) ([]StepRow, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT run_id, seq, session_id, name, argv, dir, state, started_at,
-		finished_at, exit_code, signal, timed_out, oom_killed FROM steps WHERE run_id = ? ORDER BY seq`, runID)
+	return s.steps(ctx, `WHERE run_id = ? ORDER BY seq`, runID)
+}
+
+// RunningSteps lists the steps of a session still marked running.
+func (s *Store) RunningSteps(ctx context.Context, sessionID string) ([]StepRow, error) {
+	return s.steps(ctx, `WHERE session_id = ? AND state = 'running' ORDER BY seq`, sessionID)
+}
+
+// AllRunningSteps lists the steps of every session still marked running.
+func (s *Store) AllRunningSteps(ctx context.Context) ([]StepRow, error) {
+	return s.steps(ctx, `WHERE state = 'running' ORDER BY run_id, seq`)
+}
+
+// Gone reports whether the step's xmode is gone: its heartbeat is at or
+// before staleBefore, or its owner process has certainly ended.
+func (r StepRow) Gone(staleBefore time.Time) bool {
+	return !r.Heartbeat.After(staleBefore) || r.Owner != "" && proc.Gone(r.Owner)
+}
+
+// LoseStep finishes a running step whose xmode is gone as lost, with the
+// reason, unless it finished meanwhile. It reports whether it did.
+func (s *Store) LoseStep(ctx context.Context, runID string, seq int, now time.Time, reason string) (bool, error) {
+	res, err := s.exec(ctx, `UPDATE steps SET state = 'lost', finished_at = ?, lost_reason = ?
+		WHERE run_id = ? AND seq = ? AND state = 'running'`, millis(now), reason, runID, seq)
 	if err != nil {
-		return nil, fmt.Errorf("list steps of %s: %w", runID, err)
+		return false, fmt.Errorf("mark step %s/%d lost: %w", runID, seq, err)
+	}
+	n, _ := res.RowsAffected()
+	return n == 1, nil
+}
+
+func (s *Store) steps(ctx context.Context, where string, args ...any) ([]StepRow, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT run_id, seq, session_id, name, argv, dir, state, started_at,
+		finished_at, exit_code, signal, timed_out, oom_killed, tag, owner, heartbeat_at, evidence_incomplete, truncated,
+		lost_reason FROM steps `+where, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list steps: %w", err)
 	}
 	defer rows.Close()
 	var out []StepRow
 	for rows.Next() {
 		var r StepRow
 		var argv string
-		var started int64
+		var started, beat int64
 		var finished, code sql.NullInt64
 		if err := rows.Scan(&r.RunID, &r.Seq, &r.SessionID, &r.Name, &argv, &r.Dir, &r.State, &started,
-			&finished, &code, &r.Signal, &r.TimedOut, &r.OOMKilled); err != nil {
+			&finished, &code, &r.Signal, &r.TimedOut, &r.OOMKilled, &r.Tag, &r.Owner, &beat, &r.EvidenceIncomplete,
+			&r.Truncated, &r.LostReason); err != nil {
 			return nil, err
 		}
 		if err := json.Unmarshal([]byte(argv), &r.Argv); err != nil {
 			return nil, fmt.Errorf("step %s/%d: bad argv: %w", r.RunID, r.Seq, err)
 		}
-		r.StartedAt = fromMillis(started)
+		r.StartedAt, r.Heartbeat = fromMillis(started), fromMillis(beat)
 		if finished.Valid {
 			t := fromMillis(finished.Int64)
 			r.FinishedAt = &t

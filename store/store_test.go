@@ -164,7 +164,7 @@ func TestStepNumbersUniqueAcrossConnections(t *testing.T) {
 	if err := s.CreateSession(ctx, n); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Provisioned(ctx, n.ID, "abc", "", "", "", nil); err != nil {
+	if err := s.Provisioned(ctx, n.ID, "abc", "", "", "", nil, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
@@ -180,7 +180,7 @@ func TestStepNumbersUniqueAcrossConnections(t *testing.T) {
 				return
 			}
 			defer o.Close()
-			seq, _, err := o.BeginStep(ctx, n.ID, n.RunID, "x", []string{"true"}, time.Now(), func(int) string { return "d" })
+			seq, _, err := o.BeginStep(ctx, NewStep{SessionID: n.ID, RunID: n.RunID, Name: "x", Argv: []string{"true"}, Started: time.Now(), DirFor: func(int) string { return "d" }})
 			if err != nil {
 				t.Error(err)
 				return

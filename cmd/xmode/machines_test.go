@@ -194,17 +194,6 @@ func killDuringGit(t *testing.T, c *exec.Cmd) int {
 	return 0
 }
 
-func waitGone(t *testing.T, pid int) {
-	t.Helper()
-	for i := 0; alive(pid) && i < 500; i++ {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if alive(pid) {
-		syscall.Kill(pid, syscall.SIGKILL)
-		t.Fatalf("git %d outlived the xmode that started it", pid)
-	}
-}
-
 // A create killed (SIGKILL) while git branches its worktree, and a warm
 // killed while git fetches, leave nothing that blocks the next command: the
 // kernel drops the machine's lock, git dies with its parent and cleans up,
@@ -220,7 +209,7 @@ func TestMachineKilledCreateAndWarm(t *testing.T) {
 	if gitPid == 0 {
 		t.Fatal("could not catch a create while it ran git")
 	}
-	waitGone(t, gitPid)
+	waitGone(t, gitPid, "git that outlived the xmode that started it")
 
 	for i := 0; i < 15; i++ { // something for the fetch to do
 		os.WriteFile(filepath.Join(repo, "README"), []byte(strings.Repeat(strconv.Itoa(i), 50000)), 0o644)
@@ -233,7 +222,7 @@ func TestMachineKilledCreateAndWarm(t *testing.T) {
 	if gitPid == 0 {
 		t.Fatal("could not catch a warm while it ran git")
 	}
-	waitGone(t, gitPid)
+	waitGone(t, gitPid, "git that outlived the xmode that started it")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

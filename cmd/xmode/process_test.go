@@ -98,15 +98,16 @@ func TestExecInterruptKillsProcessGroup(t *testing.T) {
 	}
 }
 
-// Hundreds of MB of output stream through xmode with bounded memory, into
-// the log and to the terminal.
+// Hundreds of MB of output stream through xmode with bounded memory, to
+// the terminal whole and into the log up to XMODE_EVIDENCE_MAX_BYTES.
 func TestExecLargeOutputBoundedMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("streams 300 MB")
 	}
 	root, id := newSession(t)
-	const size = 300 << 20
+	const size, logCap = 300 << 20, 100 << 20
 	c := xmode(t, root, "sandbox", "exec", id, "--name", "big", "--", "head", "-c", strconv.Itoa(size), "/dev/zero")
+	c.Env = append(c.Env, "XMODE_EVIDENCE_MAX_BYTES=100m")
 	counter := &countWriter{}
 	c.Stdout = counter
 	if err := c.Run(); err != nil {
@@ -119,8 +120,13 @@ func TestExecLargeOutputBoundedMemory(t *testing.T) {
 	if len(logs) != 1 {
 		t.Fatal("no stdout.log")
 	}
-	if st, err := os.Stat(logs[0]); err != nil || st.Size() != size {
-		t.Fatalf("stdout.log: %v, %d bytes", err, st.Size())
+	b, err := os.ReadFile(logs[0])
+	if err != nil || len(b) < logCap || !bytes.Equal(b[:logCap], make([]byte, logCap)) ||
+		!strings.HasPrefix(string(b[logCap:]), "\n[xmode: stdout truncated after 104857600 bytes (XMODE_EVIDENCE_MAX_BYTES)") {
+		t.Fatalf("stdout.log: %v, %d bytes, want the first 100 MiB and the marker", err, len(b))
+	}
+	if res := readResult(t, root, "0001-big"); !res.Truncated {
+		t.Fatalf("result.json does not say truncated: %+v", res)
 	}
 	maxRSS := c.ProcessState.SysUsage().(*syscall.Rusage).Maxrss * 1024
 	t.Logf("xmode peak RSS %d MB for %d MB of output", maxRSS>>20, size>>20)

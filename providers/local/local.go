@@ -105,6 +105,10 @@ func (p *Provider) Exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 	}
 
 	env := mergeEnv(os.Environ(), req.Env)
+	if req.Tag != "" {
+		// Last, so that it wins over a same-named entry of req.Env.
+		env = mergeEnv(env, []string{engine.ExecTagEnv + "=" + req.Tag})
+	}
 	path, code, msg := lookPath(req.Argv[0], dir, envPath(env))
 	if code != 0 {
 		fmt.Fprintf(stderr, "xmode: exec: %q: %s\n", req.Argv[0], msg)
@@ -165,14 +169,16 @@ func run(ctx context.Context, s runSpec) (engine.Status, error) {
 	}
 
 	cmd := &exec.Cmd{
-		Path:        s.path,
-		Args:        s.argv,
-		Dir:         s.dir,
-		Env:         s.env,
-		Stdin:       inR,
-		Stdout:      outW,
-		Stderr:      errW,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		Path:   s.path,
+		Args:   s.argv,
+		Dir:    s.dir,
+		Env:    s.env,
+		Stdin:  inR,
+		Stdout: outW,
+		Stderr: errW,
+		// The leader dies with the xmode that started it, however xmode
+		// dies; KillStep finds what it left behind by the step's tag.
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	}
 	startErr := cmd.Start()
 	// The child has its copies; ours would keep the pipes from reaching EOF.

@@ -2,7 +2,8 @@
 --
 -- steps: a step whose xmode died is finished by the reaper or a teardown
 -- as 'lost' (with lost_reason); tag is the XMODE_EXEC_TAG its processes
--- carry, how they are found to be killed; evidence_incomplete and
+-- carry, how they are found to be killed; owner names the xmode process
+-- that runs it (internal/proc), so a teardown can tell it is gone at once; evidence_incomplete and
 -- truncated say what its evidence files lack. SQLite cannot change a
 -- CHECK constraint in place, so the table is rebuilt (nothing references
 -- steps).
@@ -22,6 +23,7 @@ CREATE TABLE steps_new (
     timed_out           INTEGER NOT NULL DEFAULT 0,
     oom_killed          INTEGER NOT NULL DEFAULT 0,
     tag                 TEXT NOT NULL DEFAULT '',
+    owner               TEXT NOT NULL DEFAULT '',
     evidence_incomplete INTEGER NOT NULL DEFAULT 0,
     truncated           INTEGER NOT NULL DEFAULT 0,
     lost_reason         TEXT NOT NULL DEFAULT '',

@@ -38,11 +38,12 @@ func run(ctx context.Context, root, ref string) error {
 		return err
 	}
 	now := time.Now()
-	seq, _, err := st.BeginStep(ctx, sess.ID, sess.RunID, "floor", []string{"true"}, now, func(seq int) string {
-		return filepath.Join(root, "runs", sess.RunID, "steps", fmt.Sprintf("%04d-floor", seq))
-	})
+	seq, _, err := st.BeginStep(ctx, store.NewStep{SessionID: sess.ID, RunID: sess.RunID, Name: "floor", Argv: []string{"true"}, Started: now,
+		DirFor: func(seq int) string {
+			return filepath.Join(root, "runs", sess.RunID, "steps", fmt.Sprintf("%04d-floor", seq))
+		}})
 	if err != nil {
 		return err
 	}
-	return st.FinishStep(ctx, sess.RunID, seq, time.Now(), 0, "", false, false)
+	return st.FinishStep(ctx, store.StepEnd{RunID: sess.RunID, Seq: seq, Finished: time.Now()})
 }
