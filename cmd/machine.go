@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -175,11 +176,14 @@ With the docker engine configured, the project's cache volume goes too.` + exitS
 				}{res, append([]string{}, stopped...)})
 			}
 			fmt.Fprintln(a.Out, project)
-			what := "record"
+			var what []string
 			if res.Checkout {
-				what = "checkout and record"
+				what = append(what, "checkout")
 			}
-			a.info("removed project machine %s (%s)", project, what)
+			if res.Record {
+				what = append(what, "record")
+			}
+			a.info("removed project machine %s (%s)", project, strings.Join(what, " and "))
 			if res.VolumeRemoved {
 				a.info("removed cache volume %s", res.Volume)
 			} else if svc.Cfg.Engine == "docker" {

@@ -87,6 +87,23 @@ func lockMachine(ctx context.Context, dir, project string, wait io.Writer) (*mac
 	}
 }
 
+// tryLockMachine takes the lock of the machine in dir if it is free now;
+// nil (no error) when another process holds it.
+func tryLockMachine(dir string) (*machineLock, error) {
+	f, err := os.OpenFile(filepath.Join(dir, LockFile), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return &machineLock{f: f}, nil
+}
+
 // unlock releases the lock; calling it again does nothing.
 func (l *machineLock) unlock() {
 	if l != nil && l.f != nil {

@@ -145,6 +145,16 @@ func (m *Manager) Warm(ctx context.Context, project, repo, ref string) (mach *st
 		return nil, false, err
 	}
 	defer lk.unlock()
+	if prev == nil {
+		// A first warm that fails leaves nothing: no lock file, no
+		// half-made checkout (a killed one is the reaper's, see
+		// RemoveUnrecorded).
+		defer func() {
+			if err != nil {
+				m.dropUnrecorded(context.WithoutCancel(ctx), project)
+			}
+		}()
+	}
 	repoDir := filepath.Join(dir, "repo")
 	if cloned = !isRepo(repoDir); cloned {
 		if err := m.clone(ctx, project, repo); err != nil {

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -24,6 +28,7 @@ type VolumeRemover interface {
 // Removed says what Remove did.
 type Removed struct {
 	Project       string `json:"project"`
+	Record        bool   `json:"record_removed"`
 	Checkout      bool   `json:"checkout_removed"`
 	Volume        string `json:"volume"`
 	VolumeRemoved bool   `json:"volume_removed"`
@@ -78,7 +83,65 @@ func (m *Manager) Remove(ctx context.Context, project string) (Removed, error) {
 	if out.Checkout, err = m.Guard.RemoveMachine(project); err != nil {
 		return out, err
 	}
-	return out, m.Store.DeleteMachine(ctx, project)
+	out.Record, err = m.Store.DeleteMachine(ctx, project)
+	return out, err
+}
+
+// dropUnrecorded removes the directory of a machine that has no record
+// (its first warm failed). Caller holds the machine's lock.
+func (m *Manager) dropUnrecorded(ctx context.Context, project string) {
+	if mach, err := m.machine(ctx, project); err == nil && mach == nil {
+		_, _ = m.Guard.RemoveMachine(project)
+	}
+}
+
+// UnrecordedGrace is how old a machine directory without a record must be
+// before the reaper removes it: a first warm creates the directory a moment
+// before it takes the machine's lock.
+const UnrecordedGrace = time.Minute
+
+// RemoveUnrecorded removes the machine directories that have no record
+// and that no xmode is using (their lock is free): what a killed first warm
+// left, a lock file and maybe a clone of hundreds of MB. It returns the
+// projects removed (or, dry, that would be).
+func (m *Manager) RemoveUnrecorded(ctx context.Context, dry bool) ([]string, error) {
+	entries, err := os.ReadDir(m.Guard.MachinesDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look for unrecorded project machines: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		project := e.Name()
+		if !e.IsDir() || !storage.ValidProject(project) || ctx.Err() != nil {
+			continue
+		}
+		if info, err := e.Info(); err != nil || time.Since(info.ModTime()) < UnrecordedGrace {
+			continue
+		}
+		if mach, err := m.machine(ctx, project); err != nil || mach != nil {
+			continue
+		}
+		lk, err := tryLockMachine(filepath.Join(m.Guard.MachinesDir(), project))
+		if err != nil || lk == nil {
+			continue // in use, or gone meanwhile
+		}
+		// Under the lock: a warm that recorded it meanwhile wins.
+		if mach, err := m.machine(ctx, project); err == nil && mach == nil {
+			if dry {
+				out = append(out, project)
+			} else if removed, err := m.Guard.RemoveMachine(project); err != nil {
+				lk.unlock()
+				return out, err
+			} else if removed {
+				out = append(out, project)
+			}
+		}
+		lk.unlock()
+	}
+	return out, nil
 }
 
 // removeVolume removes the project's cache volume when the docker engine is

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/machines"
 	"github.com/xmode/xmode/store"
 )
 
@@ -153,12 +154,31 @@ func (r *Reaper) Pass(ctx context.Context, o PassOptions) (*Summary, error) {
 	// only when no teardown or removal of a worktree failed, and an
 	// unreachable docker daemon is no reason to look at every run again.
 	r.sweepRuns(ctx, o.DryRun, o.ReclaimUnknown, now, sum)
+	r.sweepMachines(ctx, o.DryRun, sum)
 	r.sweepEngine(ctx, o.DryRun, sum)
 	sum.mu.Lock()
 	out := sum.s
 	sum.mu.Unlock()
 	out.DurationMS = time.Since(start).Milliseconds()
 	return &out, ctx.Err()
+}
+
+// sweepMachines removes the project machine directories a killed first
+// warm left: no record, nobody holding their lock.
+func (r *Reaper) sweepMachines(ctx context.Context, dry bool, sum *summer) {
+	m := &machines.Manager{Cfg: r.Cfg, Store: r.Store, Guard: r.Guard}
+	removed, err := m.RemoveUnrecorded(ctx, dry)
+	for _, p := range removed {
+		verb := "removed"
+		if dry {
+			verb = "would remove"
+		}
+		r.logf(p, "%s the checkout of a project machine that was never recorded (a warm that died)", verb)
+		sum.add(func(s *Summary) { s.OrphansRemoved++ })
+	}
+	if err != nil {
+		sum.fail("", err)
+	}
 }
 
 // loseStaleSteps ends the steps whose xmode is gone (killed: its process

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -286,5 +287,59 @@ func TestOrphanSweepIsIncremental(t *testing.T) {
 	}
 	if f2, _, _ := e.st.MetaTime(ctx, store.KeySweepFull); !f2.After(full) {
 		t.Fatal("the full sweep was not recorded")
+	}
+}
+
+// A first `machine warm` that was killed leaves a machine directory with no
+// record (its lock file, maybe a clone of hundreds of MB): the reaper
+// removes it once nobody holds its lock, and never a recorded machine, one
+// in use, or one just being created.
+func TestUnrecordedMachineCheckoutsAreRemoved(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	machinesDir := filepath.Join(e.root, "project_machines")
+	mk := func(project string, age time.Duration) string {
+		dir := filepath.Join(machinesDir, project)
+		clone := filepath.Join(dir, "clone-0123456789ab")
+		if err := os.MkdirAll(filepath.Join(clone, ".git"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(clone, ".git", "packfile"), make([]byte, 1<<20), 0o644)
+		os.WriteFile(filepath.Join(dir, "lock"), nil, 0o644)
+		old := time.Now().Add(-age)
+		os.Chtimes(dir, old, old)
+		return dir
+	}
+	killed := mk("killed", time.Hour)
+	fresh := mk("fresh", 0)
+	busy := mk("busy", time.Hour)
+	lock, err := os.OpenFile(filepath.Join(busy, "lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	recorded := mk("recorded", time.Hour)
+	if err := e.st.PutMachine(ctx, store.Machine{Project: "recorded", Repo: "/r", DefaultRef: "main", Volume: "v", CreatedAt: time.Now(), LastFetchAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	want(t, e.pass(nil, true), reaper.Summary{DryRun: true, OrphansRemoved: 1})
+	if !exists(killed) {
+		t.Fatal("a dry run removed the killed warm's checkout")
+	}
+	want(t, e.pass(nil, false), reaper.Summary{OrphansRemoved: 1})
+	if exists(killed) {
+		t.Fatal("the killed warm's checkout is still there")
+	}
+	for _, d := range []string{fresh, busy, recorded} {
+		if !exists(filepath.Join(d, "clone-0123456789ab")) {
+			t.Fatalf("%s was removed", d)
+		}
+	}
+	if !strings.Contains(e.log.String(), "killed removed the checkout of a project machine that was never recorded") {
+		t.Fatalf("no log line:\n%s", e.log)
 	}
 }

@@ -72,13 +72,16 @@ func (s *Store) ListMachines(ctx context.Context) ([]*Machine, error) {
 	return out, rows.Err()
 }
 
-// DeleteMachine forgets a machine. Runs keep the name of the machine they
-// came from: that is history, like their evidence.
-func (s *Store) DeleteMachine(ctx context.Context, project string) error {
-	if _, err := s.exec(ctx, `DELETE FROM project_machines WHERE project = ?`, project); err != nil {
-		return fmt.Errorf("forget project machine %s: %w", project, err)
+// DeleteMachine forgets a machine and reports whether there was a record.
+// Runs keep the name of the machine they came from: that is history, like
+// their evidence.
+func (s *Store) DeleteMachine(ctx context.Context, project string) (bool, error) {
+	res, err := s.exec(ctx, `DELETE FROM project_machines WHERE project = ?`, project)
+	if err != nil {
+		return false, fmt.Errorf("forget project machine %s: %w", project, err)
 	}
-	return nil
+	n, _ := res.RowsAffected()
+	return n > 0, nil
 }
 
 // MarkRunMachine records that a run's worktree is branched from the machine

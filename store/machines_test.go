@@ -58,8 +58,11 @@ func TestMachinesRecordAndUsers(t *testing.T) {
 	if mach, _ := s.RunMachine(ctx, cloned.RunID); mach != "" {
 		t.Fatalf("RunMachine of a clone = %q", mach)
 	}
-	if err := s.DeleteMachine(ctx, "p"); err != nil {
-		t.Fatal(err)
+	if had, err := s.DeleteMachine(ctx, "p"); err != nil || !had {
+		t.Fatalf("DeleteMachine: %v, %v", had, err)
+	}
+	if had, err := s.DeleteMachine(ctx, "p"); err != nil || had {
+		t.Fatalf("DeleteMachine of a machine already gone: %v, %v", had, err)
 	}
 	if _, err := s.GetMachine(ctx, "p"); fail.KindOf(err) != fail.NotFound {
 		t.Fatalf("after delete: %v", err)
