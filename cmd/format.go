@@ -6,6 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/xmode/xmode/store"
 )
@@ -75,6 +77,38 @@ func size(n *int64) string {
 	return fmt.Sprintf("%.1fT", v)
 }
 
+// clean makes text a sandbox or a repository chose safe for a terminal:
+// control characters (an ESC sequence could rewrite the screen or the
+// title) and bytes that are not UTF-8 are shown escaped, \x1b-style.
+func clean(s string) string {
+	ok := true
+	for _, r := range s {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			ok = false
+			break
+		}
+	}
+	if ok {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case unicode.IsControl(r) && r < 0x100:
+			fmt.Fprintf(&b, "\\x%02x", r)
+		case unicode.IsControl(r):
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
 func shortSHA(s string) string {
 	if len(s) > 12 {
 		return s[:12]
@@ -82,9 +116,10 @@ func shortSHA(s string) string {
 	return s
 }
 
+// truncate shortens s to at most n runes.
 func truncate(s string, n int) string {
-	if len(s) <= n {
+	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
-	return s[:n-1] + "…"
+	return string([]rune(s)[:n-1]) + "…"
 }

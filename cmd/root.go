@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/fatih/color"
@@ -112,7 +113,11 @@ func (a *App) printError(err error, code int) {
 		fmt.Fprintln(a.Err, string(b))
 		return
 	}
-	fmt.Fprintf(a.Err, "%s %v\n", a.paint(color.FgRed, "xmode:"), err)
+	lines := strings.Split(err.Error(), "\n")
+	for i, l := range lines {
+		lines[i] = clean(l)
+	}
+	fmt.Fprintf(a.Err, "%s %s\n", a.paint(color.FgRed, "xmode:"), strings.Join(lines, "\n"))
 }
 
 func (a *App) newRoot() *cobra.Command {

@@ -216,7 +216,7 @@ func (a *App) newList() *cobra.Command {
 			now := time.Now()
 			t := newTable(a.Out, "ID", "STATUS", "USER", "ENGINE", "REF", "SIZE", "CREATED", "EXPIRES")
 			for _, s := range sessions {
-				t.row(s.ID, a.status(s), s.User, s.Engine, s.Ref, size(s.WorktreeBytes), ago(s.CreatedAt, now), left(s, now))
+				t.row(s.ID, a.status(s), clean(s.User), s.Engine, clean(s.Ref), size(s.WorktreeBytes), ago(s.CreatedAt, now), left(s, now))
 			}
 			return t.flush()
 		},
@@ -249,14 +249,14 @@ func (a *App) newShow() *cobra.Command {
 			kv.row("ID:", s.ID)
 			kv.row("Status:", a.status(s))
 			kv.row("Run:", s.RunID)
-			kv.row("User:", s.User)
+			kv.row("User:", clean(s.User))
 			if s.Project != "" {
-				kv.row("Project:", s.Project)
+				kv.row("Project:", clean(s.Project))
 			}
 			kv.row("Runner mode:", s.RunnerMode)
 			kv.row("Engine:", s.Engine)
-			kv.row("Repo:", s.Repo)
-			kv.row("Ref:", s.Ref+" "+shortSHA(s.BaseCommit))
+			kv.row("Repo:", clean(s.Repo))
+			kv.row("Ref:", clean(s.Ref)+" "+shortSHA(s.BaseCommit))
 			kv.row("Created:", s.CreatedAt.Local().Format(time.DateTime)+" ("+ago(s.CreatedAt, now)+")")
 			kv.row("Expires:", s.ExpiresAt.Local().Format(time.DateTime)+" ("+left(s, now)+")")
 			if s.EndedAt != nil {
@@ -268,7 +268,7 @@ func (a *App) newShow() *cobra.Command {
 				kv.row("Container:", shortSHA(s.ContainerID)+" ("+s.MountMode+", "+s.Image+")")
 			}
 			if s.Error != "" {
-				kv.row("Error:", s.Error)
+				kv.row("Error:", clean(s.Error))
 			}
 			if err := kv.flush(); err != nil {
 				return err
@@ -294,7 +294,7 @@ func (a *App) newShow() *cobra.Command {
 					}
 					dur = st.FinishedAt.Sub(st.StartedAt).Round(time.Millisecond).String()
 				}
-				t.row(fmt.Sprintf("%04d-%s", st.Seq, st.Name), st.SessionID, truncate(strings.Join(st.Argv, " "), 50), exit, dur)
+				t.row(fmt.Sprintf("%04d-%s", st.Seq, st.Name), st.SessionID, truncate(clean(strings.Join(st.Argv, " ")), 50), exit, dur)
 			}
 			return t.flush()
 		},

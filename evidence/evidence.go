@@ -30,10 +30,12 @@ const DefaultMaxLogBytes = 256 << 20
 
 // Result is contract §3's step shape, also written as result.json.
 type Result struct {
-	SessionID  string    `json:"session_id"`
-	Seq        int       `json:"seq"`
-	Name       string    `json:"name"`
-	Argv       []string  `json:"argv"`
+	SessionID string   `json:"session_id"`
+	Seq       int      `json:"seq"`
+	Name      string   `json:"name"`
+	Argv      []string `json:"argv"`
+	// ArgvB64 is argv byte for byte, when an argument is not valid UTF-8.
+	ArgvB64    []string  `json:"argv_b64,omitempty"`
 	ExitCode   int       `json:"exit_code"`
 	Signal     string    `json:"signal"`
 	TimedOut   bool      `json:"timed_out"`
@@ -59,6 +61,7 @@ type command struct {
 	Seq       int       `json:"seq"`
 	Name      string    `json:"name"`
 	Argv      []string  `json:"argv"`
+	ArgvB64   []string  `json:"argv_b64,omitempty"`
 	Env       []string  `json:"env"`
 	Workdir   string    `json:"workdir"`
 	Engine    string    `json:"engine"`
@@ -116,7 +119,7 @@ func Begin(ctx context.Context, st *store.Store, g storage.Guard, req Request) (
 		return nil, err
 	}
 	s := &Step{st: st, guard: g, runID: req.Session.RunID, rel: rel(seq), started: now, res: Result{
-		SessionID: req.Session.ID, Seq: seq, Name: name, Argv: req.Argv, StartedAt: now, Dir: dir,
+		SessionID: req.Session.ID, Seq: seq, Name: name, Argv: req.Argv, ArgvB64: store.ArgvBase64(req.Argv), StartedAt: now, Dir: dir,
 		StdoutPath: filepath.Join(dir, "stdout.log"), StderrPath: filepath.Join(dir, "stderr.log"),
 	}}
 	if err := s.open(runDir, req, now); err != nil {
@@ -132,7 +135,7 @@ func Begin(ctx context.Context, st *store.Store, g storage.Guard, req Request) (
 }
 
 func (s *Step) open(runDir string, req Request, now time.Time) error {
-	if err := os.MkdirAll(runDir, 0o700); err != nil {
+	if err := os.MkdirAll(runDir, storage.RunDirMode); err != nil {
 		return fmt.Errorf("create run directory: %w", err)
 	}
 	runs, err := os.OpenRoot(s.guard.RunsDir())
@@ -141,12 +144,12 @@ func (s *Step) open(runDir string, req Request, now time.Time) error {
 	}
 	s.runs = runs
 	steps := filepath.Dir(s.rel)
-	if err := runs.MkdirAll(steps, 0o700); err != nil {
+	if err := runs.MkdirAll(steps, storage.EvidenceDirMode); err != nil {
 		return fmt.Errorf("create %s: %w", steps, err)
 	}
 	// A fresh directory: Mkdir fails on anything already there, a symlink
 	// a step planted included.
-	if err := runs.Mkdir(s.rel, 0o700); err != nil {
+	if err := runs.Mkdir(s.rel, storage.EvidenceDirMode); err != nil {
 		return fmt.Errorf("create step directory: %w", err)
 	}
 	env := req.Env
@@ -154,7 +157,7 @@ func (s *Step) open(runDir string, req Request, now time.Time) error {
 		env = []string{}
 	}
 	if err := s.writeJSON("command.json", command{
-		SessionID: req.Session.ID, RunID: req.Session.RunID, Seq: s.res.Seq, Name: s.res.Name, Argv: req.Argv,
+		SessionID: req.Session.ID, RunID: req.Session.RunID, Seq: s.res.Seq, Name: s.res.Name, Argv: req.Argv, ArgvB64: s.res.ArgvB64,
 		Env: env, Workdir: req.Workdir, Engine: req.Session.Engine, TimeoutMS: req.Timeout.Milliseconds(), StartedAt: now,
 	}); err != nil {
 		return err

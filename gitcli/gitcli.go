@@ -19,12 +19,22 @@ import (
 	"time"
 )
 
-// safety is passed to every git xmode runs: hooks and the fsmonitor are
-// commands, and a sandboxed step can write a repository's .git (a machine
-// worktree's git dir lives in the machine), so xmode never runs them.
-var safety = []string{"-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false"}
+// safety is passed to every git xmode runs: hooks, the fsmonitor and the
+// ext:: transport run commands, and a sandboxed step can write a
+// repository's .git, so xmode never runs them. The configuration git reads
+// is xmode's own besides (see env): no system or global file, so no filter,
+// diff or merge driver, textconv, sshCommand or credential helper is
+// defined that xmode did not define.
+var safety = []string{
+	"-c", "core.hooksPath=/dev/null",
+	"-c", "core.fsmonitor=false",
+	"-c", "core.attributesFile=/dev/null",
+	"-c", "protocol.ext.allow=never",
+}
 
-// relocating variables would point git at another repository than -C's.
+// relocating variables would point git at another repository than -C's;
+// GIT_CONFIG* (GIT_CONFIG_COUNT/KEY/VALUE, GIT_CONFIG_PARAMETERS) would add
+// configuration xmode does not own, and are dropped too.
 var relocating = map[string]bool{
 	"GIT_DIR": true, "GIT_WORK_TREE": true, "GIT_INDEX_FILE": true, "GIT_COMMON_DIR": true,
 	"GIT_OBJECT_DIRECTORY": true, "GIT_ALTERNATE_OBJECT_DIRECTORIES": true, "GIT_NAMESPACE": true,
@@ -40,10 +50,13 @@ func env(interactive bool) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if !relocating[k] {
+		if !relocating[k] && !strings.HasPrefix(k, "GIT_CONFIG") {
 			env = append(env, kv)
 		}
 	}
+	// Only configuration xmode owns: the repository's own (a checkout xmode
+	// made, which no sandbox can write: docs/docker.md) and the -c above.
+	env = append(env, "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null", "GIT_ATTR_NOSYSTEM=1")
 	if !interactive {
 		// Nobody can answer a credentials prompt: fail instead of hanging.
 		env = append(env, "GIT_TERMINAL_PROMPT=0")
@@ -60,7 +73,11 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("git %s: %v: %s", strings.Join(e.Args, " "), e.Err, e.Stderr)
+	why := e.Stderr
+	if why == "" {
+		why = "(git printed nothing on stderr)"
+	}
+	return fmt.Sprintf("git %s: %v: %s", strings.Join(e.Args, " "), e.Err, why)
 }
 
 func (e *Error) Unwrap() error { return e.Err }

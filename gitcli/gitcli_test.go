@@ -251,3 +251,64 @@ func TestGitMissing(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// xmode's git reads no configuration xmode does not own: a filter driver
+// (or fsmonitor, or textconv) defined in the user's or the system's config
+// is not run by a clone and checkout of a repository whose .gitattributes
+// asks for it, and GIT_CONFIG_* in the environment add nothing.
+func TestRunsNothingOthersConfigured(t *testing.T) {
+	dir := t.TempDir()
+	src := repo(t)
+	os.WriteFile(filepath.Join(src, ".gitattributes"), []byte("* filter=evil diff=evil\n"), 0o644)
+	git(t, src, "add", ".")
+	git(t, src, "commit", "-qm", "attrs")
+	marker := filepath.Join(dir, "marker")
+	planted := "[filter \"evil\"]\n\tsmudge = touch " + marker + "-smudge; cat\n\tclean = touch " + marker + "-clean; cat\n" +
+		"[diff \"evil\"]\n\ttextconv = touch " + marker + "-textconv; cat\n" +
+		"[core]\n\tfsmonitor = touch " + marker + "-fsmonitor\n"
+	global := filepath.Join(dir, "global")
+	system := filepath.Join(dir, "system")
+	for _, f := range []string{global, system} {
+		if err := os.WriteFile(f, []byte(planted), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("GIT_CONFIG_GLOBAL", global)
+	t.Setenv("GIT_CONFIG_SYSTEM", system)
+	t.Setenv("GIT_CONFIG_COUNT", "1")
+	t.Setenv("GIT_CONFIG_KEY_0", "filter.evil.smudge")
+	t.Setenv("GIT_CONFIG_VALUE_0", "touch "+marker+"-env; cat")
+	ctx := context.Background()
+	dst := filepath.Join(dir, "clone")
+	if _, err := Run(ctx, nil, "", "clone", "-q", "--no-local", "--", src, dst); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dst, "README"), []byte("changed\n"), 0o644)
+	for _, args := range [][]string{{"status", "--porcelain"}, {"diff"}, {"add", "-A"}, {"checkout", "-q", "HEAD", "--", "."}} {
+		if _, err := Run(ctx, nil, dst, args...); err != nil {
+			t.Fatalf("git %v: %v", args, err)
+		}
+	}
+	if m, _ := filepath.Glob(marker + "*"); len(m) > 0 {
+		t.Fatalf("xmode's git ran what others configured: %v", m)
+	}
+	// the planted config is live for a plain git (the test is not vacuous)
+	c := exec.Command("git", "-C", dst, "status", "--porcelain")
+	c.Env = append(os.Environ(), "GIT_CONFIG_GLOBAL="+global)
+	c.Run()
+	if m, _ := filepath.Glob(marker + "*"); len(m) == 0 {
+		t.Fatal("a plain git ran none of the planted commands either: the test proves nothing")
+	}
+}
+
+// The ext:: transport runs a command: never through xmode.
+func TestExtTransportRefused(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "ext")
+	_, err := Run(context.Background(), nil, "", "ls-remote", "ext::sh -c touch% "+marker)
+	if err == nil {
+		t.Fatal("ls-remote over ext:: succeeded")
+	}
+	if _, serr := os.Stat(marker); serr == nil {
+		t.Fatal("the ext:: transport ran its command")
+	}
+}

@@ -78,14 +78,27 @@ func isRepo(repoDir string) bool {
 
 // NormaliseRepo accepts a URL, a file:// URL or a local path; a local path
 // must exist and becomes absolute, so the machine does not depend on the
-// directory xmode ran in.
-func NormaliseRepo(repo string) (string, error) {
-	if strings.Contains(repo, "://") || strings.HasPrefix(repo, "git@") {
-		return repo, nil
+// directory xmode ran in. A repository inside the storage root is refused:
+// a sandbox's worktree (or a machine) is the sandbox's to write, .git
+// included, and cloning it would run git on what the sandbox configured.
+func NormaliseRepo(g storage.Guard, repo string) (string, error) {
+	local, isURL := repo, strings.Contains(repo, "://") || strings.HasPrefix(repo, "git@")
+	if isURL {
+		p, ok := strings.CutPrefix(repo, "file://")
+		if !ok {
+			return repo, nil
+		}
+		local = p
 	}
-	abs, err := filepath.Abs(repo)
+	abs, err := filepath.Abs(local)
 	if err != nil {
 		return "", fail.Usagef("--repo %q: %v", repo, err)
+	}
+	if g.Root != "" && g.Contains(abs) {
+		return "", fail.Refusedf("--repo %s is inside the storage root %s: a sandbox's worktree is not a repository xmode clones from (a step may have written its .git); export its change request (`xmode cr export`) or push it elsewhere first", repo, g.Root)
+	}
+	if isURL {
+		return repo, nil
 	}
 	if _, err := os.Stat(abs); err != nil {
 		return "", fail.Usagef("--repo %q: no such repository (give a URL, a file:// URL or an existing path)", repo)
@@ -122,7 +135,7 @@ func (m *Manager) Warm(ctx context.Context, project, repo, ref string) (mach *st
 		return nil, false, err
 	}
 	if repo != "" {
-		if repo, err = NormaliseRepo(repo); err != nil {
+		if repo, err = NormaliseRepo(m.Guard, repo); err != nil {
 			return nil, false, err
 		}
 	}
@@ -275,11 +288,15 @@ func (m *Manager) refresh(ctx context.Context, mach *store.Machine, fetch bool) 
 // machine; branches and tags gone from origin go too. Caller holds the
 // exclusive lock.
 func (m *Manager) fetch(ctx context.Context, repoDir, project string) error {
-	args := []string{"fetch", "--prune", "--no-write-fetch-head"}
+	// --update-head-ok: a worktree whose HEAD a step pointed at
+	// refs/remotes/origin/* must not block the project's fetch ("refusing
+	// to fetch into branch checked out"); its checkout is its own business.
+	// No --quiet: git reports a rejected ref in the summary --quiet hides,
+	// and that line is the error a user needs (stderr is a pipe, so no
+	// progress is drawn unless asked for).
+	args := []string{"fetch", "--prune", "--no-write-fetch-head", "--update-head-ok"}
 	if m.Progress != nil {
 		args = append(args, "--progress")
-	} else {
-		args = append(args, "--quiet")
 	}
 	args = append(args, "origin", "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
 	if _, err := gitcli.Run(ctx, m.Progress, repoDir, args...); err != nil {

@@ -204,7 +204,7 @@ func TestCheckoutAddAndRelease(t *testing.T) {
 		}
 		run := store.NewRunID()
 		wt, _ := m.Guard.Worktree(run)
-		if err := co.AddWorktree(ctx, run, wt); err != nil {
+		if _, err := co.AddWorktree(ctx, run, wt); err != nil {
 			t.Fatal(err)
 		}
 		co.Close()
@@ -281,4 +281,75 @@ func TestCheckoutErrors(t *testing.T) {
 		t.Fatalf("unreachable commit: %+v %v", co, err)
 	}
 	co.Close()
+}
+
+// A worktree's record is the sandbox's to rewrite (HEAD, gitdir, commondir):
+// that can neither block the project's fetch nor hide the record from
+// teardown, which removes it by the name stored at create.
+func TestTamperedRecordCannotBlockOrHide(t *testing.T) {
+	ctx := context.Background()
+	m, src := manager(t), origin(t)
+	if _, _, err := m.Warm(ctx, "p", src, ""); err != nil {
+		t.Fatal(err)
+	}
+	repoDir, _ := m.RepoDir("p")
+	co, err := m.Checkout(ctx, "p", "", "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := store.NewRunID()
+	wt, _ := m.Guard.Worktree(run)
+	record, err := co.AddWorktree(ctx, run, wt)
+	co.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess := store.NewSession{NewRun: true, Session: store.Session{ID: store.NewSessionID(), RunID: run, User: "u",
+		RunnerMode: "local_worktree", Engine: "host", CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour), WorktreePath: wt}}
+	if err := m.Store.CreateSession(ctx, sess); err != nil {
+		t.Fatal(err)
+	}
+	m.Store.MarkRunMachine(ctx, run, "p")
+	if err := m.Store.SetRunRecord(ctx, run, record); err != nil {
+		t.Fatal(err)
+	}
+	rec := filepath.Join(repoDir, ".git", "worktrees", record)
+	// What a step in the sandbox can write:
+	os.WriteFile(filepath.Join(rec, "HEAD"), []byte("ref: refs/remotes/origin/main\n"), 0o644)
+	os.WriteFile(filepath.Join(rec, "gitdir"), []byte("/somewhere/else/.git\n"), 0o644)
+	// a new commit upstream, so the fetch has to move refs/remotes/origin/main
+	os.WriteFile(filepath.Join(src, "README"), []byte("three\n"), 0o644)
+	git(t, src, "commit", "-qam", "three")
+	if _, _, err := m.Warm(ctx, "p", "", ""); err != nil {
+		t.Fatalf("a worktree whose HEAD names origin/main blocked the fetch: %v", err)
+	}
+	if removed, err := m.Guard.RemoveWorktree(run); err != nil || !removed {
+		t.Fatalf("RemoveWorktree: %v %v", removed, err)
+	}
+	if removed, err := ReleaseRun(ctx, m.Store, m.Guard, run); err != nil || !removed {
+		t.Fatalf("ReleaseRun with a rewritten gitdir: %v %v", removed, err)
+	}
+	if _, err := os.Lstat(rec); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the record is still there: %v", err)
+	}
+	if list := git(t, repoDir, "worktree", "list", "--porcelain"); strings.Contains(list, "locked") {
+		t.Fatalf("worktree list still shows the run:\n%s", list)
+	}
+	if _, err := RemoveRecord(m.Guard, "p", "../../x"); fail.KindOf(err) != fail.Refused {
+		t.Fatalf("a record name with a slash: %v", err)
+	}
+}
+
+// git's own reason reaches the user when a fetch fails.
+func TestFetchErrorSaysWhy(t *testing.T) {
+	ctx := context.Background()
+	m, src := manager(t), origin(t)
+	if _, _, err := m.Warm(ctx, "p", src, ""); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(src)
+	_, _, err := m.Warm(ctx, "p", "", "")
+	if err == nil || strings.HasSuffix(strings.TrimSpace(err.Error()), ":") || !strings.Contains(err.Error(), "does not appear to be a git repository") {
+		t.Fatalf("fetch from a missing origin: %v", err)
+	}
 }

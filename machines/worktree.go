@@ -55,7 +55,7 @@ func (m *Manager) Checkout(ctx context.Context, project, repo, ref string, refre
 			return nil, err
 		}
 	case repo != "":
-		norm, err := NormaliseRepo(repo)
+		norm, err := NormaliseRepo(m.Guard, repo)
 		if err != nil {
 			return nil, err
 		}
@@ -144,46 +144,84 @@ func (c *Checkout) Close() {
 // hand or by `git gc` in any worktree, never drops it while the session
 // lives; teardown removes the record, see ReleaseWorktree), and its .git
 // file points into the machine by a relative path, so the worktree works
-// wherever the storage root is mounted (docker volume mode).
-func (c *Checkout) AddWorktree(ctx context.Context, runID, path string) error {
+// wherever the storage root is mounted (docker volume mode). It returns the
+// name git gave the worktree's record (.git/worktrees/<name>), which the
+// caller records: after a step has run, the files that lead there (the
+// worktree's .git, the record's gitdir) are the sandbox's to rewrite.
+func (c *Checkout) AddWorktree(ctx context.Context, runID, path string) (string, error) {
 	if _, err := gitcli.Run(ctx, nil, c.repoDir, "worktree", "add", "--quiet", "--detach", "--lock",
 		"--reason", "xmode "+runID, path, c.Commit); err != nil {
-		return fmt.Errorf("branch a worktree of project machine %s: %w", c.Machine.Project, err)
+		return "", fmt.Errorf("branch a worktree of project machine %s: %w", c.Machine.Project, err)
 	}
 	dotGit := filepath.Join(path, ".git")
 	b, err := os.ReadFile(dotGit)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", dotGit, err)
+		return "", fmt.Errorf("read %s: %w", dotGit, err)
 	}
 	admin, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir: ")
 	if !ok || filepath.Base(filepath.Dir(admin)) != "worktrees" {
-		return fmt.Errorf("%s: unexpected content %q", dotGit, b)
+		return "", fmt.Errorf("%s: unexpected content %q", dotGit, b)
 	}
-	rel, err := filepath.Rel(path, filepath.Join(c.GitDir(), "worktrees", filepath.Base(admin)))
+	record := filepath.Base(admin)
+	rel, err := filepath.Rel(path, filepath.Join(c.GitDir(), "worktrees", record))
 	if err != nil {
-		return err
+		return "", err
 	}
 	if err := os.WriteFile(dotGit, []byte("gitdir: "+rel+"\n"), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", dotGit, err)
+		return "", fmt.Errorf("write %s: %w", dotGit, err)
 	}
-	return nil
+	return record, nil
 }
 
 // ReleaseRun removes git's record of a run's worktree from the machine the
 // run was branched from, if any: the reaper calls it once the worktree
-// directory is gone. It reports whether it removed a record.
+// directory is gone. The record is the one named in the store; only a run
+// without a recorded name (a create that died before recording it: no step
+// ever ran) is looked up by what its gitdir points at. It reports whether
+// it removed a record.
 func ReleaseRun(ctx context.Context, st *store.Store, g storage.Guard, runID string) (bool, error) {
-	project, err := st.RunMachine(ctx, runID)
+	project, record, err := st.RunMachine(ctx, runID)
 	if err != nil || project == "" {
 		return false, err
+	}
+	if record != "" {
+		return RemoveRecord(g, project, record)
 	}
 	return ReleaseWorktree(g, project, runID)
 }
 
+// RemoveRecord removes the machine's .git/worktrees/<record>, confined to
+// <root>/project_machines with os.Root: a symlink standing in for it is
+// removed, not followed.
+func RemoveRecord(g storage.Guard, project, record string) (bool, error) {
+	if _, err := g.MachineDir(project); err != nil {
+		return false, err
+	}
+	if record == "" || record == "." || record == ".." || strings.ContainsAny(record, "/\x00") {
+		return false, fail.Refusedf("worktree record %q of project machine %s is not a name: refusing to derive a path from it", record, project)
+	}
+	root, err := g.OpenMachinesRoot()
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("open %s: %w", g.MachinesDir(), err)
+	}
+	defer root.Close()
+	name := project + "/repo/.git/worktrees/" + record
+	if _, err := root.Lstat(name); errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err := root.RemoveAll(name); err != nil {
+		return false, fmt.Errorf("remove worktree record %s of project machine %s: %w", record, project, err)
+	}
+	return true, nil
+}
+
 // ReleaseWorktree removes the machine's .git/worktrees/<name> of the run's
-// worktree: the entry whose gitdir file names <root>/runs/<run>/worktree/.git
-// (git picks <name>, so it is found by what it points at, which also finds
-// one a killed create left). The removal is confined to
+// worktree found by what its gitdir file names
+// (<root>/runs/<run>/worktree/.git): for a run whose record's name was never
+// stored. The removal is confined to
 // <root>/project_machines with os.Root; it follows no symlink a sandbox
 // planted in the machine's .git and touches no other run's record.
 func ReleaseWorktree(g storage.Guard, project, runID string) (bool, error) {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -85,7 +86,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		if o.Repo == "" {
 			return nil, fail.Usagef("--repo is required: give a URL, a file:// URL or a local path (or --run to share a run's worktree)")
 		}
-		if sess.Repo, err = machines.NormaliseRepo(o.Repo); err != nil {
+		if sess.Repo, err = machines.NormaliseRepo(s.Guard, o.Repo); err != nil {
 			return nil, err
 		}
 		if tgt, err = resolveRef(ctx, sess.Repo, o.Ref); err != nil {
@@ -103,7 +104,17 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		if !storage.ValidID("run_", o.RunID) {
 			return nil, fail.Usagef("--run %q is not a run ID (run_…)", o.RunID)
 		}
-		sess.RunID = o.RunID
+		run, err := s.Store.GetRun(ctx, o.RunID)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.checkJoin(run, engineName); err != nil {
+			return nil, err
+		}
+		sess.RunID, sess.Repo, sess.Ref, sess.BaseCommit = run.ID, run.Repo, run.Ref, run.BaseCommit
+		if sess.Project == "" {
+			sess.Project = run.Project
+		}
 	}
 	if sess.WorktreePath, err = s.Guard.Worktree(sess.RunID); err != nil {
 		return nil, err
@@ -129,9 +140,9 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 }
 
 func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, co *machines.Checkout, engineName string) (*store.Session, error) {
-	base := ""
+	base := sess.BaseCommit // a joined run's
 	if newRun {
-		if err := os.MkdirAll(s.Guard.RunsDir(), 0o755); err != nil {
+		if err := os.MkdirAll(s.Guard.RunsDir(), storage.RunDirMode); err != nil {
 			return nil, fmt.Errorf("create runs directory: %w", err)
 		}
 		var err error
@@ -197,10 +208,48 @@ func (s *Service) branch(ctx context.Context, sess *store.Session, co *machines.
 	if err := s.Store.MarkRunMachine(ctx, sess.RunID, co.Machine.Project); err != nil {
 		return "", err
 	}
-	if err := co.AddWorktree(ctx, sess.RunID, sess.WorktreePath); err != nil {
+	record, err := co.AddWorktree(ctx, sess.RunID, sess.WorktreePath)
+	if err != nil {
+		return "", err
+	}
+	if err := s.Store.SetRunRecord(ctx, sess.RunID, record); err != nil {
 		return "", err
 	}
 	return co.Commit, nil
+}
+
+// mountMode is the mount model a new session of the engine gets.
+func (s *Service) mountMode(engineName string) string {
+	switch {
+	case engineName != "docker":
+		return ""
+	case s.Cfg.StorageVolume != "":
+		return "volume"
+	}
+	return "bind"
+}
+
+// checkJoin refuses to share a run's worktree across a trust boundary: a
+// docker sandbox may have planted a core.fsmonitor or a hook in it that a
+// host step would then run on the host, and a bind-mode container (no
+// hardening) could write what a volume-mode one trusts.
+func (s *Service) checkJoin(run *store.Run, engineName string) error {
+	want := engineName + "/" + s.mountMode(engineName)
+	for _, e := range run.Engines {
+		if e != want {
+			return fail.Refusedf("run %s was written by a %s session; a %s session may not share it (--run joins sessions of one engine and mount model: what one sandbox wrote, the other would run)",
+				run.ID, describeEngine(e), describeEngine(want))
+		}
+	}
+	return nil
+}
+
+func describeEngine(e string) string {
+	engine, mode, _ := strings.Cut(e, "/")
+	if mode == "" {
+		return engine
+	}
+	return engine + " (" + mode + " mode)"
 }
 
 // Stop is `sandbox stop`: reap this one session now.

@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"context"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,5 +66,38 @@ func TestNegativeTimeoutRefused(t *testing.T) {
 	}
 	if steps, _ := svc.Store.Steps(context.Background(), sess.RunID); len(steps) != 0 {
 		t.Fatalf("a refused exec recorded a step: %+v", steps)
+	}
+}
+
+// --run shares a worktree only between sessions of one engine and mount
+// model, and the joined session records the run's repo, ref and base.
+func TestJoinStaysOnOneSideOfTheTrustBoundary(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	svc := newService(t, nil)
+	first, err := svc.Create(ctx, CreateOptions{Repo: f.dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined, err := svc.Create(ctx, CreateOptions{RunID: first.RunID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if joined.Repo != first.Repo || joined.Ref != first.Ref || joined.BaseCommit != first.BaseCommit || joined.BaseCommit == "" {
+		t.Fatalf("joined session %+v lacks the run's repo, ref or base (%s %s %s)", joined, first.Repo, first.Ref, first.BaseCommit)
+	}
+	// A run a docker sandbox wrote: a host session may not join it.
+	dockerWritten := store.Session{ID: store.NewSessionID(), RunID: store.NewRunID(), User: "tester", RunnerMode: "cloud_worker",
+		Engine: "docker", MountMode: "volume", CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)}
+	dockerWritten.WorktreePath, _ = svc.Guard.Worktree(dockerWritten.RunID)
+	if err := svc.Store.CreateSession(ctx, store.NewSession{Session: dockerWritten, NewRun: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dockerWritten.WorktreePath, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err = svc.Create(ctx, CreateOptions{RunID: dockerWritten.RunID})
+	if fail.KindOf(err) != fail.Refused || !strings.Contains(err.Error(), "docker (volume mode)") {
+		t.Fatalf("a host session joining a docker sandbox's run: %v; want refused (exit 4) saying why", err)
 	}
 }

@@ -36,6 +36,15 @@ func ValidID(prefix, id string) bool {
 	return true
 }
 
+// Modes of what xmode creates under the root: runs/ and runs/<run> may be
+// traversed (a sandbox reaches its worktree through them where the engine
+// mounts the whole storage volume) but not listed; evidence and the store
+// are for the owner alone (a step's output and --env values are there).
+const (
+	RunDirMode      = 0o711
+	EvidenceDirMode = 0o700
+)
+
 // RunsDir is <root>/runs.
 func (g Guard) RunsDir() string { return filepath.Join(g.Root, "runs") }
 
@@ -83,6 +92,20 @@ func (g Guard) Within(path string) error {
 		return fail.Refusedf("%s resolves to %s, outside the storage root %s", path, real, g.Root)
 	}
 	return nil
+}
+
+// Contains reports whether path is the storage root or inside it, lexically
+// or once the symlinks of its existing part are resolved.
+func (g Guard) Contains(path string) bool {
+	if isUnder(g.Root, filepath.Clean(path)) {
+		return true
+	}
+	realRoot, err := filepath.EvalSymlinks(g.Root)
+	if err != nil {
+		return false
+	}
+	real, err := filepath.EvalSymlinks(path)
+	return err == nil && isUnder(realRoot, real)
 }
 
 // RemoveWorktree deletes <root>/runs/<run>/worktree and nothing else. The

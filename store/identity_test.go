@@ -119,3 +119,25 @@ func copyFile(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// argv is kept byte for byte, also when it is not UTF-8.
+func TestArgvRoundTrip(t *testing.T) {
+	for _, argv := range [][]string{{"go", "test", "./..."}, {"echo", "a\xffb", "\x1b[2J"}, {}} {
+		enc, err := EncodeArgv(argv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeArgv(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(argv) {
+			t.Fatalf("%q -> %s -> %q", argv, enc, got)
+		}
+		for i := range argv {
+			if got[i] != argv[i] {
+				t.Fatalf("%q -> %s -> %q", argv, enc, got)
+			}
+		}
+	}
+}

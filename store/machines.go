@@ -94,14 +94,24 @@ func (s *Store) MarkRunMachine(ctx context.Context, runID, project string) error
 	return nil
 }
 
-// RunMachine returns the machine a run's worktree came from, empty for a clone.
-func (s *Store) RunMachine(ctx context.Context, runID string) (string, error) {
-	var m string
-	err := s.db.QueryRowContext(ctx, `SELECT machine FROM runs WHERE id = ?`, runID).Scan(&m)
-	if err == sql.ErrNoRows {
-		return "", nil
+// SetRunRecord records the name of the run's worktree record in its
+// machine (.git/worktrees/<name>), as git chose it when making the worktree.
+func (s *Store) SetRunRecord(ctx context.Context, runID, record string) error {
+	if _, err := s.exec(ctx, `UPDATE runs SET machine_record = ? WHERE id = ?`, record, runID); err != nil {
+		return fmt.Errorf("record the worktree record of run %s: %w", runID, err)
 	}
-	return m, err
+	return nil
+}
+
+// RunMachine returns the machine a run's worktree came from (empty for a
+// clone) and the name of its worktree record there (empty when unknown: a
+// create that died before recording it, or an older xmode).
+func (s *Store) RunMachine(ctx context.Context, runID string) (project, record string, err error) {
+	err = s.db.QueryRowContext(ctx, `SELECT machine, machine_record FROM runs WHERE id = ?`, runID).Scan(&project, &record)
+	if err == sql.ErrNoRows {
+		return "", "", nil
+	}
+	return project, record, err
 }
 
 // MachineSessions returns the provisioning or open sessions whose worktree

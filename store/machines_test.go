@@ -52,10 +52,13 @@ func TestMachinesRecordAndUsers(t *testing.T) {
 	if err != nil || len(users) != 1 || users[0].ID != onMachine.ID {
 		t.Fatalf("machine sessions: %v %v", users, err)
 	}
-	if mach, _ := s.RunMachine(ctx, onMachine.RunID); mach != "p" {
-		t.Fatalf("RunMachine = %q", mach)
+	if err := s.SetRunRecord(ctx, onMachine.RunID, "worktree3"); err != nil {
+		t.Fatal(err)
 	}
-	if mach, _ := s.RunMachine(ctx, cloned.RunID); mach != "" {
+	if mach, rec, _ := s.RunMachine(ctx, onMachine.RunID); mach != "p" || rec != "worktree3" {
+		t.Fatalf("RunMachine = %q, %q", mach, rec)
+	}
+	if mach, _, _ := s.RunMachine(ctx, cloned.RunID); mach != "" {
 		t.Fatalf("RunMachine of a clone = %q", mach)
 	}
 	if had, err := s.DeleteMachine(ctx, "p"); err != nil || !had {

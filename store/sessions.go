@@ -330,6 +330,36 @@ func (s *Store) End(ctx context.Context, id, status, reason, errMsg string, now 
 	return ended, lastOfRun, err
 }
 
+// Run is a run as the store keeps it, with the engines its sessions used.
+type Run struct {
+	ID, Repo, Ref, BaseCommit, Project string
+	// Engines lists "<engine>/<mount mode>" of every session the run ever
+	// had: whoever wrote its worktree.
+	Engines []string
+}
+
+// GetRun returns a run; fail.NotFound when there is none.
+func (s *Store) GetRun(ctx context.Context, id string) (*Run, error) {
+	r := Run{ID: id}
+	err := s.db.QueryRowContext(ctx, `SELECT repo, ref, base_commit, project FROM runs WHERE id = ?`, id).Scan(&r.Repo, &r.Ref, &r.BaseCommit, &r.Project)
+	if err != nil {
+		return nil, errNoRows(err, "no run %s: `xmode sandbox list --all --json` shows the runs of sessions", id)
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT engine || '/' || mount_mode FROM sessions WHERE run_id = ? ORDER BY 1`, id)
+	if err != nil {
+		return nil, fmt.Errorf("read run %s: %w", id, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var e string
+		if err := rows.Scan(&e); err != nil {
+			return nil, err
+		}
+		r.Engines = append(r.Engines, e)
+	}
+	return &r, rows.Err()
+}
+
 // SetWorktreeBytes records the size of a session's worktree, measured at
 // its teardown.
 func (s *Store) SetWorktreeBytes(ctx context.Context, id string, n int64) error {

@@ -3,9 +3,12 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/internal/proc"
@@ -35,6 +38,65 @@ type StepRow struct {
 	LostReason         string
 }
 
+// EncodeArgv is how the store keeps an argv byte for byte: a JSON array of
+// strings, or, when an argument is not valid UTF-8 (which JSON would turn
+// into U+FFFD), {"b64": [base64 of each argument]}.
+func EncodeArgv(argv []string) (string, error) {
+	var v any = argv
+	if !allUTF8(argv) {
+		b := make([]string, len(argv))
+		for i, a := range argv {
+			b[i] = base64.StdEncoding.EncodeToString([]byte(a))
+		}
+		v = map[string][]string{"b64": b}
+	}
+	out, err := json.Marshal(v)
+	return string(out), err
+}
+
+// DecodeArgv reads what EncodeArgv wrote.
+func DecodeArgv(s string) ([]string, error) {
+	var argv []string
+	if strings.HasPrefix(s, "{") {
+		var v struct{ B64 []string }
+		if err := json.Unmarshal([]byte(s), &v); err != nil {
+			return nil, err
+		}
+		for _, a := range v.B64 {
+			b, err := base64.StdEncoding.DecodeString(a)
+			if err != nil {
+				return nil, err
+			}
+			argv = append(argv, string(b))
+		}
+		return argv, nil
+	}
+	err := json.Unmarshal([]byte(s), &argv)
+	return argv, err
+}
+
+func allUTF8(ss []string) bool {
+	for _, s := range ss {
+		if !utf8.ValidString(s) {
+			return false
+		}
+	}
+	return true
+}
+
+// ArgvBase64 is argv in base64 when an argument is not valid UTF-8 (JSON
+// output shows such bytes as U+FFFD), nil otherwise.
+func ArgvBase64(argv []string) []string {
+	if allUTF8(argv) {
+		return nil
+	}
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		out[i] = base64.StdEncoding.EncodeToString([]byte(a))
+	}
+	return out
+}
+
 // NewStep is a step about to run.
 type NewStep struct {
 	SessionID, RunID, Name string
@@ -48,7 +110,7 @@ type NewStep struct {
 // running, in one immediate transaction: concurrent execs on one run get
 // unique, gapless numbers. It returns the number and its directory.
 func (s *Store) BeginStep(ctx context.Context, n NewStep) (int, string, error) {
-	argvJSON, err := json.Marshal(n.Argv)
+	argvJSON, err := EncodeArgv(n.Argv)
 	if err != nil {
 		return 0, "", err
 	}
@@ -164,7 +226,7 @@ func (s *Store) steps(ctx context.Context, where string, args ...any) ([]StepRow
 			&r.Truncated, &r.LostReason); err != nil {
 			return nil, err
 		}
-		if err := json.Unmarshal([]byte(argv), &r.Argv); err != nil {
+		if r.Argv, err = DecodeArgv(argv); err != nil {
 			return nil, fmt.Errorf("step %s/%d: bad argv: %w", r.RunID, r.Seq, err)
 		}
 		r.StartedAt, r.Heartbeat = fromMillis(started), fromMillis(beat)

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -94,6 +95,11 @@ func openDB(ctx context.Context, root string, id identity, instance string) (*St
 	for attempt := 1; ; attempt++ {
 		err = s.migrate(ctx, id, instance)
 		if err == nil {
+			// The store holds --env values and what steps printed: the
+			// owner's alone. SQLite gives the WAL the database's mode.
+			for _, f := range []string{path, path + "-wal", path + "-shm"} {
+				_ = os.Chmod(f, 0o600)
+			}
 			return s, nil
 		}
 		if !isBusy(err) || time.Now().After(deadline) {
