@@ -145,9 +145,7 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 		return nil, err
 	}
 	// An image pull shows its progress like `docker run` does.
-	if p, ok := adapter.(interface{ SetProgress(io.Writer) }); ok && s.Progress != nil {
-		p.SetProgress(s.Progress)
-	}
+	engine.SetProgress(adapter, s.Progress)
 	instance, err := s.Store.InstanceID(ctx)
 	if err != nil {
 		return nil, err
