@@ -56,6 +56,13 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	if err != nil {
 		return nil, err
 	}
+	// Opened first: an engine that cannot be used as configured (a docker
+	// endpoint it does not speak) fails the create before anything exists.
+	adapter, err := engine.Open(engineName, s.Cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer engine.Close(adapter)
 	now := time.Now().UTC()
 	sess := store.Session{
 		ID: store.NewSessionID(), User: s.Cfg.User, Project: o.Project, RunnerMode: s.Cfg.RunnerMode,
@@ -112,7 +119,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	if err := s.Store.CreateSession(ctx, store.NewSession{Session: sess, NewRun: newRun, MaxOpen: s.Cfg.MaxOpen}); err != nil {
 		return nil, err
 	}
-	created, err := s.provision(ctx, &sess, newRun, tgt, co, engineName)
+	created, err := s.provision(ctx, &sess, newRun, tgt, co, engineName, adapter)
 	if err != nil {
 		// Clean up with a context the user's Ctrl-C has not cancelled.
 		cleanup := context.WithoutCancel(ctx)
@@ -124,7 +131,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	return created, nil
 }
 
-func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, co *machines.Checkout, engineName string) (*store.Session, error) {
+func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, co *machines.Checkout, engineName string, adapter engine.Adapter) (*store.Session, error) {
 	base := ""
 	if newRun {
 		if err := os.MkdirAll(s.Guard.RunsDir(), 0o755); err != nil {
@@ -139,10 +146,6 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 		if err != nil {
 			return nil, fail.As(fail.Failed, err)
 		}
-	}
-	adapter, err := engine.Open(engineName, s.Cfg)
-	if err != nil {
-		return nil, err
 	}
 	// An image pull shows its progress like `docker run` does.
 	engine.SetProgress(adapter, s.Progress)
