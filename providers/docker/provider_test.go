@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -160,40 +159,11 @@ func TestTCPEndpoint(t *testing.T) {
 	t.Parallel()
 	dockertest.Require(t)
 	img := dockertest.Image(t)
-	sock := strings.TrimPrefix(dockertest.Host(), "unix://")
-	if !strings.HasPrefix(dockertest.Host(), "unix://") {
-		t.Skipf("the test daemon is not on a unix socket (%s)", dockertest.Host())
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				u, err := net.Dial("unix", sock)
-				if err != nil {
-					return
-				}
-				defer u.Close()
-				done := make(chan struct{}, 2)
-				go func() { _, _ = io.Copy(u, c); closeWrite(u); done <- struct{}{} }()
-				go func() { _, _ = io.Copy(c, u); closeWrite(c); done <- struct{}{} }()
-				<-done
-				<-done
-			}()
-		}
-	}()
+	px := dockertest.NewTCPProxy(t)
 	// A daemon on this machine reached over TCP: bind mode still works when
 	// told so (by default a tcp:// daemon gets a copy of the worktree).
-	e := newEnv(t, MountBind, map[string]string{"XMODE_SANDBOX_DOCKER_HOST": "tcp://" + l.Addr().String(), "XMODE_SANDBOX_IMAGE": img, "XMODE_SANDBOX_DOCKER_REMOTE": "0"})
-	if h := e.p.Host(); h != "tcp://"+l.Addr().String() {
+	e := newEnv(t, MountBind, map[string]string{"XMODE_SANDBOX_DOCKER_HOST": px.Host(), "XMODE_SANDBOX_IMAGE": img, "XMODE_SANDBOX_DOCKER_REMOTE": "0"})
+	if h := e.p.Host(); h != px.Host() {
 		t.Fatalf("provider talks to %s", h)
 	}
 	v, err := e.p.Ping(context.Background())
