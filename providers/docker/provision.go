@@ -607,7 +607,7 @@ func (p *Provider) isolation(ctx context.Context) (string, string, volume.Volume
 // dockerSockets are paths that must never be mounted into a sandbox.
 func (p *Provider) dockerSockets() []string {
 	socks := []string{"/var/run/docker.sock", "/run/docker.sock"}
-	for _, h := range []string{p.cfg.DockerHost, os.Getenv("DOCKER_HOST"), p.Host()} {
+	for _, h := range []string{p.cfg.DockerHost, p.Host()} {
 		if s, ok := strings.CutPrefix(h, "unix://"); ok && s != "" {
 			socks = append(socks, filepath.Clean(s))
 		}

@@ -42,16 +42,29 @@ func (p *Provider) syncTimeout() time.Duration { return cmp.Or(p.SyncTimeout, De
 func (p *Provider) copyIn(ctx context.Context, containerID, worktree, user string) error {
 	uid, gid := parseUser(user)
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeTree(pw, worktree, uid, gid)) }()
+	read := make(chan error, 1)
+	go func() {
+		err := writeTree(pw, worktree, uid, gid)
+		pw.CloseWithError(err)
+		read <- err
+	}()
 	cctx, cancel := context.WithTimeout(ctx, p.syncTimeout())
 	defer cancel()
 	err := p.cli.CopyToContainer(cctx, containerID, SyncMount, pr, container.CopyToContainerOptions{})
-	pr.CloseWithError(errors.New("copy ended")) // the writer stops, whatever happened
+	pr.CloseWithError(errCopyEnded) // the writer stops, whatever happened
+	if rerr := <-read; rerr != nil && !errors.Is(rerr, errCopyEnded) {
+		// Our side failed (the request's error would only say the
+		// connection broke).
+		return fmt.Errorf("copy the worktree into the sandbox: %w", rerr)
+	}
 	if err != nil {
 		return p.wrap(err, "copy the worktree into the sandbox")
 	}
 	return nil
 }
+
+// errCopyEnded stops the tar writer once the daemon stopped reading.
+var errCopyEnded = errors.New("the copy ended")
 
 // parseUser is the numeric uid and gid of "uid:gid" (root for "").
 func parseUser(user string) (int, int) {

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,8 +39,7 @@ const TestRuntime = "xmode-test-runc"
 // with --tlsverify and certificates made for it, as a sandbox host on
 // another machine would be reached. It has its own data and exec roots,
 // pidfile, containerd namespaces and bridge (started with --bridge none,
-// dockerd deletes the first daemon's docker0), the vfs storage driver (no
-// mounts to leak), and TestRuntime. One per test process: RequireTLSDaemon
+// dockerd deletes the first daemon's docker0), and TestRuntime. One per test process: RequireTLSDaemon
 // starts it, StopTLSDaemon (from TestMain) stops it.
 type TLSDaemon struct {
 	Host     string // tcp://127.0.0.1:PORT
@@ -181,6 +181,7 @@ func (d *TLSDaemon) stop() {
 		}
 	}
 	_ = exec.Command("ip", "link", "del", d.bridge).Run()
+	unmountUnder(d.dir)
 	_ = os.RemoveAll(d.dir)
 	if d.lock != nil {
 		d.lock.Close()
@@ -275,7 +276,7 @@ func startTLSDaemon() (*TLSDaemon, error) {
 		"--tlscert", filepath.Join(server, "cert.pem"),
 		"--tlskey", filepath.Join(server, "key.pem"),
 		"--bridge", d.bridge, "--iptables=false", "--ip-masq=false",
-		"--storage-driver", "vfs",
+		"--storage-driver", "overlay2",
 		"--add-runtime", TestRuntime + "=" + tools["runc"],
 	}
 	// Share the running containerd (the system's, or the one the first
@@ -359,7 +360,29 @@ func clearSlot(dir, bridge string) {
 		}
 	}
 	_ = exec.Command("ip", "link", "del", bridge).Run()
+	unmountUnder(dir)
 	_ = os.RemoveAll(dir)
+}
+
+// unmountUnder detaches what a daemon killed without its shutdown left
+// mounted under dir (overlay layers, the shm of containers), deepest first,
+// so that the directory can be removed.
+func unmountUnder(dir string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			points = append(points, f[4])
+		}
+	}
+	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
+	for _, p := range points {
+		_ = syscall.Unmount(p, syscall.MNT_DETACH)
+	}
 }
 
 func tail(file string) string {
