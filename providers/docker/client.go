@@ -71,7 +71,7 @@ func parseEndpoint(cfg *config.Config) (endpoint, error) {
 		ep.loopback = isLoopback(u.Hostname())
 		useTLS = proto == "https" || (proto == "tcp" && (cfg.DockerCertPath != "" || cfg.DockerTLSVerify))
 	case "ssh":
-		return ep, fail.Usagef("%s=%q: xmode talks to the Engine API itself and has no ssh transport (the docker CLI runs ssh for it): forward the daemon's socket (`ssh -NL /tmp/sandbox-docker.sock:/var/run/docker.sock HOST`, then unix:///tmp/sandbox-docker.sock) or expose it over TLS (tcp://HOST:2376)", ep.variable, ep.host)
+		return ep, fail.Usagef("%s=%q: xmode talks to the Engine API itself and has no ssh transport (the docker CLI runs ssh for it): forward the daemon's socket (`ssh -NL /tmp/sandbox-docker.sock:/var/run/docker.sock HOST`, then unix:///tmp/sandbox-docker.sock with XMODE_SANDBOX_DOCKER_REMOTE=1, since that daemon cannot see this machine's files) or expose it over TLS (tcp://HOST:2376)", ep.variable, ep.host)
 	default:
 		return ep, fail.Usagef("%s=%q: unsupported protocol %q; use unix://, tcp:// (TLS with a cert path), http:// or https://", ep.variable, ep.host, proto)
 	}

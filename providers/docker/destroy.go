@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -52,6 +53,15 @@ func (p *Provider) Destroy(ctx context.Context, sb engine.Sandbox) error {
 		// from ListObjects, already filtered by instance).
 		if err := p.removeVolume(ctx, v, ""); err != nil {
 			return err
+		}
+	}
+	if sb.MountMode == MountSync {
+		// What a SyncBack that died left next to the worktree.
+		if dir, err := p.guard.RunDir(sb.RunID); err == nil {
+			if root, err := os.OpenRoot(dir); err == nil {
+				removeStale(root)
+				root.Close()
+			}
 		}
 	}
 	return nil
