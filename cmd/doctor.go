@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -14,25 +13,19 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xmode/xmode/config"
-	"github.com/xmode/xmode/providers/docker"
+	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/store"
 )
-
-// check is one line of `xmode doctor`.
-type check struct {
-	Name   string `json:"name"`
-	Status string `json:"status"` // ok, warn, fail
-	Detail string `json:"detail"`
-	Fix    string `json:"fix,omitempty"`
-}
 
 func (a *App) newDoctor() *cobra.Command {
 	var adopt bool
 	cmd := &cobra.Command{
 		Use:   "doctor",
-		Short: "Check a deployment: storage root, database, git, docker daemon, image, storage volume, isolation",
+		Short: "Check a deployment: storage root, database, git, docker daemon, TLS, image, runtime, storage volume, isolation",
 		Long: `Check everything xmode needs on this machine. Each line is ok, warn or fail,
-with a fix. Docker checks are failures when XMODE_SANDBOX_ENGINE=docker and
+with a fix. Every engine built in checks its own deployment (docker: the
+daemon, TLS, the image, the runtime, the mount model); its failures are
+failures when it is the configured engine (XMODE_SANDBOX_ENGINE) and
 warnings otherwise.
 
 --adopt makes a storage root whose store was lost (xmode.db missing, emptied
@@ -101,9 +94,11 @@ EXIT STATUS
 	return cmd
 }
 
-func doctor(ctx context.Context, cfg *config.Config) []check {
-	var out []check
-	add := func(name, status, detail, fix string) { out = append(out, check{name, status, detail, fix}) }
+func doctor(ctx context.Context, cfg *config.Config) []engine.Check {
+	var out []engine.Check
+	add := func(name, status, detail, fix string) {
+		out = append(out, engine.Check{Name: name, Status: status, Detail: detail, Fix: fix})
+	}
 
 	// storage root
 	if err := os.MkdirAll(cfg.StorageRoot, 0o755); err != nil {
@@ -137,61 +132,40 @@ func doctor(ctx context.Context, cfg *config.Config) []check {
 		add("git", "ok", strings.TrimSpace(string(v)), "")
 	}
 
-	// docker
-	bad := "warn"
-	if cfg.Engine == "docker" {
-		bad = "fail"
-	}
-	p, err := docker.New(cfg)
-	if err != nil {
-		add("docker", bad, err.Error(), "check XMODE_SANDBOX_DOCKER_HOST / DOCKER_HOST")
-		return out
-	}
-	defer p.Close()
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	api, err := p.Ping(cctx)
-	if err != nil {
-		add("docker daemon", bad, err.Error(), "start dockerd, or point XMODE_SANDBOX_DOCKER_HOST at a reachable daemon")
-		return out
-	}
-	add("docker daemon", "ok", fmt.Sprintf("%s answers, API %s (negotiated)", p.Host(), api), "")
-	if cfg.Engine != "docker" {
+	if cfg.Engine == "" {
 		add("engine", "warn", "XMODE_SANDBOX_ENGINE is unset: cloud_worker sessions run as host processes", "set XMODE_SANDBOX_ENGINE=docker for hardened containers")
 	} else {
-		add("engine", "ok", "cloud_worker sessions run in docker containers", "")
+		add("engine", "ok", "cloud_worker sessions run on the "+cfg.Engine+" engine", "")
 	}
-	if ok, err := p.ImagePresent(cctx, cfg.Image); err != nil {
-		add("image", bad, err.Error(), "")
-	} else if !ok {
-		add("image", "warn", cfg.Image+" is not present locally: sandbox create will pull it", "docker pull "+cfg.Image+" (or set XMODE_SANDBOX_IMAGE to a local image)")
-	} else {
-		add("image", "ok", cfg.Image+" is present", "")
-	}
-	if cfg.StorageVolume == "" {
-		add("mount model", "ok", "bind mode: <worktree>:/workspace (XMODE_SANDBOX_STORAGE_VOLUME unset)", "")
-		return out
-	}
-	if ok, err := p.VolumePresent(cctx, cfg.StorageVolume); err != nil || !ok {
-		msg := fmt.Sprintf("storage volume %s does not exist", cfg.StorageVolume)
+
+	// Each engine checks its own deployment; only the configured one's
+	// failures fail the doctor.
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for _, name := range engine.Names() {
+		configured := name == cfg.Engine
+		a, err := engine.Open(name, cfg)
 		if err != nil {
-			msg = err.Error()
+			add(name, badStatus(configured), err.Error(), "fix the "+name+" engine's settings (`xmode config` shows them)")
+			continue
 		}
-		add("storage volume", "fail", msg, "docker volume create "+cfg.StorageVolume+" and mount it at "+cfg.StorageMount+" where xmode runs")
-		return out
-	}
-	add("storage volume", "ok", fmt.Sprintf("%s present, mounted in sandboxes at %s", cfg.StorageVolume, cfg.StorageMount), "")
-	if cfg.StorageMount != cfg.StorageRoot && !strings.HasPrefix(cfg.StorageRoot, filepath.Clean(cfg.StorageMount)+"/") {
-		add("storage mount", "warn", fmt.Sprintf("the storage root %s is not the volume's mount %s: sandboxes will not see the worktrees xmode writes unless the volume is mounted at the storage root here", cfg.StorageRoot, cfg.StorageMount), "set XMODE_SANDBOX_STORAGE_MOUNT to the storage root")
-	}
-	method, detail, err := p.IsolationMethod(cctx)
-	switch {
-	case err != nil:
-		add("isolation", "fail", err.Error(), "")
-	case method == docker.IsolationWholeVolume:
-		add("isolation", "warn", detail, "Engine 26+ (API 1.45) mounts volume subpaths; a local-driver volume allows the mountpoint bind")
-	default:
-		add("isolation", "ok", method+": "+detail, "")
+		checks, _ := engine.Health(cctx, a)
+		engine.Close(a)
+		for _, c := range checks {
+			if c.Status == engine.CheckFail {
+				c.Status = badStatus(configured)
+			}
+			out = append(out, c)
+		}
 	}
 	return out
+}
+
+// badStatus is how much a failing check of an engine matters: a failure
+// for the configured engine, a warning for one that is merely built in.
+func badStatus(configured bool) string {
+	if configured {
+		return engine.CheckFail
+	}
+	return engine.CheckWarn
 }

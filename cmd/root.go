@@ -20,7 +20,8 @@ import (
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
-	_ "github.com/xmode/xmode/providers/local" // the host engine
+	_ "github.com/xmode/xmode/providers/docker" // the docker engine
+	_ "github.com/xmode/xmode/providers/local"  // the host engine
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"

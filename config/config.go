@@ -30,7 +30,14 @@ type Config struct {
 	User               string
 	RunnerMode         string
 	Engine             string // "" (host) or "docker"
-	DockerHost         string // "" means the SDK's default local socket
+	DockerHost         string // "" means the local socket; checked when the docker engine opens
+	DockerCertPath     string // TLS files for the daemon (ca.pem, cert.pem, key.pem)
+	DockerTLSVerify    bool   // DOCKER_TLS_VERIFY: TLS to a tcp:// daemon even without a cert path
+	DockerAPIVersion   string // DOCKER_API_VERSION: pins the Engine API version
+	DockerInsecure     bool   // plain TCP off loopback, or TLS without verifying the daemon
+	DockerRemote       string // "auto", "on" or "off": whether sandboxes get a copy of the worktree
+	SyncMaxBytes       int64  // largest worktree copy accepted back from a remote sandbox
+	Runtime            string // OCI runtime of docker sandboxes; "" for the daemon's default
 	Image              string
 	StorageVolume      string // "" means bind mode
 	StorageMount       string
@@ -119,11 +126,56 @@ var settings = []setting{
 		}
 		return fmt.Errorf("%q is not an engine: use docker, or leave it unset for host processes", v)
 	}},
+	// The docker variables are checked where the docker engine is opened:
+	// a DOCKER_HOST meant for the docker CLI (ssh://…) must not break
+	// commands that never talk to docker.
 	{name: "XMODE_SANDBOX_DOCKER_HOST", fallback: "DOCKER_HOST", def: lit(""), apply: func(c *Config, v string) error {
-		if v != "" && !strings.HasPrefix(v, "unix://") && !strings.HasPrefix(v, "tcp://") {
-			return fmt.Errorf("%q is not a docker endpoint: use unix:///path/to/docker.sock or tcp://host:port", v)
+		c.DockerHost = strings.TrimSpace(v)
+		return nil
+	}},
+	{name: "XMODE_SANDBOX_DOCKER_CERT_PATH", fallback: "DOCKER_CERT_PATH", def: lit(""), apply: func(c *Config, v string) error {
+		c.DockerCertPath = v
+		return nil
+	}},
+	{name: "DOCKER_TLS_VERIFY", def: lit(""), apply: func(c *Config, v string) error {
+		// Any value turns it on, as for the docker CLI.
+		c.DockerTLSVerify = v != ""
+		return nil
+	}},
+	{name: "DOCKER_API_VERSION", def: lit(""), apply: func(c *Config, v string) error {
+		c.DockerAPIVersion = strings.TrimPrefix(strings.TrimSpace(v), "v")
+		return nil
+	}},
+	{name: "XMODE_SANDBOX_DOCKER_INSECURE", def: lit("0"), apply: func(c *Config, v string) error {
+		b, err := ParseBool(v)
+		c.DockerInsecure = b
+		return err
+	}},
+	{name: "XMODE_SANDBOX_DOCKER_REMOTE", def: lit("auto"), apply: func(c *Config, v string) error {
+		if strings.EqualFold(strings.TrimSpace(v), "auto") {
+			c.DockerRemote = "auto"
+			return nil
 		}
-		c.DockerHost = v
+		b, err := ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%q is not auto, 1 or 0", v)
+		}
+		c.DockerRemote = map[bool]string{true: "on", false: "off"}[b]
+		return nil
+	}},
+	{name: "XMODE_SANDBOX_SYNC_MAX_BYTES", def: lit("2g"), apply: func(c *Config, v string) error {
+		n, err := ParseSize(v)
+		if err == nil && n <= 0 {
+			err = fmt.Errorf("%q must be larger than zero", v)
+		}
+		c.SyncMaxBytes = n
+		return err
+	}},
+	{name: "XMODE_SANDBOX_RUNTIME", def: lit(""), apply: func(c *Config, v string) error {
+		if v != "" && !validVolumeName(v) {
+			return fmt.Errorf("%q is not a runtime name: use letters, digits, '_', '.' or '-', as registered with the daemon (runsc, sysbox-runc)", v)
+		}
+		c.Runtime = v
 		return nil
 	}},
 	{name: "XMODE_SANDBOX_IMAGE", fallback: "CODEX_DOCKER_IMAGE", def: lit("ruby:3.4-bookworm"), apply: func(c *Config, v string) error {

@@ -53,24 +53,26 @@ func TestXDGDataHome(t *testing.T) {
 
 func TestBadValuesNameTheirSource(t *testing.T) {
 	cases := map[string]string{
-		"XMODE_SANDBOX_MEMORY":         "lots",
-		"CODEX_DOCKER_MEMORY":          "1k",
-		"XMODE_SANDBOX_CPUS":           "0",
-		"XMODE_SANDBOX_PIDS_LIMIT":     "-1",
-		"XMODE_SANDBOX_TTL":            "soon",
-		"XMODE_SANDBOX_MAX_OPEN":       "-2",
-		"XMODE_SANDBOX_NETWORK":        "host",
-		"XMODE_SANDBOX_ENGINE":         "podman",
-		"XMODE_RUNNER_MODE":            "turbo",
-		"XMODE_SANDBOX_READONLY_ROOT":  "maybe",
-		"XMODE_SANDBOX_USER":           "alice",
-		"XMODE_SANDBOX_TMPFS":          "tmp",
-		"XMODE_SANDBOX_DOCKER_HOST":    "ssh://x",
-		"DOCKER_HOST":                  "npipe:////./pipe/docker",
-		"XMODE_SANDBOX_STORAGE_MOUNT":  "relative",
-		"XMODE_PROJECT_CACHE_MOUNT":    "/",
-		"XMODE_USER":                   "two words",
-		"XMODE_SANDBOX_STORAGE_VOLUME": "../x",
+		"XMODE_SANDBOX_MEMORY":          "lots",
+		"CODEX_DOCKER_MEMORY":           "1k",
+		"XMODE_SANDBOX_CPUS":            "0",
+		"XMODE_SANDBOX_PIDS_LIMIT":      "-1",
+		"XMODE_SANDBOX_TTL":             "soon",
+		"XMODE_SANDBOX_MAX_OPEN":        "-2",
+		"XMODE_SANDBOX_NETWORK":         "host",
+		"XMODE_SANDBOX_ENGINE":          "podman",
+		"XMODE_RUNNER_MODE":             "turbo",
+		"XMODE_SANDBOX_READONLY_ROOT":   "maybe",
+		"XMODE_SANDBOX_USER":            "alice",
+		"XMODE_SANDBOX_TMPFS":           "tmp",
+		"XMODE_SANDBOX_DOCKER_INSECURE": "perhaps",
+		"XMODE_SANDBOX_DOCKER_REMOTE":   "sometimes",
+		"XMODE_SANDBOX_SYNC_MAX_BYTES":  "0",
+		"XMODE_SANDBOX_RUNTIME":         "../runc",
+		"XMODE_SANDBOX_STORAGE_MOUNT":   "relative",
+		"XMODE_PROJECT_CACHE_MOUNT":     "/",
+		"XMODE_USER":                    "two words",
+		"XMODE_SANDBOX_STORAGE_VOLUME":  "../x",
 	}
 	for name, val := range cases {
 		_, err := Load(envOf(map[string]string{"HOME": "/h", name: val}), nil)
@@ -81,6 +83,21 @@ func TestBadValuesNameTheirSource(t *testing.T) {
 	_, err := Load(envOf(map[string]string{"HOME": "/h"}), map[string]Flag{"XMODE_SANDBOX_TTL": {Name: "--ttl", Value: "x"}})
 	if err == nil || !strings.Contains(err.Error(), "--ttl") {
 		t.Errorf("bad flag: %v", err)
+	}
+}
+
+// The docker endpoint is the docker engine's to check when it opens: a
+// DOCKER_HOST meant for the docker CLI does not stop the loader.
+func TestDockerHostIsNotCheckedHere(t *testing.T) {
+	for _, v := range []string{"ssh://user@build-host", "npipe:////./pipe/docker", "https://sandbox.example:2376"} {
+		c, err := Load(envOf(map[string]string{"HOME": "/h", "DOCKER_HOST": v}), nil)
+		if err != nil || c.DockerHost != v {
+			t.Errorf("DOCKER_HOST=%s: %v %v", v, c, err)
+		}
+	}
+	c, err := Load(envOf(map[string]string{"HOME": "/h", "DOCKER_CERT_PATH": "/certs", "DOCKER_TLS_VERIFY": "0", "XMODE_SANDBOX_DOCKER_REMOTE": "yes"}), nil)
+	if err != nil || c.DockerCertPath != "/certs" || !c.DockerTLSVerify || c.DockerRemote != "on" || c.SyncMaxBytes != 2<<30 {
+		t.Errorf("docker TLS settings: %+v %v", c, err)
 	}
 }
 

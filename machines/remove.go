@@ -16,15 +16,6 @@ import (
 	"github.com/xmode/xmode/store"
 )
 
-// VolumeRemover is what an engine that keeps project cache volumes (docker)
-// implements so that `machine rm` can remove a project's volume. Removing a
-// volume that does not exist is not an error.
-type VolumeRemover interface {
-	// RemoveVolume refuses a volume of another install (instance is this
-	// storage root's ID).
-	RemoveVolume(ctx context.Context, name, instance string) error
-}
-
 // Removed says what Remove did.
 type Removed struct {
 	Project       string `json:"project"`
@@ -154,7 +145,8 @@ func (m *Manager) removeVolume(ctx context.Context, name string) (bool, string, 
 	if err != nil {
 		return false, fmt.Sprintf("the docker engine is not available (%v): remove it with `docker volume rm %s`", err, name), nil
 	}
-	vr, ok := adapter.(VolumeRemover)
+	defer engine.Close(adapter)
+	vr, ok := engine.Volumes(adapter)
 	if !ok {
 		return false, fmt.Sprintf("this docker engine cannot remove volumes: remove it with `docker volume rm %s`", name), nil
 	}

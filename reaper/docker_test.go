@@ -12,6 +12,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/client"
 
+	_ "github.com/xmode/xmode/providers/docker" // the docker engine
 	"github.com/xmode/xmode/providers/docker/dockertest"
 	"github.com/xmode/xmode/reaper"
 	"github.com/xmode/xmode/store"

@@ -12,81 +12,31 @@ import (
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/machines"
-	"github.com/xmode/xmode/providers/docker"
 	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
-// Object kinds an OrphanSource lists.
-const (
-	KindContainer = "container"
-	KindVolume    = "volume"
-)
+// OrphanSource lists and removes the engine objects of one install: the
+// configured engine's engine.OrphanLister, or another one a test plugs in
+// (Reaper.Orphans).
+type OrphanSource = engine.OrphanLister
 
-// Object is one engine object carrying this install's labels.
-type Object struct {
-	Kind      string // KindContainer or KindVolume
-	ID        string // container ID; volume name
-	Name      string // container name; volume name
-	SessionID string // its xmode.session label ("" when it has none)
-	Instance  string // its xmode.instance label
-}
-
-// OrphanSource lists and removes the engine objects of one install. The
-// docker engine's is built in; tests plug in others.
-type OrphanSource interface {
-	// List returns the objects labelled xmode.managed=true and
-	// xmode.instance=instance, and nothing else.
-	List(ctx context.Context, instance string) ([]Object, error)
-	// Remove deletes one of them; an object already gone is success.
-	Remove(ctx context.Context, o Object) error
-}
-
-// orphanSource is r.Orphans, else the docker engine's when the docker engine
-// is configured, else nil (nothing to sweep). close releases what it opened.
-func (r *Reaper) orphanSource() (src OrphanSource, close func(), err error) {
+// orphanSource is r.Orphans, else the configured engine's orphan lister,
+// else nil (an engine whose objects cannot outlive a session: nothing to
+// sweep). The adapter is the pass's, closed with the others.
+func (r *Reaper) orphanSource() (OrphanSource, error) {
 	if r.Orphans != nil {
-		return r.Orphans, func() {}, nil
+		return r.Orphans, nil
 	}
-	if r.Cfg == nil || r.Cfg.Engine != docker.Name {
-		return nil, func() {}, nil
+	if r.Cfg == nil || r.Cfg.Engine == "" {
+		return nil, nil
 	}
-	p, err := docker.New(r.Cfg)
-	if err != nil {
-		return nil, func() {}, err
-	}
-	return dockerSource{p}, func() { p.Close() }, nil
-}
-
-// dockerSource is the docker provider's ListManaged and Destroy.
-type dockerSource struct{ p *docker.Provider }
-
-func (d dockerSource) List(ctx context.Context, instance string) ([]Object, error) {
-	m, err := d.p.ListManaged(ctx, instance)
+	a, err := r.adapter(r.Cfg.Engine)
 	if err != nil {
 		return nil, err
 	}
-	var out []Object
-	for _, c := range m.Containers {
-		out = append(out, Object{Kind: KindContainer, ID: c.ID, Name: c.Name, SessionID: c.Session(), Instance: c.Labels[docker.LabelInstance]})
-	}
-	for _, v := range m.Volumes {
-		out = append(out, Object{Kind: KindVolume, ID: v.Name, Name: v.Name, SessionID: v.Session(), Instance: v.Labels[docker.LabelInstance]})
-	}
-	return out, nil
-}
-
-// Remove goes through the provider's Destroy, the code `sandbox stop` uses,
-// with its checks: only xmode-managed objects, a container only when its
-// session label matches.
-func (d dockerSource) Remove(ctx context.Context, o Object) error {
-	switch o.Kind {
-	case KindContainer:
-		return d.p.Destroy(ctx, engine.Sandbox{Engine: docker.Name, ContainerID: o.ID, SessionID: o.SessionID})
-	case KindVolume:
-		return d.p.Destroy(ctx, engine.Sandbox{Engine: docker.Name, Volumes: []string{o.ID}})
-	}
-	return fmt.Errorf("unknown object kind %q", o.Kind)
+	src, _ := engine.Orphans(a)
+	return src, nil
 }
 
 // sweepEngine removes the engine objects of this install whose session is
@@ -94,12 +44,11 @@ func (d dockerSource) Remove(ctx context.Context, o Object) error {
 // label (shared ones, such as a project's cache) are never touched, nor is
 // anything labelled with another install's instance.
 func (r *Reaper) sweepEngine(ctx context.Context, dry bool, sum *summer) {
-	src, closeSrc, err := r.orphanSource()
+	src, err := r.orphanSource()
 	if err != nil {
 		sum.fail("", fmt.Errorf("look for orphan containers: %w", err))
 		return
 	}
-	defer closeSrc()
 	if src == nil {
 		return
 	}
@@ -108,7 +57,7 @@ func (r *Reaper) sweepEngine(ctx context.Context, dry bool, sum *summer) {
 		sum.fail("", err)
 		return
 	}
-	objs, err := src.List(ctx, instance)
+	objs, err := src.ListObjects(ctx, instance)
 	if err != nil {
 		sum.fail("", fmt.Errorf("look for orphan containers: %w", err))
 		return
@@ -121,12 +70,14 @@ func (r *Reaper) sweepEngine(ctx context.Context, dry bool, sum *summer) {
 		sum.fail("", err)
 		return
 	}
-	sort.SliceStable(objs, func(i, j int) bool { return objs[i].Kind == KindContainer && objs[j].Kind != KindContainer })
+	sort.SliceStable(objs, func(i, j int) bool {
+		return objs[i].Kind == engine.KindContainer && objs[j].Kind != engine.KindContainer
+	})
 	for _, o := range objs {
 		if ctx.Err() != nil {
 			return
 		}
-		if o.Instance != instance || active[o.SessionID] || (o.Kind == KindVolume && o.SessionID == "") {
+		if o.Instance != instance || active[o.SessionID] || (o.Kind == engine.KindVolume && o.SessionID == "") {
 			continue
 		}
 		who := o.SessionID
@@ -138,7 +89,7 @@ func (r *Reaper) sweepEngine(ctx context.Context, dry bool, sum *summer) {
 			sum.add(func(s *Summary) { s.OrphansRemoved++ })
 			continue
 		}
-		if err := src.Remove(ctx, o); err != nil {
+		if err := src.RemoveObject(ctx, o); err != nil {
 			sum.fail(o.SessionID, fmt.Errorf("remove orphan %s %s: %w", o.Kind, shortName(o), err))
 			continue
 		}
@@ -147,7 +98,7 @@ func (r *Reaper) sweepEngine(ctx context.Context, dry bool, sum *summer) {
 	}
 }
 
-func shortName(o Object) string {
+func shortName(o engine.Object) string {
 	if o.Name != "" {
 		return o.Name
 	}

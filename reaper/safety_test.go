@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/reaper"
 	"github.com/xmode/xmode/store"
 )
@@ -170,12 +171,12 @@ func TestOrphanWorktreeSweep(t *testing.T) {
 // fakeSource is an engine with objects of two installs.
 type fakeSource struct {
 	mu      sync.Mutex
-	objs    []reaper.Object
+	objs    []engine.Object
 	removed []string
 	listErr error
 }
 
-func (f *fakeSource) List(_ context.Context, instance string) ([]reaper.Object, error) {
+func (f *fakeSource) ListObjects(_ context.Context, instance string) ([]engine.Object, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.listErr != nil {
@@ -183,10 +184,10 @@ func (f *fakeSource) List(_ context.Context, instance string) ([]reaper.Object, 
 	}
 	// A sloppy engine that returns other installs' objects too: the reaper
 	// checks the label itself.
-	return append([]reaper.Object(nil), f.objs...), nil
+	return append([]engine.Object(nil), f.objs...), nil
 }
 
-func (f *fakeSource) Remove(_ context.Context, o reaper.Object) error {
+func (f *fakeSource) RemoveObject(_ context.Context, o engine.Object) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.removed = append(f.removed, o.Name)
@@ -207,15 +208,15 @@ func TestOrphanEngineObjects(t *testing.T) {
 	live := e.create("")
 	ended := e.create("")
 	e.svc.Stop(ctx, ended)
-	src := &fakeSource{objs: []reaper.Object{
-		{Kind: reaper.KindVolume, ID: "vol-ended", Name: "vol-ended", SessionID: ended.ID, Instance: me},
-		{Kind: reaper.KindContainer, ID: "c1", Name: "xmode-live", SessionID: live.ID, Instance: me},
-		{Kind: reaper.KindContainer, ID: "c2", Name: "xmode-ended", SessionID: ended.ID, Instance: me},
-		{Kind: reaper.KindContainer, ID: "c3", Name: "xmode-unknown", SessionID: "sbx_zzzzzzzz", Instance: me},
-		{Kind: reaper.KindContainer, ID: "c4", Name: "xmode-theirs", SessionID: "sbx_yyyyyyyy", Instance: "other-install"},
-		{Kind: reaper.KindVolume, ID: "vol-theirs", Name: "vol-theirs", SessionID: "sbx_yyyyyyyy", Instance: "other-install"},
-		{Kind: reaper.KindVolume, ID: "vol-shared", Name: "vol-shared", Instance: me},
-		{Kind: reaper.KindVolume, ID: "vol-live", Name: "vol-live", SessionID: live.ID, Instance: me},
+	src := &fakeSource{objs: []engine.Object{
+		{Kind: engine.KindVolume, ID: "vol-ended", Name: "vol-ended", SessionID: ended.ID, Instance: me},
+		{Kind: engine.KindContainer, ID: "c1", Name: "xmode-live", SessionID: live.ID, Instance: me},
+		{Kind: engine.KindContainer, ID: "c2", Name: "xmode-ended", SessionID: ended.ID, Instance: me},
+		{Kind: engine.KindContainer, ID: "c3", Name: "xmode-unknown", SessionID: "sbx_zzzzzzzz", Instance: me},
+		{Kind: engine.KindContainer, ID: "c4", Name: "xmode-theirs", SessionID: "sbx_yyyyyyyy", Instance: "other-install"},
+		{Kind: engine.KindVolume, ID: "vol-theirs", Name: "vol-theirs", SessionID: "sbx_yyyyyyyy", Instance: "other-install"},
+		{Kind: engine.KindVolume, ID: "vol-shared", Name: "vol-shared", Instance: me},
+		{Kind: engine.KindVolume, ID: "vol-live", Name: "vol-live", SessionID: live.ID, Instance: me},
 	}}
 	r := e.reaper()
 	r.Orphans = src

@@ -58,6 +58,13 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	if err != nil {
 		return nil, err
 	}
+	// Opened first: an engine that cannot be used as configured (a docker
+	// endpoint it does not speak) fails the create before anything exists.
+	adapter, err := engine.Open(engineName, s.Cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer engine.Close(adapter)
 	if err := s.Guard.CheckFree(s.Cfg.MinFree, "refusing to create a sandbox"); err != nil {
 		return nil, err
 	}
@@ -108,7 +115,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		if err != nil {
 			return nil, err
 		}
-		if err := s.checkJoin(run, engineName); err != nil {
+		if err := s.checkJoin(run, adapter); err != nil {
 			return nil, err
 		}
 		sess.RunID, sess.Repo, sess.Ref, sess.BaseCommit = run.ID, run.Repo, run.Ref, run.BaseCommit
@@ -127,7 +134,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	if err := s.Store.CreateSession(ctx, store.NewSession{Session: sess, NewRun: newRun, MaxOpen: s.Cfg.MaxOpen}); err != nil {
 		return nil, err
 	}
-	created, err := s.provision(ctx, &sess, newRun, tgt, co, engineName)
+	created, err := s.provision(ctx, &sess, newRun, tgt, co, engineName, adapter)
 	if err != nil {
 		// Clean up with a context the user's Ctrl-C has not cancelled.
 		cleanup := context.WithoutCancel(ctx)
@@ -139,7 +146,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	return created, nil
 }
 
-func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, co *machines.Checkout, engineName string) (*store.Session, error) {
+func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, co *machines.Checkout, engineName string, adapter engine.Adapter) (*store.Session, error) {
 	base := sess.BaseCommit // a joined run's
 	if newRun {
 		if err := os.MkdirAll(s.Guard.RunsDir(), storage.RunDirMode); err != nil {
@@ -155,14 +162,8 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 			return nil, fail.As(fail.Failed, err)
 		}
 	}
-	adapter, err := engine.Open(engineName, s.Cfg)
-	if err != nil {
-		return nil, err
-	}
 	// An image pull shows its progress like `docker run` does.
-	if p, ok := adapter.(interface{ SetProgress(io.Writer) }); ok && s.Progress != nil {
-		p.SetProgress(s.Progress)
-	}
+	engine.SetProgress(adapter, s.Progress)
 	instance, err := s.Store.InstanceID(ctx)
 	if err != nil {
 		return nil, err
@@ -218,23 +219,12 @@ func (s *Service) branch(ctx context.Context, sess *store.Session, co *machines.
 	return co.Commit, nil
 }
 
-// mountMode is the mount model a new session of the engine gets.
-func (s *Service) mountMode(engineName string) string {
-	switch {
-	case engineName != "docker":
-		return ""
-	case s.Cfg.StorageVolume != "":
-		return "volume"
-	}
-	return "bind"
-}
-
 // checkJoin refuses to share a run's worktree across a trust boundary: a
 // docker sandbox may have planted a core.fsmonitor or a hook in it that a
 // host step would then run on the host, and a bind-mode container (no
 // hardening) could write what a volume-mode one trusts.
-func (s *Service) checkJoin(run *store.Run, engineName string) error {
-	want := engineName + "/" + s.mountMode(engineName)
+func (s *Service) checkJoin(run *store.Run, adapter engine.Adapter) error {
+	want := adapter.Name() + "/" + engine.MountMode(adapter)
 	for _, e := range run.Engines {
 		if e != want {
 			return fail.Refusedf("run %s was written by a %s session; a %s session may not share it (--run joins sessions of one engine and mount model: what one sandbox wrote, the other would run)",

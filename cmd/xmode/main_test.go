@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/xmode/xmode/cmd"
+	"github.com/xmode/xmode/providers/docker/dockertest"
 )
 
 // TestMain makes this test binary double as xmode: for testscript's scripts
@@ -21,7 +23,25 @@ func TestMain(m *testing.M) {
 	if os.Getenv("XMODE_TEST_AS_MAIN") == "1" {
 		os.Exit(cmd.Main())
 	}
-	testscript.Main(m, map[string]func(){"xmode": func() { os.Exit(cmd.Main()) }})
+	testscript.Main(stopDaemon{m}, map[string]func(){"xmode": func() { os.Exit(cmd.Main()) }})
+}
+
+// stopDaemon runs the tests, then stops the second (TLS) docker daemon if a
+// test started one, and fails the run if tests left objects on it.
+type stopDaemon struct{ m *testing.M }
+
+func (s stopDaemon) Run() int {
+	code := s.m.Run()
+	if strays := dockertest.StopTLSDaemon(); len(strays) > 0 {
+		fmt.Fprintln(os.Stderr, "docker objects left on the TLS daemon by tests (now removed):")
+		for _, s := range strays {
+			fmt.Fprintln(os.Stderr, "  "+s)
+		}
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
 }
 
 func TestScripts(t *testing.T) {

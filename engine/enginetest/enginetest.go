@@ -53,6 +53,7 @@ func Run(t *testing.T, h Harness) {
 		{"TimeoutIgnoringTERM", testTimeoutIgnoringTerm},
 		{"ProcessTreeKilledAfterExit", testTreeAfterExit},
 		{"ProcessTreeKilledOnTimeout", testTreeOnTimeout},
+		{"KillStepByTag", testKillStep},
 		{"ContextCancel", testCancel},
 		{"BinaryOutput", testBinaryOutput},
 		{"BinaryStdinRoundTrip", testBinaryStdin},
@@ -367,6 +368,53 @@ func testTreeOnTimeout(t *testing.T, h Harness) {
 		t.Errorf("%s took %v: the deadline did not end it", describe(req), r.elapsed)
 	}
 	wantGone(t, a, sb, "a TERM-ignoring background process of a step that timed out")
+}
+
+// testKillStep: a step's processes are found and ended by the tag they
+// carry, from outside the Exec that runs them — what teardown and the
+// reaper do when the xmode running a step is gone.
+func testKillStep(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	if _, ok := a.(engine.StepKiller); !ok {
+		t.Fatalf("%s cannot end a step by its tag (engine.StepKiller)", a.Name())
+	}
+	tag := fmt.Sprintf("killsteptest%d", time.Now().UnixNano())
+	done := make(chan result, 1)
+	go func() {
+		done <- exec(t, context.Background(), a, sb, engine.ExecRequest{
+			Argv: []string{"sh", "-c", bgScript + "echo up > up; sleep 300"}, Tag: tag,
+		}, defaultLimit)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for !fileIn(a, sb, "up") {
+		if time.Now().After(deadline) {
+			t.Fatal("the step never started")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := engine.KillStep(context.Background(), a, sb, tag); err != nil {
+		t.Fatalf("KillStep: %v", err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || r.st.ExitCode == 0 {
+			t.Fatalf("a step ended by KillStep: status %+v, err %v; want a signal's status", r.st, r.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the step still runs 30s after KillStep")
+	}
+	wantGone(t, a, sb, "a TERM-ignoring background process of a step ended by KillStep")
+	if err := engine.KillStep(context.Background(), a, sb, tag); err != nil {
+		t.Fatalf("KillStep of a step already gone: %v", err)
+	}
+}
+
+// fileIn reports whether the step wrote name in the worktree (as the
+// sandbox sees it: a sync-mode worktree is a copy).
+func fileIn(a engine.Adapter, sb engine.Sandbox, name string) bool {
+	var out bytes.Buffer
+	st, err := a.Exec(context.Background(), sb, engine.ExecRequest{Argv: []string{"test", "-s", name}, Stdout: &out})
+	return err == nil && st.ExitCode == 0
 }
 
 // wantGone waits (briefly) until the process whose pid is in bg.pid is gone

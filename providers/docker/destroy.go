@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/volume"
+
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
-	"github.com/xmode/xmode/providers/docker/internal/dockerapi"
 )
 
 // Labels xmode puts on everything it creates (contract §5). The caller fills
@@ -45,34 +50,49 @@ func (p *Provider) Destroy(ctx context.Context, sb engine.Sandbox) error {
 	}
 	for _, v := range sb.Volumes {
 		// The session's own volumes, recorded on its row (orphans come
-		// from ListManaged, already filtered by instance).
+		// from ListObjects, already filtered by instance).
 		if err := p.removeVolume(ctx, v, ""); err != nil {
 			return err
+		}
+	}
+	if sb.MountMode == MountSync {
+		// What a SyncBack that died left next to the worktree.
+		if dir, err := p.guard.RunDir(sb.RunID); err == nil {
+			if root, err := os.OpenRoot(dir); err == nil {
+				removeStale(root)
+				root.Close()
+			}
 		}
 	}
 	return nil
 }
 
 func (p *Provider) removeContainer(ctx context.Context, ref, sessionID string) error {
+	if err := checkRef("container", ref); err != nil {
+		return err
+	}
 	cctx, cancel := p.call(ctx)
 	defer cancel()
 	ci, err := p.cli.ContainerInspect(cctx, ref)
-	if dockerapi.IsNotFound(err) {
+	if cerrdefs.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return p.wrap(err, "inspect container "+shortID(ref))
 	}
+	if ci.ContainerJSONBase == nil || ci.Config == nil {
+		return fmt.Errorf("inspect container %s: the daemon's answer lacks its config", shortID(ref))
+	}
 	if err := checkOwned(ci.Config.Labels, sessionID); err != nil {
 		return fail.Refusedf("will not remove container %s (%s): %v", shortID(ci.ID), strings.TrimPrefix(ci.Name, "/"), err)
 	}
 	for attempt := 0; ; attempt++ {
-		err = p.cli.ContainerRemove(cctx, ci.ID, dockerapi.RemoveOptions{Force: true, RemoveVolumes: true})
-		if err == nil || dockerapi.IsNotFound(err) {
+		err = p.cli.ContainerRemove(cctx, ci.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		if err == nil || cerrdefs.IsNotFound(err) {
 			return nil
 		}
 		// "removal already in progress": another reaper got there first.
-		if dockerapi.IsConflict(err) && attempt < 20 {
+		if cerrdefs.IsConflict(err) && attempt < 20 {
 			select {
 			case <-cctx.Done():
 				return p.wrap(cctx.Err(), "remove container "+shortID(ci.ID))
@@ -114,10 +134,13 @@ func (p *Provider) removeVolume(ctx context.Context, name, instance string) erro
 		// Shared by every session: never a session's to remove.
 		return nil
 	}
+	if err := checkRef("volume", name); err != nil {
+		return err
+	}
 	cctx, cancel := p.call(ctx)
 	defer cancel()
 	v, err := p.cli.VolumeInspect(cctx, name)
-	if dockerapi.IsNotFound(err) {
+	if cerrdefs.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
@@ -130,78 +153,66 @@ func (p *Provider) removeVolume(ctx context.Context, name, instance string) erro
 		return fail.Refusedf("will not remove volume %s: it belongs to another xmode install on this daemon (%s=%s, this storage root's is %s)",
 			name, LabelInstance, v.Labels[LabelInstance], instance)
 	}
-	if err := p.cli.VolumeRemove(cctx, name, false); err != nil && !dockerapi.IsNotFound(err) {
+	if err := p.cli.VolumeRemove(cctx, name, false); err != nil && !cerrdefs.IsNotFound(err) {
 		return p.wrap(err, "remove volume "+name)
 	}
 	return nil
 }
 
-// ManagedContainer is a container carrying this instance's labels.
-type ManagedContainer struct {
-	ID      string
-	Name    string
-	Image   string
-	State   string // created, running, exited, …
-	Created time.Time
-	Labels  map[string]string
-}
-
-// Session is the container's xmode.session label.
-func (c ManagedContainer) Session() string { return c.Labels[LabelSession] }
-
-// ManagedVolume is a volume carrying this instance's labels.
-type ManagedVolume struct {
-	Name      string
-	CreatedAt string
-	Labels    map[string]string
-}
-
-// Session is the volume's xmode.session label.
-func (v ManagedVolume) Session() string { return v.Labels[LabelSession] }
-
-// Managed is everything on the daemon that one xmode instance created.
-type Managed struct {
-	Containers []ManagedContainer
-	Volumes    []ManagedVolume
-}
-
-// ListManaged lists the containers (running or not) and volumes labelled
-// xmode.managed=true and xmode.instance=<instanceID> — what the reaper may
-// consider for orphan removal. The storage volume is never listed.
-func (p *Provider) ListManaged(ctx context.Context, instanceID string) (Managed, error) {
-	var out Managed
-	if instanceID == "" {
-		return out, errors.New("list managed objects: no instance id: refusing to list every instance's objects")
+// ListObjects lists the containers (running or not) and volumes labelled
+// xmode.managed=true and xmode.instance=<instance> — what the reaper may
+// consider for orphan removal (engine.OrphanLister). The storage volume is
+// never listed.
+func (p *Provider) ListObjects(ctx context.Context, instance string) ([]engine.Object, error) {
+	if instance == "" {
+		return nil, errors.New("list managed objects: no instance id: refusing to list every instance's objects")
 	}
 	if _, err := p.Ping(ctx); err != nil {
-		return out, err
+		return nil, err
 	}
-	f := dockerapi.Filters{"label": {LabelManaged + "=true", LabelInstance + "=" + instanceID}}
+	f := filters.NewArgs(filters.Arg("label", LabelManaged+"=true"), filters.Arg("label", LabelInstance+"="+instance))
 	cctx, cancel := p.call(ctx)
 	defer cancel()
-	cs, err := p.cli.ContainerList(cctx, true, f)
+	cs, err := p.cli.ContainerList(cctx, container.ListOptions{All: true, Filters: f})
 	if err != nil {
-		return out, p.wrap(err, "list containers")
+		return nil, p.wrap(err, "list containers")
 	}
+	var out []engine.Object
 	for _, c := range cs {
 		name := ""
 		if len(c.Names) > 0 {
 			name = strings.TrimPrefix(c.Names[0], "/")
 		}
-		out.Containers = append(out.Containers, ManagedContainer{
-			ID: c.ID, Name: name, Image: c.Image, State: c.State,
-			Created: time.Unix(c.Created, 0), Labels: c.Labels,
+		out = append(out, engine.Object{
+			Kind: engine.KindContainer, ID: c.ID, Name: name, State: string(c.State),
+			SessionID: c.Labels[LabelSession], Instance: c.Labels[LabelInstance],
 		})
 	}
-	vs, err := p.cli.VolumeList(cctx, f)
+	vs, err := p.cli.VolumeList(cctx, volume.ListOptions{Filters: f})
 	if err != nil {
-		return out, p.wrap(err, "list volumes")
+		return nil, p.wrap(err, "list volumes")
 	}
-	for _, v := range vs {
-		if v.Name == p.cfg.StorageVolume {
+	for _, v := range vs.Volumes {
+		if v == nil || v.Name == p.cfg.StorageVolume {
 			continue
 		}
-		out.Volumes = append(out.Volumes, ManagedVolume{Name: v.Name, CreatedAt: v.CreatedAt, Labels: v.Labels})
+		out = append(out, engine.Object{
+			Kind: engine.KindVolume, ID: v.Name, Name: v.Name,
+			SessionID: v.Labels[LabelSession], Instance: v.Labels[LabelInstance],
+		})
 	}
 	return out, nil
+}
+
+// RemoveObject removes one object ListObjects returned, through Destroy and
+// its checks: only xmode-managed objects, a container only when its session
+// label matches (engine.OrphanLister).
+func (p *Provider) RemoveObject(ctx context.Context, o engine.Object) error {
+	switch o.Kind {
+	case engine.KindContainer:
+		return p.Destroy(ctx, engine.Sandbox{Engine: Name, ContainerID: o.ID, SessionID: o.SessionID})
+	case engine.KindVolume:
+		return p.Destroy(ctx, engine.Sandbox{Engine: Name, Volumes: []string{o.ID}})
+	}
+	return fmt.Errorf("unknown object kind %q", o.Kind)
 }

@@ -1,37 +1,38 @@
 // Package docker is the design's DockerEngine: the engine adapter that runs a
-// cloud_worker session in its own container on a Docker daemon, reached over
-// the Engine API (unix:// or tcp://) with API-version negotiation, so Engine
-// 20.10 (API 1.41) and newer daemons both work.
-//
-// The API is spoken over net/http by the small client in
-// internal/dockerapi, not by the Docker SDK: linking the SDK's client (and
-// even its api/types) costs every xmode command 5–9 ms of start-up — package
-// initialisation of distribution/reference, go-digest and OpenTelemetry, and
-// ~10 MB of binary — for calls that are a few lines of HTTP each. The tests
-// use the SDK as an independent check of what the provider did.
+// cloud_worker session in its own container on a Docker daemon, through the
+// Docker SDK (github.com/docker/docker/client) with API-version negotiation,
+// so Engine 20.10 (API 1.41) and newer daemons both work, on a unix socket
+// or over TCP with TLS.
 //
 // One container per session, named xmode-<session>, started by Provision with
 // an init process (HostConfig.Init) and a keep-alive command; every step is
 // an exec in it. The mount models, the hardening and the isolation between
-// sandboxes are described in docs/docker.md.
+// sandboxes are described in docs/docker.md. Where the SDK does not give a
+// behaviour xmode relies on, client.go wraps it (and says why).
 package docker
 
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"os"
+	"strings"
 	"sync/atomic"
 	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/distribution/reference"
+	"github.com/docker/docker/api/types/versions"
+	"github.com/docker/docker/client"
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
-	"github.com/xmode/xmode/providers/docker/internal/dockerapi"
 	"github.com/xmode/xmode/storage"
 )
 
@@ -59,7 +60,8 @@ func init() {
 // after New and before the first call; a Provider is safe for concurrent use.
 type Provider struct {
 	cfg   *config.Config
-	cli   *dockerapi.Client
+	ep    endpoint
+	cli   *client.Client
 	guard storage.Guard
 
 	// Progress receives image pull progress, rendered like `docker run`
@@ -77,6 +79,9 @@ type Provider struct {
 	CallTimeout time.Duration
 	// PullTimeout bounds an image pull (DefaultPullTimeout).
 	PullTimeout time.Duration
+	// SyncTimeout bounds one copy of a worktree in sync mode
+	// (DefaultSyncTimeout).
+	SyncTimeout time.Duration
 
 	// isolationOverride forces an isolation method (tests only).
 	isolationOverride string
@@ -85,31 +90,29 @@ type Provider struct {
 	topUnsupported atomic.Bool
 }
 
-// New builds the provider from the configuration. It does not contact the
-// daemon: the first operation does, bounded by PingTimeout.
+// New builds the provider from the configuration: the endpoint
+// (XMODE_SANDBOX_DOCKER_HOST, else DOCKER_HOST, else the local socket), TLS
+// (XMODE_SANDBOX_DOCKER_CERT_PATH, DOCKER_TLS_VERIFY) and DOCKER_API_VERSION.
+// An endpoint it cannot use is an error here, so only commands that use the
+// docker engine fail on it. It does not contact the daemon: the first
+// operation does, bounded by PingTimeout.
 func New(cfg *config.Config) (*Provider, error) {
 	if cfg == nil {
 		return nil, errors.New("docker provider: no configuration")
 	}
-	// DOCKER_HOST, DOCKER_API_VERSION and the TLS variables as the docker
-	// CLI reads them; XMODE_SANDBOX_DOCKER_HOST wins over DOCKER_HOST.
-	dc, err := dockerapi.ConfigFromEnv(os.Getenv)
-	if err == nil && cfg.DockerHost != "" {
-		dc.Host = cfg.DockerHost
-	}
-	var cli *dockerapi.Client
-	if err == nil {
-		cli, err = dockerapi.New(dc)
-	}
+	ep, err := parseEndpoint(cfg)
 	if err != nil {
-		return nil, fail.Enginef("docker endpoint %s: %v: check XMODE_SANDBOX_DOCKER_HOST / DOCKER_HOST (unix:///var/run/docker.sock or tcp://host:port) and DOCKER_CERT_PATH / DOCKER_TLS_VERIFY", hostOrDefault(cfg.DockerHost), err)
+		return nil, err
 	}
-	return &Provider{cfg: cfg, cli: cli, guard: storage.Guard{Root: cfg.StorageRoot}}, nil
+	cli, err := newClient(ep, cfg.DockerAPIVersion)
+	if err != nil {
+		return nil, fail.Usagef("docker endpoint %s (%s): %v", ep.host, ep.variable, err)
+	}
+	return &Provider{cfg: cfg, ep: ep, cli: cli, guard: storage.Guard{Root: cfg.StorageRoot}}, nil
 }
 
-// SetProgress sets Progress; callers that hold an engine.Adapter use it
-// through `interface{ SetProgress(io.Writer) }`, without importing this
-// package. Call it before the first Provision.
+// SetProgress sets Progress (engine.ProgressSink: callers holding an
+// engine.Adapter use engine.SetProgress). Call it before the first Provision.
 func (p *Provider) SetProgress(w io.Writer) { p.Progress = w }
 
 // SetWarnings sets Warnings, like SetProgress.
@@ -119,13 +122,14 @@ func (p *Provider) SetWarnings(w io.Writer) { p.Warnings = w }
 func (p *Provider) Name() string { return Name }
 
 // Host is the daemon endpoint the provider talks to.
-func (p *Provider) Host() string { return p.cli.Host() }
+func (p *Provider) Host() string { return p.ep.host }
 
 // Close releases the client's connections.
 func (p *Provider) Close() error { return p.cli.Close() }
 
 // Ping checks that the daemon answers within PingTimeout and returns the
-// daemon's API version. Any failure is fail.Enginef (exit 5).
+// daemon's API version; the client then speaks the lower of that and its
+// own. Any failure is fail.Enginef (exit 5).
 func (p *Provider) Ping(ctx context.Context) (string, error) {
 	pctx, cancel := context.WithTimeout(ctx, p.pingTimeout())
 	defer cancel()
@@ -134,21 +138,26 @@ func (p *Provider) Ping(ctx context.Context) (string, error) {
 		if ctx.Err() != nil {
 			return "", ctx.Err()
 		}
-		var ve *dockerapi.VersionError
-		if errors.As(err, &ve) {
-			return "", fail.Enginef("%v: upgrade the daemon, or point XMODE_SANDBOX_DOCKER_HOST or DOCKER_HOST at a newer one", err)
-		}
 		return "", p.unreachable(err)
 	}
+	if ping.APIVersion != "" && versions.LessThan(ping.APIVersion, MinAPIVersion) {
+		return "", fail.Enginef("the docker daemon at %s speaks Engine API %s; xmode needs API %s or newer: upgrade the daemon, or point XMODE_SANDBOX_DOCKER_HOST or DOCKER_HOST at a newer one", p.Host(), ping.APIVersion, MinAPIVersion)
+	}
+	// Negotiated here, from this answer: the first versioned call does not
+	// ping again.
+	p.cli.NegotiateAPIVersionPing(ping)
 	return ping.APIVersion, nil
 }
 
 // APIVersion is the API version the client speaks after negotiation (the
-// lower of the daemon's and dockerapi.DefaultVersion). Call Ping first.
-func (p *Provider) APIVersion() string { return p.cli.Version() }
+// lower of the daemon's and the SDK's). Call Ping first.
+func (p *Provider) APIVersion() string { return p.cli.ClientVersion() }
 
 // ImagePresent reports whether the image is in the daemon's image store.
 func (p *Provider) ImagePresent(ctx context.Context, ref string) (bool, error) {
+	if err := checkImage(ref); err != nil {
+		return false, err
+	}
 	return p.present(ctx, "image "+ref, func(ctx context.Context) error {
 		_, err := p.cli.ImageInspect(ctx, ref)
 		return err
@@ -157,10 +166,22 @@ func (p *Provider) ImagePresent(ctx context.Context, ref string) (bool, error) {
 
 // VolumePresent reports whether the named volume exists on the daemon.
 func (p *Provider) VolumePresent(ctx context.Context, name string) (bool, error) {
+	if err := checkRef("volume", name); err != nil {
+		return false, err
+	}
 	return p.present(ctx, "volume "+name, func(ctx context.Context) error {
 		_, err := p.cli.VolumeInspect(ctx, name)
 		return err
 	})
+}
+
+// checkImage refuses what is not an image reference before it reaches the
+// SDK, which puts it into a request path.
+func checkImage(ref string) error {
+	if _, err := reference.ParseNormalizedNamed(ref); err != nil {
+		return fail.Usagef("image %q is not a valid image reference (XMODE_SANDBOX_IMAGE or --image): %v", ref, err)
+	}
+	return nil
 }
 
 // present pings the daemon, then inspects what: not found is false, any
@@ -174,7 +195,7 @@ func (p *Provider) present(ctx context.Context, what string, inspect func(contex
 	switch err := inspect(cctx); {
 	case err == nil:
 		return true, nil
-	case dockerapi.IsNotFound(err):
+	case cerrdefs.IsNotFound(err):
 		return false, nil
 	default:
 		return false, p.wrap(err, "inspect "+what)
@@ -200,18 +221,55 @@ func (p *Provider) warnf(format string, args ...any) {
 	fmt.Fprintf(w, "xmode: warning: "+format+"\n", args...)
 }
 
-// unreachable is the one message for "cannot talk to the daemon".
+// unreachable is the one message for "cannot talk to the daemon", with
+// what TLS said when it was TLS that failed.
 func (p *Provider) unreachable(err error) error {
+	if e := p.tlsFailure(err); e != nil {
+		return e
+	}
 	why := err.Error()
 	if errors.Is(err, context.DeadlineExceeded) {
 		why = fmt.Sprintf("no answer within %s", p.pingTimeout())
 	}
-	return fail.Enginef("docker daemon at %s is unreachable (%s): check that dockerd is running (`docker info`), that XMODE_SANDBOX_DOCKER_HOST or DOCKER_HOST points at it, and that this user may use its socket", p.Host(), why)
+	if strings.Contains(why, "HTTP request to an HTTPS server") || strings.Contains(why, "TLS-enabled daemon without TLS") {
+		return fail.Enginef("the docker daemon at %s speaks TLS and xmode spoke plain HTTP to it: set XMODE_SANDBOX_DOCKER_CERT_PATH to a directory with ca.pem, cert.pem and key.pem (and DOCKER_TLS_VERIFY=1)", p.Host())
+	}
+	return fail.Enginef("docker daemon at %s is unreachable (%s): check that dockerd is running (`docker info`), that %s points at it, and that this user may use its socket", p.Host(), why, hostVars(p.ep))
 }
 
-// wrap classifies an error of the API client: connection failures and unanswered calls are
-// fail.Enginef (exit 5); anything else keeps its cause, prefixed with what
-// xmode was doing.
+// tlsFailure explains a failed TLS handshake; nil when err is not one.
+func (p *Provider) tlsFailure(err error) error {
+	var unknown x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var invalid x509.CertificateInvalidError
+	var alert tls.AlertError
+	var verify *tls.CertificateVerificationError
+	where := fmt.Sprintf("the docker daemon at %s", p.Host())
+	certs := "XMODE_SANDBOX_DOCKER_CERT_PATH (" + p.ep.certDir + ")"
+	switch {
+	case errors.As(err, &unknown):
+		return fail.Enginef("TLS: %s presented a certificate that the CA in %s did not sign (%v): put the CA that signed the daemon's certificate in ca.pem there, or point XMODE_SANDBOX_DOCKER_CERT_PATH at the right directory", where, certs, err)
+	case errors.As(err, &hostname):
+		return fail.Enginef("TLS: %s presented a certificate for another name (%v): use the name or address the certificate was made for in XMODE_SANDBOX_DOCKER_HOST", where, hostname)
+	case errors.As(err, &invalid), errors.As(err, &verify):
+		return fail.Enginef("TLS: the certificate of %s does not verify (%v): check the daemon's certificate and %s", where, err, certs)
+	case errors.As(err, &alert), strings.Contains(err.Error(), "remote error: tls"):
+		return fail.Enginef("TLS: %s refused the connection (%v): it wants a client certificate its CA signed — put cert.pem and key.pem in %s", where, err, certs)
+	}
+	return nil
+}
+
+// hostVars names the variable that set the endpoint, for messages.
+func hostVars(ep endpoint) string {
+	if ep.variable == "DOCKER_HOST" {
+		return "DOCKER_HOST (or XMODE_SANDBOX_DOCKER_HOST)"
+	}
+	return "XMODE_SANDBOX_DOCKER_HOST or DOCKER_HOST"
+}
+
+// wrap classifies an error of the SDK: connection failures and unanswered
+// calls are fail.Enginef (exit 5); anything else keeps its cause, prefixed
+// with what xmode was doing.
 func (p *Provider) wrap(err error, what string) error {
 	if err == nil {
 		return nil
@@ -220,8 +278,11 @@ func (p *Provider) wrap(err error, what string) error {
 	if errors.As(err, &fe) {
 		return err
 	}
-	if dockerapi.IsConnectionFailed(err) || isNetErr(err) {
-		return fail.Enginef("%s: docker daemon at %s is unreachable (%v): check that dockerd is running (`docker info`) and that XMODE_SANDBOX_DOCKER_HOST or DOCKER_HOST points at it", what, p.Host(), err)
+	if e := p.tlsFailure(err); e != nil {
+		return e
+	}
+	if client.IsErrConnectionFailed(err) || isNetErr(err) {
+		return fail.Enginef("%s: docker daemon at %s is unreachable (%v): check that dockerd is running (`docker info`) and that %s points at it", what, p.Host(), err, hostVars(p.ep))
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fail.Enginef("%s: docker daemon at %s did not answer in time: check `docker info` on the daemon host", what, p.Host())
@@ -230,14 +291,6 @@ func (p *Provider) wrap(err error, what string) error {
 }
 
 func isNetErr(err error) bool {
-	var ue *url.Error
 	var oe *net.OpError
-	return errors.As(err, &ue) || errors.As(err, &oe) || errors.Is(err, io.ErrUnexpectedEOF)
-}
-
-func hostOrDefault(h string) string {
-	if h == "" {
-		return dockerapi.DefaultHost
-	}
-	return h
+	return errors.As(err, &oe) || errors.Is(err, io.ErrUnexpectedEOF)
 }

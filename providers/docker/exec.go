@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"path"
@@ -16,19 +17,25 @@ import (
 	"syscall"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
 	"golang.org/x/sys/unix"
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
-	"github.com/xmode/xmode/providers/docker/internal/dockerapi"
 )
 
-// ExecTagEnv is set in every step's environment to a random value; the
-// step's processes inherit it, which is how xmode finds them inside the
-// shared session container (together with the step's session id) to end
-// them at a timeout, on Ctrl-C, and when the step's main process has exited
-// and left children behind.
-const ExecTagEnv = "XMODE_EXEC_TAG"
+// ExecTagEnv is set in every step's environment (engine.ExecRequest.Tag, or
+// a random value); the step's processes inherit it, which is how xmode finds
+// them inside the shared session container to end them at a timeout, on
+// Ctrl-C, when the step's main process has exited and left children behind,
+// and when the xmode that ran the step is gone (KillStep).
+const ExecTagEnv = engine.ExecTagEnv
 
 // scanFunc defines scan(), which finds the processes of one step using
 // shell builtins only (it must work when the pids limit leaves no process to
@@ -153,13 +160,16 @@ func (p *Provider) Exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 	if err != nil {
 		return engine.Status{}, err
 	}
-	tag := newTag()
+	tag := req.Tag
+	if tag == "" {
+		tag = newTag()
+	}
 	// The tag comes last so that it wins over a same-named entry of req.Env.
 	env := append(append([]string(nil), req.Env...), ExecTagEnv+"="+tag)
 	cmd := append([]string{"/bin/sh", "-c", wrapperFor(ci.HostConfig), "xmode-step"}, req.Argv...)
 
 	cctx, cancel := p.call(ctx)
-	execID, err := p.cli.ExecCreate(cctx, ci.ID, dockerapi.ExecConfig{
+	created, err := p.cli.ContainerExecCreate(cctx, ci.ID, container.ExecOptions{
 		Cmd:          cmd,
 		Env:          env,
 		WorkingDir:   dir,
@@ -171,11 +181,12 @@ func (p *Provider) Exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 	if err != nil {
 		return engine.Status{}, p.wrap(err, "create exec in "+ContainerName(sb.SessionID))
 	}
+	execID := created.ID
 	started := time.Now()
 	// The attach stream must outlive a cancelled ctx: the step's output
 	// keeps flowing while its processes are being ended.
 	actx, acancel := p.call(context.WithoutCancel(ctx))
-	hr, err := p.cli.ExecStart(actx, execID)
+	hr, err := p.execAttach(actx, execID)
 	acancel()
 	if err != nil {
 		return engine.Status{}, p.wrap(err, "start exec in "+ContainerName(sb.SessionID))
@@ -187,37 +198,58 @@ func (p *Provider) Exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 // sessionContainer finds the session's container, checks it is one of
 // xmode's, and starts it again if it stopped (a daemon restart stops
 // containers without a restart policy).
-func (p *Provider) sessionContainer(ctx context.Context, sb engine.Sandbox) (dockerapi.ContainerJSON, error) {
-	ref := sb.ContainerID
-	if ref == "" {
-		ref = ContainerName(sb.SessionID)
-	}
-	cctx, cancel := p.call(ctx)
-	defer cancel()
-	ci, err := p.cli.ContainerInspect(cctx, ref)
-	if dockerapi.IsNotFound(err) {
-		return ci, fail.Failedf("the container of session %s (%s) is gone: stop the session and create a new one", sb.SessionID, shortID(ref))
-	}
+func (p *Provider) sessionContainer(ctx context.Context, sb engine.Sandbox) (container.InspectResponse, error) {
+	ci, err := p.ownedContainer(ctx, sb)
 	if err != nil {
-		return ci, p.wrap(err, "inspect container "+shortID(ref))
-	}
-	if err := checkOwned(ci.Config.Labels, sb.SessionID); err != nil {
 		return ci, err
 	}
 	if !ci.State.Running {
 		if ci.State.Paused {
 			return ci, fail.Failedf("the container of session %s is paused: `docker unpause %s`", sb.SessionID, shortID(ci.ID))
 		}
-		if err := p.cli.ContainerStart(cctx, ci.ID); err != nil {
+		cctx, cancel := p.call(ctx)
+		defer cancel()
+		if err := p.cli.ContainerStart(cctx, ci.ID, container.StartOptions{}); err != nil {
 			return ci, p.wrap(err, "start the stopped container of session "+sb.SessionID)
 		}
 		p.warnf("the container of session %s had stopped (%s); started it again", sb.SessionID, ci.State.Status)
 		if ci, err = p.cli.ContainerInspect(cctx, ci.ID); err != nil {
-			return ci, p.wrap(err, "inspect container "+shortID(ref))
+			return ci, p.wrap(err, "inspect container "+shortID(ci.ID))
 		}
 	}
 	return ci, nil
 }
+
+// ownedContainer inspects the session's container (by the ID on its row,
+// else by its name) and checks that it is xmode's and the session's.
+func (p *Provider) ownedContainer(ctx context.Context, sb engine.Sandbox) (container.InspectResponse, error) {
+	ref := sb.ContainerID
+	if ref == "" {
+		ref = ContainerName(sb.SessionID)
+	}
+	if err := checkRef("container", ref); err != nil {
+		return container.InspectResponse{}, err
+	}
+	cctx, cancel := p.call(ctx)
+	defer cancel()
+	ci, err := p.cli.ContainerInspect(cctx, ref)
+	if cerrdefs.IsNotFound(err) {
+		return ci, fail.Failedf("the container of session %s (%s) %w: stop the session and create a new one", sb.SessionID, shortID(ref), errContainerGone)
+	}
+	if err != nil {
+		return ci, p.wrap(err, "inspect container "+shortID(ref))
+	}
+	if ci.Config == nil || ci.State == nil || ci.ContainerJSONBase == nil {
+		return ci, fmt.Errorf("inspect container %s: the daemon's answer lacks its config or state", shortID(ref))
+	}
+	if err := checkOwned(ci.Config.Labels, sb.SessionID); err != nil {
+		return ci, err
+	}
+	return ci, nil
+}
+
+// errContainerGone: the session's container no longer exists.
+var errContainerGone = errors.New("is gone")
 
 // checkOwned refuses a container that is not the session's (a stale or
 // tampered session row must not run commands in somebody else's container).
@@ -256,7 +288,7 @@ func execDir(root, worktree, rel string) (string, error) {
 // bookworm) hands exec'd processes a soft limit raised to the hard one, so
 // the configured soft limit is applied again here (lowering a soft limit
 // needs no privilege).
-func wrapperFor(hc *dockerapi.HostConfig) string {
+func wrapperFor(hc *container.HostConfig) string {
 	if hc != nil {
 		for _, u := range hc.Ulimits {
 			if u != nil && u.Name == "nofile" && u.Soft > 0 {
@@ -312,16 +344,16 @@ const drainIdle = 2 * time.Second
 // drainMax bounds the wait for the output after the step's processes ended.
 const drainMax = 30 * time.Second
 
-func (s *step) run(hr *dockerapi.HijackedConn) (engine.Status, error) {
+func (s *step) run(hr types.HijackedResponse) (engine.Status, error) {
 	p := s.p
 	bg := context.WithoutCancel(s.ctx)
 	var closeOnce sync.Once
-	closeConn := func() { closeOnce.Do(func() { _ = hr.Close() }) }
+	closeConn := func() { closeOnce.Do(hr.Close) }
 	defer closeConn()
 
 	if s.req.Stdin != nil {
 		go func() {
-			_, _ = io.Copy(hr, s.req.Stdin)
+			_, _ = io.Copy(hr.Conn, s.req.Stdin)
 			_ = hr.CloseWrite()
 		}()
 	}
@@ -330,7 +362,7 @@ func (s *step) run(hr *dockerapi.HijackedConn) (engine.Status, error) {
 	stderr := &streamWriter{w: orDiscard(s.req.Stderr)}
 	copyDone := make(chan struct{})
 	go func() {
-		_, _ = dockerapi.Demux(stdout, stderr, hr)
+		_, _ = stdcopy.StdCopy(stdout, stderr, hr.Reader)
 		close(copyDone)
 	}()
 
@@ -412,13 +444,13 @@ func (s *step) poll(ctx context.Context, copyDone <-chan struct{}, out chan<- ex
 	nudged := false
 	for {
 		cctx, cancel := context.WithTimeout(ctx, s.p.callTimeout())
-		ins, err := s.p.cli.ExecInspect(cctx, s.execID)
+		ins, err := s.p.cli.ContainerExecInspect(cctx, s.execID)
 		cancel()
 		if ctx.Err() != nil {
 			return
 		}
 		switch {
-		case dockerapi.IsNotFound(err):
+		case cerrdefs.IsNotFound(err):
 			out <- execState{exitCode: 137, gone: true}
 			return
 		case err != nil:
@@ -487,7 +519,7 @@ func (s *step) waitStarted(ctx context.Context) {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		cctx, cancel := context.WithTimeout(ctx, s.p.callTimeout())
-		ins, err := s.p.cli.ExecInspect(cctx, s.execID)
+		ins, err := s.p.cli.ContainerExecInspect(cctx, s.execID)
 		cancel()
 		if err != nil || ins.Running || ins.Pid != 0 {
 			return
@@ -537,7 +569,7 @@ func (p *Provider) leftovers(ctx context.Context, containerID, tag string, hostP
 	defer cancel()
 	top, err := p.cli.ContainerTop(cctx, containerID, []string{"-o", "pid,sid,args", "ww", "e"})
 	if err != nil {
-		if !dockerapi.IsConnectionFailed(err) {
+		if !client.IsErrConnectionFailed(err) {
 			p.topUnsupported.Store(true)
 		}
 		return false, err
@@ -606,24 +638,28 @@ func (p *Provider) runHelper(ctx context.Context, containerID string, cmd []stri
 func (p *Provider) runHelperAs(ctx context.Context, containerID, user string, cmd []string, limit time.Duration) (int, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	execID, err := p.cli.ExecCreate(ctx, containerID, dockerapi.ExecConfig{User: user, Cmd: cmd, AttachStdout: true, AttachStderr: true})
+	if err := checkRef("container", containerID); err != nil {
+		return 0, "", err
+	}
+	created, err := p.cli.ContainerExecCreate(ctx, containerID, container.ExecOptions{User: user, Cmd: cmd, AttachStdout: true, AttachStderr: true})
 	if err != nil {
 		return 0, "", p.wrap(err, "create helper exec")
 	}
-	hr, err := p.cli.ExecStart(ctx, execID)
+	execID := created.ID
+	hr, err := p.execAttach(ctx, execID)
 	if err != nil {
 		return 0, "", p.wrap(err, "start helper exec")
 	}
 	defer hr.Close()
 	out := &headBuffer{limit: 64 << 10}
 	// The stream is not tied to ctx once started: the limit closes it.
-	stop := context.AfterFunc(ctx, func() { _ = hr.Close() })
+	stop := context.AfterFunc(ctx, hr.Close)
 	defer stop()
-	if _, err := dockerapi.Demux(out, out, hr); err != nil && ctx.Err() != nil {
+	if _, err := stdcopy.StdCopy(out, out, hr.Reader); err != nil && ctx.Err() != nil {
 		return 0, out.String(), fmt.Errorf("helper exec did not finish within %s", limit)
 	}
 	for {
-		ins, err := p.cli.ExecInspect(ctx, execID)
+		ins, err := p.cli.ContainerExecInspect(ctx, execID)
 		if err != nil {
 			return 0, out.String(), p.wrap(err, "inspect helper exec")
 		}
@@ -649,7 +685,9 @@ func (p *Provider) restartContainer(ctx context.Context, containerID string, why
 	zero := 0
 	cctx, cancel := p.call(ctx)
 	defer cancel()
-	if err := p.cli.ContainerRestart(cctx, containerID, dockerapi.StopOptions{Signal: "KILL", Timeout: &zero}); err != nil {
+	// The SDK leaves the signal out for daemons older than API 1.42, which
+	// then send TERM and, after zero seconds, KILL.
+	if err := p.cli.ContainerRestart(cctx, containerID, container.StopOptions{Signal: "KILL", Timeout: &zero}); err != nil {
 		return p.wrap(err, "restart container "+shortID(containerID))
 	}
 	return nil
@@ -666,16 +704,16 @@ func (p *Provider) restartContainer(ctx context.Context, containerID string, why
 func (p *Provider) oomKilled(ctx context.Context, containerID, execID string, started time.Time) bool {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	msgs, errs := p.cli.Events(ctx, dockerapi.EventsOptions{
-		Since:   time.Unix(started.Add(-time.Minute).Unix(), 0),
-		Filters: dockerapi.Filters{"type": {"container"}, "container": {containerID}},
+	msgs, errs := p.cli.Events(ctx, events.ListOptions{
+		Since:   strconv.FormatInt(started.Add(-time.Minute).Unix(), 10),
+		Filters: filters.NewArgs(filters.Arg("type", string(events.ContainerEventType)), filters.Arg("container", containerID)),
 	})
 	seenStart, oom := false, false
 	var late <-chan time.Time
 	for {
 		select {
 		case m := <-msgs:
-			action := m.Action
+			action := string(m.Action)
 			switch {
 			case strings.HasPrefix(action, "exec_start") && m.Actor.Attributes["execID"] == execID:
 				seenStart, oom = true, false
@@ -766,4 +804,27 @@ func (h *headBuffer) String() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.buf.String()
+}
+
+// KillStep ends the processes of one step in the session's container by
+// its tag, as a timeout does: for a step whose xmode is gone (the reaper,
+// teardown). A container that is gone or stopped has nothing left to end.
+func (p *Provider) KillStep(ctx context.Context, sb engine.Sandbox, tag string) error {
+	if tag == "" || sb.ContainerID == "" && sb.SessionID == "" {
+		return nil
+	}
+	if _, err := p.Ping(ctx); err != nil {
+		return err
+	}
+	ci, err := p.ownedContainer(ctx, sb)
+	if err != nil {
+		if errors.Is(err, errContainerGone) {
+			return nil
+		}
+		return err
+	}
+	if !ci.State.Running {
+		return nil
+	}
+	return p.endProcesses(ctx, ci.ID, tag, engine.DefaultGrace)
 }

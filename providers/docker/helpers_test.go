@@ -53,13 +53,13 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// newEnv builds a provider. mode is MountBind or MountVolume; vars override
-// the configuration's environment.
+// newEnv builds a provider. mode is MountBind, MountVolume, or MountSync
+// (against the second, TLS daemon: a daemon that is not on this machine as
+// far as xmode knows); vars override the configuration's environment.
 func newEnv(t testing.TB, mode string, vars map[string]string) *tenv {
 	t.Helper()
 	cli := dockertest.Require(t)
 	img := dockertest.Image(t)
-	e := &tenv{t: t, cli: cli, instance: dockertest.NewInstance(t, cli), warnings: &syncBuffer{}}
 	env := map[string]string{
 		"HOME":                 t.TempDir(),
 		"XMODE_SANDBOX_ENGINE": "docker",
@@ -69,6 +69,16 @@ func newEnv(t testing.TB, mode string, vars map[string]string) *tenv {
 	if h := dockertest.Host(); h != client.DefaultDockerHost {
 		env["XMODE_SANDBOX_DOCKER_HOST"] = h
 	}
+	if mode == MountSync {
+		d := dockertest.RequireTLSDaemon(t)
+		d.Image(t)
+		cli = d.Client()
+		for _, kv := range d.Env() {
+			k, v, _ := strings.Cut(kv, "=")
+			env[k] = v
+		}
+	}
+	e := &tenv{t: t, cli: cli, instance: dockertest.NewInstance(t, cli), warnings: &syncBuffer{}}
 	if mode == MountVolume {
 		e.volume, e.root = dockertest.StorageVolume(t, cli)
 		env["XMODE_SANDBOX_STORAGE_VOLUME"] = e.volume

@@ -22,7 +22,8 @@ func TestMain(m *testing.M) {
 		_ = flag.Set("test.parallel", strconv.Itoa(4))
 	}
 	code := m.Run()
-	if strays := dockertest.Strays(); len(strays) > 0 {
+	strays := append(dockertest.Strays(), dockertest.StopTLSDaemon()...)
+	if len(strays) > 0 {
 		fmt.Fprintln(os.Stderr, "docker objects left behind by tests (now removed):")
 		for _, s := range strays {
 			fmt.Fprintln(os.Stderr, "  "+s)

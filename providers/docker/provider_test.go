@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -13,14 +12,13 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/volume"
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
-	"github.com/xmode/xmode/internal/testenv"
 	"github.com/xmode/xmode/providers/docker/dockertest"
-	"github.com/xmode/xmode/providers/docker/internal/dockerapi"
 )
 
 func TestRegistered(t *testing.T) {
@@ -133,7 +131,7 @@ func TestUnreachableDaemon(t *testing.T) {
 		_, checks["Exec"] = p.Exec(context.Background(), sb, engine.ExecRequest{Argv: []string{"true"}})
 		checks["Destroy"] = p.Destroy(context.Background(), sb)
 		_, checks["Ping"] = p.Ping(context.Background())
-		_, checks["ListManaged"] = p.ListManaged(context.Background(), "x")
+		_, checks["ListObjects"] = p.ListObjects(context.Background(), "x")
 		_, _, checks["IsolationMethod"] = p.IsolationMethod(context.Background())
 		for what, err := range checks {
 			if what == "IsolationMethod" {
@@ -161,38 +159,11 @@ func TestTCPEndpoint(t *testing.T) {
 	t.Parallel()
 	dockertest.Require(t)
 	img := dockertest.Image(t)
-	sock := strings.TrimPrefix(dockertest.Host(), "unix://")
-	if !strings.HasPrefix(dockertest.Host(), "unix://") {
-		testenv.Skip(t, "the test daemon is not on a unix socket (%s)", dockertest.Host())
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				u, err := net.Dial("unix", sock)
-				if err != nil {
-					return
-				}
-				defer u.Close()
-				done := make(chan struct{}, 2)
-				go func() { _, _ = io.Copy(u, c); closeWrite(u); done <- struct{}{} }()
-				go func() { _, _ = io.Copy(c, u); closeWrite(c); done <- struct{}{} }()
-				<-done
-				<-done
-			}()
-		}
-	}()
-	e := newEnv(t, MountBind, map[string]string{"XMODE_SANDBOX_DOCKER_HOST": "tcp://" + l.Addr().String(), "XMODE_SANDBOX_IMAGE": img})
-	if h := e.p.Host(); h != "tcp://"+l.Addr().String() {
+	px := dockertest.NewTCPProxy(t)
+	// A daemon on this machine reached over TCP: bind mode still works when
+	// told so (by default a tcp:// daemon gets a copy of the worktree).
+	e := newEnv(t, MountBind, map[string]string{"XMODE_SANDBOX_DOCKER_HOST": px.Host(), "XMODE_SANDBOX_IMAGE": img, "XMODE_SANDBOX_DOCKER_REMOTE": "0"})
+	if h := e.p.Host(); h != px.Host() {
 		t.Fatalf("provider talks to %s", h)
 	}
 	v, err := e.p.Ping(context.Background())
@@ -200,6 +171,9 @@ func TestTCPEndpoint(t *testing.T) {
 		t.Fatalf("Ping over tcp: %q %v", v, err)
 	}
 	sb := e.provision()
+	if sb.MountMode != MountBind {
+		t.Errorf("mount mode over tcp with XMODE_SANDBOX_DOCKER_REMOTE=0: %s", sb.MountMode)
+	}
 	if got := e.ok(sb, "echo over tcp; echo err >&2"); got != "over tcp" {
 		t.Errorf("got %q", got)
 	}
@@ -263,19 +237,19 @@ func TestNoDockerSocketMount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range []dockerapi.Mount{
-		{Type: dockerapi.MountTypeBind, Source: "/var/run/docker.sock", Target: "/workspace"},
-		{Type: dockerapi.MountTypeBind, Source: "/srv/xmode/runs/x/worktree", Target: "/var/run/docker.sock"},
-		{Type: dockerapi.MountTypeBind, Source: "/var/run", Target: "/x"},
-		{Type: dockerapi.MountTypeBind, Source: "/custom", Target: "/x"},
-		{Type: dockerapi.MountTypeBind, Source: "/", Target: "/host"},
-		{Type: dockerapi.MountTypeBind, Source: "/srv/a/docker.sock", Target: "/y"},
+	for _, m := range []mount.Mount{
+		{Type: mount.TypeBind, Source: "/var/run/docker.sock", Target: "/workspace"},
+		{Type: mount.TypeBind, Source: "/srv/xmode/runs/x/worktree", Target: "/var/run/docker.sock"},
+		{Type: mount.TypeBind, Source: "/var/run", Target: "/x"},
+		{Type: mount.TypeBind, Source: "/custom", Target: "/x"},
+		{Type: mount.TypeBind, Source: "/", Target: "/host"},
+		{Type: mount.TypeBind, Source: "/srv/a/docker.sock", Target: "/y"},
 	} {
-		if err := p.checkNoSocket([]dockerapi.Mount{m}); fail.KindOf(err) != fail.Refused {
+		if err := p.checkNoSocket([]mount.Mount{m}); fail.KindOf(err) != fail.Refused {
 			t.Errorf("mount %s:%s: %v, want refused", m.Source, m.Target, err)
 		}
 	}
-	if err := p.checkNoSocket([]dockerapi.Mount{{Type: dockerapi.MountTypeBind, Source: "/srv/xmode/runs/r/worktree", Target: "/workspace"}}); err != nil {
+	if err := p.checkNoSocket([]mount.Mount{{Type: mount.TypeBind, Source: "/srv/xmode/runs/r/worktree", Target: "/workspace"}}); err != nil {
 		t.Errorf("a worktree mount was refused: %v", err)
 	}
 }
@@ -345,7 +319,7 @@ func TestDestroy(t *testing.T) {
 	}
 }
 
-func TestListManaged(t *testing.T) {
+func TestListObjects(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, MountVolume, nil)
 	ctx := context.Background()
@@ -354,23 +328,44 @@ func TestListManaged(t *testing.T) {
 	if _, err := e.cli.VolumeCreate(ctx, volume.CreateOptions{Name: vol, Labels: dockertest.Labels(e.instance, sb.SessionID, sb.RunID)}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := e.p.ListManaged(ctx, e.instance)
+	objs, err := e.p.ListObjects(ctx, e.instance)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m.Containers) != 1 || m.Containers[0].ID != sb.ContainerID || m.Containers[0].Name != ContainerName(sb.SessionID) ||
-		m.Containers[0].Session() != sb.SessionID || m.Containers[0].State != "running" {
-		t.Errorf("containers: %+v", m.Containers)
+	var cs, vs []engine.Object
+	for _, o := range objs {
+		if o.Kind == engine.KindContainer {
+			cs = append(cs, o)
+		} else {
+			vs = append(vs, o)
+		}
 	}
-	if len(m.Volumes) != 1 || m.Volumes[0].Name != vol || m.Volumes[0].Session() != sb.SessionID {
-		t.Errorf("volumes: %+v", m.Volumes)
+	if len(cs) != 1 || cs[0].ID != sb.ContainerID || cs[0].Name != ContainerName(sb.SessionID) ||
+		cs[0].SessionID != sb.SessionID || cs[0].State != "running" || cs[0].Instance != e.instance {
+		t.Errorf("containers: %+v", cs)
 	}
-	other, err := e.p.ListManaged(ctx, "test_someoneelse")
-	if err != nil || len(other.Containers)+len(other.Volumes) != 0 {
+	if len(vs) != 1 || vs[0].Name != vol || vs[0].ID != vol || vs[0].SessionID != sb.SessionID || vs[0].Kind != engine.KindVolume {
+		t.Errorf("volumes: %+v", vs)
+	}
+	other, err := e.p.ListObjects(ctx, "test_someoneelse")
+	if err != nil || len(other) != 0 {
 		t.Errorf("another instance sees %+v %v", other, err)
 	}
-	if _, err := e.p.ListManaged(ctx, ""); err == nil {
-		t.Error("ListManaged without an instance id listed everything")
+	if _, err := e.p.ListObjects(ctx, ""); err == nil {
+		t.Error("ListObjects without an instance id listed everything")
+	}
+	// RemoveObject is Destroy with its checks: the volume goes, and a
+	// container of another session under this one's name does not.
+	if err := e.p.RemoveObject(ctx, vs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cli.VolumeInspect(ctx, vol); !cerrdefs.IsNotFound(err) {
+		t.Errorf("RemoveObject left the volume: %v", err)
+	}
+	wrong := cs[0]
+	wrong.SessionID = dockertest.NewID("sbx_")
+	if err := e.p.RemoveObject(ctx, wrong); fail.KindOf(err) != fail.Refused {
+		t.Errorf("RemoveObject of a container labelled for another session: %v, want refused", err)
 	}
 }
 

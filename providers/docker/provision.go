@@ -12,9 +12,15 @@ import (
 	"syscall"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/versions"
+	"github.com/docker/docker/api/types/volume"
+
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
-	"github.com/xmode/xmode/providers/docker/internal/dockerapi"
 	"github.com/xmode/xmode/storage"
 )
 
@@ -22,7 +28,23 @@ import (
 const (
 	MountBind   = "bind"
 	MountVolume = "volume"
+	// MountSync: the daemon cannot see this machine's files (a remote
+	// daemon); the sandbox works on a copy of the worktree in a volume of
+	// its own, filled at Provision, brought back by SyncBack (sync.go).
+	MountSync = "sync"
 )
+
+// SyncMount is where a sync-mode sandbox's own volume is mounted; the
+// worktree is SyncWorktree, a directory in it (so that it can belong to the
+// sandbox user: the volume's root stays root's).
+const (
+	SyncMount    = "/xmode"
+	SyncWorktree = SyncMount + "/worktree"
+)
+
+// SyncVolumeName is the volume that holds a sync-mode session's copy of the
+// worktree; it is the session's (Sandbox.Volumes), removed by Destroy.
+func SyncVolumeName(sessionID string) string { return "xmode-wt-" + sessionID }
 
 // BindWorkspace is where bind mode mounts the worktree (the design's
 // historical `-v <worktree>:/workspace -w /workspace`).
@@ -33,6 +55,8 @@ const BindWorkspace = "/workspace"
 const (
 	// IsolationBind: bind mode; only the worktree is mounted.
 	IsolationBind = "bind"
+	// IsolationSync: sync mode; only the session's own volume is mounted.
+	IsolationSync = "sync"
 	// IsolationSubpath: the storage volume mounted with
 	// VolumeOptions.Subpath = runs/<run>/worktree (Engine API 1.45+).
 	IsolationSubpath = "subpath"
@@ -62,8 +86,10 @@ func ContainerName(sessionID string) string { return "xmode-" + sessionID }
 
 // Provision creates and starts the session's container (contract §5): named
 // xmode-<session>, labelled with spec.Labels, an init process and a
-// keep-alive command, the worktree mounted per the mount model, and in volume
-// mode every limit and hardening flag.
+// keep-alive command, the worktree mounted (or, in sync mode, copied) per
+// the mount model, and outside bind mode every limit and hardening flag.
+// What it created before failing is in the returned Sandbox, so teardown
+// can find it.
 func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sandbox, error) {
 	if !storage.ValidID("sbx_", spec.SessionID) {
 		return engine.Sandbox{}, fail.Refusedf("session id %q is malformed: refusing to name a container after it", spec.SessionID)
@@ -75,10 +101,11 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 	if err := p.guard.Within(spec.Worktree); err != nil {
 		return engine.Sandbox{}, err
 	}
-	volumeMode := p.cfg.StorageVolume != ""
-	if volumeMode {
-		// The in-container path is derived from the run, so the worktree
-		// must be exactly <root>/runs/<run>/worktree.
+	mode := p.MountMode()
+	if mode != MountBind {
+		// The in-container path (volume) or the copy back (sync) is
+		// derived from the run, so the worktree must be exactly
+		// <root>/runs/<run>/worktree.
 		if _, err := p.guard.CheckWorktree(spec.RunID, spec.Worktree); err != nil {
 			return engine.Sandbox{}, err
 		}
@@ -90,44 +117,78 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 	if img == "" {
 		img = p.cfg.Image
 	}
+	if err := checkImage(img); err != nil {
+		return engine.Sandbox{}, err
+	}
 	if _, err := p.Ping(ctx); err != nil {
 		return engine.Sandbox{}, err
 	}
 	// The mounts first: a missing storage volume should not wait for a pull.
-	cc, hc, err := p.containerConfig(ctx, spec, img)
+	cc, hc, err := p.containerConfig(ctx, spec, img, mode)
 	if err != nil {
 		return engine.Sandbox{}, err
 	}
 	if err := p.EnsureImage(ctx, img); err != nil {
 		return engine.Sandbox{}, err
 	}
+	sb := engine.Sandbox{
+		Engine:    Name,
+		MountMode: mode,
+		Image:     img,
+		Worktree:  spec.Worktree,
+		RunID:     spec.RunID,
+		SessionID: spec.SessionID,
+		Project:   spec.Project,
+	}
+	if mode == MountSync {
+		vol := SyncVolumeName(spec.SessionID)
+		if err := p.createSessionVolume(ctx, vol, spec.Labels); err != nil {
+			return engine.Sandbox{}, err
+		}
+		sb.Volumes = []string{vol}
+	}
 	name := ContainerName(spec.SessionID)
 	cctx, cancel := p.call(ctx)
 	defer cancel()
-	created, err := p.cli.ContainerCreate(cctx, name, cc, hc)
-	if err != nil && !dockerapi.IsConflict(err) {
+	created, err := p.cli.ContainerCreate(cctx, cc, hc, nil, nil, name)
+	if err != nil && !cerrdefs.IsConflict(err) {
 		// The daemon may have created it before the call failed (a lost
 		// answer, a cancelled context): leave nothing behind.
 		_ = p.removeContainer(context.WithoutCancel(ctx), name, spec.SessionID)
 	}
 	if err != nil {
-		if dockerapi.IsConflict(err) {
-			return engine.Sandbox{}, fail.Failedf("a container named %s already exists (%v): destroy the session first (`xmode sandbox stop`) or remove it with `docker rm -f %s`", name, err, name)
+		p.dropVolumes(ctx, &sb)
+		if cerrdefs.IsConflict(err) {
+			return sb, fail.Failedf("a container named %s already exists (%v): destroy the session first (`xmode sandbox stop`) or remove it with `docker rm -f %s`", name, err, name)
 		}
 		if strings.Contains(err.Error(), "bind source path does not exist") || strings.Contains(err.Error(), "subpath") {
-			return engine.Sandbox{}, fail.Failedf("create %s: %v: the worktree is not in storage volume %q — in volume mode the storage root (%s) must be that volume's mount", name, err, p.cfg.StorageVolume, p.cfg.StorageRoot)
+			return sb, fail.Failedf("create %s: %v: the worktree is not in storage volume %q — in volume mode the storage root (%s) must be that volume's mount", name, err, p.cfg.StorageVolume, p.cfg.StorageRoot)
 		}
-		return engine.Sandbox{}, p.wrap(err, "create container "+name)
+		if rt := p.cfg.Runtime; rt != "" && strings.Contains(strings.ToLower(err.Error()), "runtime") {
+			return sb, fail.Enginef("the docker daemon at %s has no runtime %q (XMODE_SANDBOX_RUNTIME): %v — register it in the daemon's daemon.json (\"runtimes\") and restart dockerd, or unset XMODE_SANDBOX_RUNTIME; `xmode doctor` lists the daemon's runtimes", p.Host(), rt, err)
+		}
+		return sb, p.wrap(err, "create container "+name)
 	}
 	for _, w := range created.Warnings {
 		p.warnf("docker: %s (container %s)", w, name)
 	}
-	if err := p.cli.ContainerStart(cctx, created.ID); err != nil {
-		// Leave nothing behind: a half-made sandbox is removed at once.
+	// Leave nothing behind: a half-made sandbox is removed at once.
+	discard := func() {
 		rctx, rcancel := p.call(context.WithoutCancel(ctx))
-		_ = p.cli.ContainerRemove(rctx, created.ID, dockerapi.RemoveOptions{Force: true, RemoveVolumes: true})
+		_ = p.cli.ContainerRemove(rctx, created.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 		rcancel()
-		return engine.Sandbox{}, p.wrap(err, "start container "+name)
+		p.dropVolumes(ctx, &sb)
+	}
+	if mode == MountSync {
+		// Before the start: no step ever sees a half-copied worktree.
+		if err := p.copyIn(ctx, created.ID, spec.Worktree, cc.User); err != nil {
+			discard()
+			return sb, err
+		}
+	}
+	if err := p.cli.ContainerStart(cctx, created.ID, container.StartOptions{}); err != nil {
+		discard()
+		return sb, p.wrap(err, "start container "+name)
 	}
 	if spec.CacheVolume != "" && cc.User != "" && !strings.HasPrefix(cc.User, "0:") && cc.User != "0" {
 		// A new volume's root belongs to root: let the (non-root) sandbox
@@ -137,45 +198,81 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 			p.warnf("could not open cache volume %s to the sandbox user %s: %v %s", spec.CacheVolume, cc.User, err, out)
 		}
 	}
-	mode := MountBind
-	if volumeMode {
-		mode = MountVolume
+	sb.ContainerID = created.ID
+	return sb, nil
+}
+
+// MountMode is how this provider's sandboxes see their worktree: volume
+// mode when a storage volume is configured, sync mode when the daemon is
+// remote (XMODE_SANDBOX_DOCKER_REMOTE; by default any tcp:// daemon), bind
+// mode otherwise.
+func (p *Provider) MountMode() string {
+	switch {
+	case p.cfg.StorageVolume != "":
+		return MountVolume
+	case p.ep.remote:
+		return MountSync
 	}
-	return engine.Sandbox{
-		Engine:      Name,
-		ContainerID: created.ID,
-		MountMode:   mode,
-		Image:       img,
-		Worktree:    spec.Worktree,
-		RunID:       spec.RunID,
-		SessionID:   spec.SessionID,
-		Project:     spec.Project,
-	}, nil
+	return MountBind
+}
+
+// createSessionVolume creates a volume of the session's (sync mode),
+// labelled like its container; one of that name that is not the session's
+// is refused.
+func (p *Provider) createSessionVolume(ctx context.Context, name string, labels map[string]string) error {
+	if err := checkRef("volume", name); err != nil {
+		return err
+	}
+	cctx, cancel := p.call(ctx)
+	defer cancel()
+	v, err := p.cli.VolumeCreate(cctx, volume.CreateOptions{Name: name, Labels: labels})
+	if err != nil {
+		return p.wrap(err, "create volume "+name)
+	}
+	if v.Labels[LabelManaged] != "true" || v.Labels[LabelSession] != labels[LabelSession] {
+		return fail.Refusedf("volume %s exists and is not this session's (labels %v): remove it (`docker volume rm %s`)", name, v.Labels, name)
+	}
+	return nil
+}
+
+// dropVolumes removes a failed Provision's session volumes, best effort; the
+// ones that are gone leave the Sandbox (teardown retries the rest).
+func (p *Provider) dropVolumes(ctx context.Context, sb *engine.Sandbox) {
+	var left []string
+	for _, v := range sb.Volumes {
+		if err := p.removeVolume(context.WithoutCancel(ctx), v, ""); err != nil {
+			left = append(left, v)
+		}
+	}
+	sb.Volumes = left
 }
 
 // containerConfig builds the create request for one session.
-func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img string) (*dockerapi.ContainerConfig, *dockerapi.HostConfig, error) {
+func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img, mode string) (*container.Config, *container.HostConfig, error) {
 	labels := make(map[string]string, len(spec.Labels))
 	for k, v := range spec.Labels {
 		labels[k] = v
 	}
 	yes := true
-	cc := &dockerapi.ContainerConfig{
+	cc := &container.Config{
 		Image:      img,
 		Entrypoint: append([]string(nil), KeepAlive...),
 		Labels:     labels,
 		Env:        append([]string(nil), spec.Env...),
 	}
-	hc := &dockerapi.HostConfig{
+	hc := &container.HostConfig{
 		Init:          &yes,
-		RestartPolicy: dockerapi.RestartPolicy{Name: "no"},
+		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
+		// Stronger isolation (gVisor's runsc, sysbox-runc) is the daemon's
+		// runtime of that name; "" is the daemon's default.
+		Runtime: p.cfg.Runtime,
 	}
 
-	if p.cfg.StorageVolume == "" {
+	if mode == MountBind {
 		// bind (dev): the lightweight historical argv, no limits.
 		cc.WorkingDir = BindWorkspace
-		hc.Mounts = []dockerapi.Mount{{Type: dockerapi.MountTypeBind, Source: spec.Worktree, Target: BindWorkspace}}
-		extra, err := p.projectMounts(ctx, spec, BindWorkspace, IsolationBind, dockerapi.Volume{})
+		hc.Mounts = []mount.Mount{{Type: mount.TypeBind, Source: spec.Worktree, Target: BindWorkspace}}
+		extra, err := p.projectMounts(ctx, spec, BindWorkspace, IsolationBind, volume.Volume{})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -186,30 +283,50 @@ func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img st
 		return cc, hc, nil
 	}
 
-	// volume (prod): bounded and hardened, always.
+	// volume (prod) and sync (a remote daemon): bounded and hardened, always.
 	if !storage.ValidID("run_", spec.RunID) {
 		return nil, nil, fail.Refusedf("run id %q is malformed; refusing to derive a path from it", spec.RunID)
 	}
-	method, detail, vol, err := p.isolation(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	if method == IsolationWholeVolume {
-		p.warnf("%s", detail)
-	}
-	workdir := p.containerWorktree(spec.RunID)
-	mounts := p.storageMount(method, vol, path.Join("runs", spec.RunID, "worktree"), workdir, false)
-	if method == IsolationWholeVolume {
-		mounts = []dockerapi.Mount{{
-			Type: dockerapi.MountTypeVolume, Source: vol.Name, Target: p.cfg.StorageMount,
-			VolumeOptions: &dockerapi.VolumeOptions{NoCopy: true},
+	var mounts []mount.Mount
+	var workdir string
+	if mode == MountSync {
+		workdir = SyncWorktree
+		mounts = []mount.Mount{{
+			Type: mount.TypeVolume, Source: SyncVolumeName(spec.SessionID), Target: SyncMount,
+			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
 		}}
+		extra, err := p.projectMounts(ctx, spec, workdir, MountSync, volume.Volume{})
+		if err != nil {
+			return nil, nil, err
+		}
+		mounts = append(mounts, extra...)
+	} else {
+		method, detail, vol, err := p.isolation(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		if method == IsolationWholeVolume {
+			p.warnf("%s", detail)
+		}
+		workdir = p.containerWorktree(spec.RunID)
+		mounts = p.storageMount(method, vol, path.Join("runs", spec.RunID, "worktree"), workdir, false)
+		if method == IsolationWholeVolume {
+			mounts = []mount.Mount{{
+				Type: mount.TypeVolume, Source: vol.Name, Target: p.cfg.StorageMount,
+				VolumeOptions: &mount.VolumeOptions{NoCopy: true},
+			}}
+		}
+		extra, err := p.projectMounts(ctx, spec, workdir, method, vol)
+		if err != nil {
+			return nil, nil, err
+		}
+		mounts = append(mounts, extra...)
+		if method == IsolationSubpath && versions.LessThan(p.cli.ClientVersion(), "1.45") {
+			// The SDK sends Subpath to any daemon, and an older one ignores
+			// it and mounts the whole volume: never let that happen.
+			return nil, nil, fail.Enginef("volume subpath mounts need Engine API 1.45; the daemon at %s speaks %s", p.Host(), p.cli.ClientVersion())
+		}
 	}
-	extra, err := p.projectMounts(ctx, spec, workdir, method, vol)
-	if err != nil {
-		return nil, nil, err
-	}
-	mounts = append(mounts, extra...)
 	if err := p.checkNoSocket(mounts); err != nil {
 		return nil, nil, err
 	}
@@ -217,11 +334,11 @@ func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img st
 	cc.User = p.sandboxUser(spec.Worktree)
 	pids := p.cfg.PidsLimit
 	hc.Mounts = mounts
-	hc.NetworkMode = p.cfg.Network
+	hc.NetworkMode = container.NetworkMode(p.cfg.Network)
 	hc.CapDrop = []string{"ALL"}
 	hc.SecurityOpt = []string{"no-new-privileges"}
 	hc.ReadonlyRootfs = p.cfg.ReadonlyRoot
-	hc.IpcMode = "private"
+	hc.IpcMode = container.IPCModePrivate
 	if p.cfg.TmpfsPath != "" {
 		hc.Tmpfs = map[string]string{p.cfg.TmpfsPath: p.cfg.TmpfsOptions}
 	}
@@ -229,7 +346,7 @@ func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img st
 	hc.Memory = p.cfg.Memory
 	hc.MemorySwap = p.cfg.Memory // no swap beyond the memory limit
 	hc.PidsLimit = &pids
-	hc.Ulimits = []*dockerapi.Ulimit{{Name: "nofile", Soft: NofileSoft, Hard: NofileHard}}
+	hc.Ulimits = []*container.Ulimit{{Name: "nofile", Soft: NofileSoft, Hard: NofileHard}}
 	return cc, hc, nil
 }
 
@@ -237,17 +354,17 @@ func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img st
 // method allows: a host bind (bind mode), a volume subpath, a bind from the
 // volume's mountpoint on the daemon host; nothing with the whole volume
 // (it is all mounted already).
-func (p *Provider) storageMount(method string, vol dockerapi.Volume, rel, target string, readOnly bool) []dockerapi.Mount {
+func (p *Provider) storageMount(method string, vol volume.Volume, rel, target string, readOnly bool) []mount.Mount {
 	switch method {
 	case IsolationBind:
-		return []dockerapi.Mount{{Type: dockerapi.MountTypeBind, Source: filepath.Join(p.cfg.StorageRoot, filepath.FromSlash(rel)), Target: target, ReadOnly: readOnly}}
+		return []mount.Mount{{Type: mount.TypeBind, Source: filepath.Join(p.cfg.StorageRoot, filepath.FromSlash(rel)), Target: target, ReadOnly: readOnly}}
 	case IsolationSubpath:
-		return []dockerapi.Mount{{
-			Type: dockerapi.MountTypeVolume, Source: vol.Name, Target: target, ReadOnly: readOnly,
-			VolumeOptions: &dockerapi.VolumeOptions{NoCopy: true, Subpath: rel},
+		return []mount.Mount{{
+			Type: mount.TypeVolume, Source: vol.Name, Target: target, ReadOnly: readOnly,
+			VolumeOptions: &mount.VolumeOptions{NoCopy: true, Subpath: rel},
 		}}
 	case IsolationMountpoint:
-		return []dockerapi.Mount{{Type: dockerapi.MountTypeBind, Source: path.Join(vol.Mountpoint, rel), Target: target, ReadOnly: readOnly}}
+		return []mount.Mount{{Type: mount.TypeBind, Source: path.Join(vol.Mountpoint, rel), Target: target, ReadOnly: readOnly}}
 	}
 	return nil
 }
@@ -266,9 +383,13 @@ func (p *Provider) storageMount(method string, vol dockerapi.Volume, rel, target
 //     the worktree on the host.
 //   - the project's dependency-cache volume at CacheMount, read-write,
 //     shared by the project's sessions and outliving them.
-func (p *Provider) projectMounts(ctx context.Context, spec engine.Spec, containerWorktree, method string, vol dockerapi.Volume) ([]dockerapi.Mount, error) {
-	var out []dockerapi.Mount
-	if spec.MachineGitDir != "" {
+//
+// A sync-mode sandbox (a remote daemon) gets the cache volume only: the
+// machine's .git stays on this machine, so git does not work inside it
+// (xmode's diff and change requests read the worktree here, after SyncBack).
+func (p *Provider) projectMounts(ctx context.Context, spec engine.Spec, containerWorktree, method string, vol volume.Volume) ([]mount.Mount, error) {
+	var out []mount.Mount
+	if spec.MachineGitDir != "" && method != MountSync {
 		gitDir := filepath.Clean(spec.MachineGitDir)
 		if err := p.guard.Within(gitDir); err != nil {
 			return nil, err
@@ -302,7 +423,7 @@ func (p *Provider) projectMounts(ctx context.Context, spec engine.Spec, containe
 		if err := p.ensureCacheVolume(ctx, spec); err != nil {
 			return nil, err
 		}
-		out = append(out, dockerapi.Mount{Type: dockerapi.MountTypeVolume, Source: spec.CacheVolume, Target: mnt, VolumeOptions: &dockerapi.VolumeOptions{NoCopy: true}})
+		out = append(out, mount.Mount{Type: mount.TypeVolume, Source: spec.CacheVolume, Target: mnt, VolumeOptions: &mount.VolumeOptions{NoCopy: true}})
 	}
 	return out, nil
 }
@@ -352,6 +473,9 @@ func worktreeAdminDir(worktree, gitDir string) (string, error) {
 // (or a user) filled must not feed this install's untrusted steps, nor this
 // install's steps write into theirs.
 func (p *Provider) ensureCacheVolume(ctx context.Context, spec engine.Spec) error {
+	if err := checkRef("volume", spec.CacheVolume); err != nil {
+		return err
+	}
 	cctx, cancel := p.call(ctx)
 	defer cancel()
 	v, err := p.cli.VolumeInspect(cctx, spec.CacheVolume)
@@ -366,7 +490,7 @@ func (p *Provider) ensureCacheVolume(ctx context.Context, spec engine.Spec) erro
 		}
 		return nil
 	}
-	if !dockerapi.IsNotFound(err) {
+	if !cerrdefs.IsNotFound(err) {
 		return p.wrap(err, "inspect cache volume "+spec.CacheVolume)
 	}
 	labels := map[string]string{}
@@ -376,7 +500,7 @@ func (p *Provider) ensureCacheVolume(ctx context.Context, spec engine.Spec) erro
 		}
 	}
 	labels[LabelProject] = spec.Project
-	if _, err := p.cli.VolumeCreate(cctx, dockerapi.VolumeCreateRequest{Name: spec.CacheVolume, Labels: labels}); err != nil && !dockerapi.IsConflict(err) {
+	if _, err := p.cli.VolumeCreate(cctx, volume.CreateOptions{Name: spec.CacheVolume, Labels: labels}); err != nil && !cerrdefs.IsConflict(err) {
 		return p.wrap(err, "create cache volume "+spec.CacheVolume)
 	}
 	return nil
@@ -416,11 +540,15 @@ func (p *Provider) containerWorktree(runID string) string {
 
 // IsolationMethod reports how volume mode isolates sandboxes from each other
 // on this daemon (for `xmode doctor`): one of the Isolation* constants and a
-// sentence saying why. In bind mode it is IsolationBind. A missing storage
-// volume or an unreachable daemon is an error (fail.Enginef).
+// sentence saying why. In bind mode it is IsolationBind, in sync mode
+// IsolationSync. A missing storage volume or an unreachable daemon is an
+// error (fail.Enginef).
 func (p *Provider) IsolationMethod(ctx context.Context) (method, detail string, err error) {
-	if p.cfg.StorageVolume == "" {
+	switch p.MountMode() {
+	case MountBind:
 		return IsolationBind, "bind mode: each sandbox mounts only its own worktree at " + BindWorkspace, nil
+	case MountSync:
+		return IsolationSync, "sync mode: each sandbox has a copy of its own worktree in a volume of its own (" + SyncWorktree + ")", nil
 	}
 	if _, err := p.Ping(ctx); err != nil {
 		return "", "", err
@@ -435,19 +563,22 @@ func (p *Provider) IsolationMethod(ctx context.Context) (method, detail string, 
 // mode the storage root xmode writes must already live in it — a fresh
 // empty volume would give every sandbox an empty worktree, silently. It is
 // shared by every session and never removed by Destroy.
-func (p *Provider) isolation(ctx context.Context) (string, string, dockerapi.Volume, error) {
+func (p *Provider) isolation(ctx context.Context) (string, string, volume.Volume, error) {
 	name := p.cfg.StorageVolume
+	if err := checkRef("volume", name); err != nil {
+		return "", "", volume.Volume{}, err
+	}
 	cctx, cancel := p.call(ctx)
 	defer cancel()
 	vol, err := p.cli.VolumeInspect(cctx, name)
-	if dockerapi.IsNotFound(err) {
+	if cerrdefs.IsNotFound(err) {
 		return "", "", vol, fail.Enginef("storage volume %q does not exist on the docker daemon at %s: in volume mode the storage root must live in it — create it (`docker volume create %s`) and mount it at %s in the container xmode runs in, or unset XMODE_SANDBOX_STORAGE_VOLUME for bind mode", name, p.Host(), name, p.cfg.StorageMount)
 	}
 	if err != nil {
 		return "", "", vol, p.wrap(err, "inspect storage volume "+name)
 	}
-	api := p.cli.Version()
-	subpathOK := dockerapi.VersionAtLeast(api, "1.45")
+	api := p.cli.ClientVersion()
+	subpathOK := !versions.LessThan(api, "1.45")
 	mountpointOK := vol.Driver == "local" && len(vol.Options) == 0 && vol.Mountpoint != ""
 	method := ""
 	switch {
@@ -476,7 +607,7 @@ func (p *Provider) isolation(ctx context.Context) (string, string, dockerapi.Vol
 // dockerSockets are paths that must never be mounted into a sandbox.
 func (p *Provider) dockerSockets() []string {
 	socks := []string{"/var/run/docker.sock", "/run/docker.sock"}
-	for _, h := range []string{p.cfg.DockerHost, os.Getenv("DOCKER_HOST"), p.Host()} {
+	for _, h := range []string{p.cfg.DockerHost, p.Host()} {
 		if s, ok := strings.CutPrefix(h, "unix://"); ok && s != "" {
 			socks = append(socks, filepath.Clean(s))
 		}
@@ -487,7 +618,7 @@ func (p *Provider) dockerSockets() []string {
 // checkNoSocket refuses any mount that is, or contains, a docker socket:
 // the socket is root on the daemon host, so it never enters a sandbox,
 // whatever the configuration says.
-func (p *Provider) checkNoSocket(mounts []dockerapi.Mount) error {
+func (p *Provider) checkNoSocket(mounts []mount.Mount) error {
 	for _, m := range mounts {
 		for _, end := range []string{m.Source, m.Target} {
 			if end == "" {
@@ -503,7 +634,7 @@ func (p *Provider) checkNoSocket(mounts []dockerapi.Mount) error {
 				}
 			}
 		}
-		if m.Type == dockerapi.MountTypeBind {
+		if m.Type == mount.TypeBind {
 			if st, err := os.Stat(m.Source); err == nil && st.Mode()&os.ModeSocket != 0 {
 				return fail.Refusedf("refusing to mount %s into a sandbox: it is a socket", m.Source)
 			}
@@ -525,8 +656,8 @@ func isUnder(dir, p string) bool {
 // pull is fail.Enginef (exit 5) with the daemon's reason; it never hangs
 // longer than PullTimeout.
 func (p *Provider) EnsureImage(ctx context.Context, ref string) error {
-	if _, err := dockerapi.ParseReference(ref); err != nil {
-		return fail.Usagef("image %q is not a valid image reference (XMODE_SANDBOX_IMAGE or --image): %v", ref, err)
+	if err := checkImage(ref); err != nil {
+		return err
 	}
 	cctx, cancel := p.call(ctx)
 	_, err := p.cli.ImageInspect(cctx, ref)
@@ -534,7 +665,7 @@ func (p *Provider) EnsureImage(ctx context.Context, ref string) error {
 	if err == nil {
 		return nil
 	}
-	if !dockerapi.IsNotFound(err) {
+	if !cerrdefs.IsNotFound(err) {
 		return p.wrap(err, "inspect image "+ref)
 	}
 
@@ -546,7 +677,7 @@ func (p *Provider) EnsureImage(ctx context.Context, ref string) error {
 	}
 	pctx, pcancel := context.WithTimeout(ctx, p.pullTimeout())
 	defer pcancel()
-	rc, err := p.cli.ImagePull(pctx, ref)
+	rc, err := p.cli.ImagePull(pctx, ref, image.PullOptions{})
 	if err != nil {
 		if e := p.wrap(err, "pull "+ref); fail.KindOf(e) == fail.EngineUnavailable {
 			return e
@@ -560,6 +691,8 @@ func (p *Provider) EnsureImage(ctx context.Context, ref string) error {
 		}
 		return pullFailed(ref, err)
 	}
+	// A stream that reported its error only as "error" (no errorDetail)
+	// renders as success: the image itself says whether the pull worked.
 	cctx, cancel = p.call(ctx)
 	defer cancel()
 	if _, err := p.cli.ImageInspect(cctx, ref); err != nil {

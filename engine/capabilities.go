@@ -1,0 +1,184 @@
+package engine
+
+import (
+	"context"
+	"io"
+	"sort"
+)
+
+// Optional capabilities, in the manner of Nomad's task drivers: an adapter
+// implements the ones its engine has, and callers ask for them through the
+// helpers below instead of naming a provider. An engine without one is
+// simply an engine that needs nothing of the kind (the host engine has no
+// orphans, no daemon to check, no copy of the worktree).
+
+// Object kinds an OrphanLister lists.
+const (
+	KindContainer = "container"
+	KindVolume    = "volume"
+)
+
+// Object is one thing an engine created for an install, found by its labels
+// (contract §5).
+type Object struct {
+	Kind      string // KindContainer or KindVolume
+	ID        string // container ID; volume name
+	Name      string // container name; volume name
+	State     string // a container's state (created, running, exited, …); "" for a volume
+	SessionID string // its xmode.session label ("" when it has none)
+	Instance  string // its xmode.instance label
+}
+
+// OrphanLister is an engine whose objects can outlive a crashed xmode: the
+// reaper lists them and removes those whose session is not open.
+type OrphanLister interface {
+	// ListObjects returns the objects labelled xmode.managed=true and
+	// xmode.instance=instance, and nothing else; an unreachable engine is
+	// an error.
+	ListObjects(ctx context.Context, instance string) ([]Object, error)
+	// RemoveObject removes one of them with the checks Destroy makes (only
+	// xmode's objects, a container only with its own session's label); one
+	// already gone is success.
+	RemoveObject(ctx context.Context, o Object) error
+}
+
+// Check statuses.
+const (
+	CheckOK   = "ok"
+	CheckWarn = "warn"
+	CheckFail = "fail"
+)
+
+// Check is one line of a health report (`xmode doctor`).
+type Check struct {
+	Name   string `json:"name"`
+	Status string `json:"status"` // CheckOK, CheckWarn or CheckFail
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+// HealthChecker is an engine that can check its deployment: the daemon
+// answers, its API version, the image, volumes, isolation, runtimes. Health
+// never fails as a call: what is wrong is a CheckFail line with a fix.
+type HealthChecker interface {
+	Health(ctx context.Context) []Check
+}
+
+// ProgressSink is an engine with something slow to show (an image pull):
+// SetProgress gives it the writer, before the first Provision.
+type ProgressSink interface {
+	SetProgress(w io.Writer)
+}
+
+// VolumeRemover is an engine that keeps volumes outliving sessions (a
+// project machine's cache): `xmode machine rm` removes them through it.
+type VolumeRemover interface {
+	// RemoveVolume removes a volume of this install (instance is the
+	// storage root's ID) and refuses anyone else's; one that does not exist
+	// is success.
+	RemoveVolume(ctx context.Context, name, instance string) error
+}
+
+// WorktreeSyncer is an engine whose sandboxes work on a copy of the
+// worktree rather than on the host's directory (a docker daemon on another
+// machine). SyncBack makes the host's worktree what the sandbox's copy is
+// now; whoever reads the worktree on the host (a diff, a change request)
+// calls SyncBack first. The copy is hostile input: SyncBack never writes
+// outside the worktree and leaves it unchanged when it refuses the copy.
+type WorktreeSyncer interface {
+	SyncBack(ctx context.Context, sb Sandbox) error
+}
+
+// SetProgress hands w to the adapter if it shows progress; a nil w leaves it
+// silent.
+func SetProgress(a Adapter, w io.Writer) {
+	if s, ok := a.(ProgressSink); ok && w != nil {
+		s.SetProgress(w)
+	}
+}
+
+// SyncBack brings the sandbox's copy of the worktree back to the host when
+// the adapter works on a copy; for every other adapter the host's worktree
+// is the sandbox's and this does nothing.
+func SyncBack(ctx context.Context, a Adapter, sb Sandbox) error {
+	if s, ok := a.(WorktreeSyncer); ok {
+		return s.SyncBack(ctx, sb)
+	}
+	return nil
+}
+
+// Orphans returns the adapter's orphan lister, if it has objects that can
+// outlive a session.
+func Orphans(a Adapter) (OrphanLister, bool) {
+	o, ok := a.(OrphanLister)
+	return o, ok
+}
+
+// Health returns the adapter's health report, and false when it has none.
+func Health(ctx context.Context, a Adapter) ([]Check, bool) {
+	h, ok := a.(HealthChecker)
+	if !ok {
+		return nil, false
+	}
+	return h.Health(ctx), true
+}
+
+// Volumes returns the adapter's volume remover, if it keeps volumes.
+func Volumes(a Adapter) (VolumeRemover, bool) {
+	v, ok := a.(VolumeRemover)
+	return v, ok
+}
+
+// Close releases what the adapter holds (a daemon client's connections).
+func Close(a Adapter) error {
+	if c, ok := a.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// Names lists the engines built into this binary, sorted.
+func Names() []string {
+	mu.Lock()
+	defer mu.Unlock()
+	names := make([]string, 0, len(factories))
+	for n := range factories {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// StepKiller is an optional capability of an adapter: end every process of
+// one step, found by the tag its processes carry (ExecRequest.Tag), whether
+// or not the xmode that started it still runs. Teardown uses it before a
+// session's worktree goes, and the reaper for a step whose heartbeat went
+// stale (its xmode was killed). Ending a step that is already gone is not
+// an error.
+type StepKiller interface {
+	KillStep(ctx context.Context, sb Sandbox, tag string) error
+}
+
+// KillStep ends a step's processes through the adapter when it can; an
+// adapter without the capability has nothing that outlives its xmode.
+func KillStep(ctx context.Context, a Adapter, sb Sandbox, tag string) error {
+	if k, ok := a.(StepKiller); ok && tag != "" {
+		return k.KillStep(ctx, sb, tag)
+	}
+	return nil
+}
+
+// MountModer is an engine with more than one way to give a sandbox its
+// worktree (docker: bind, volume, sync); sessions record the mode.
+type MountModer interface {
+	MountMode() string
+}
+
+// MountMode is the mount mode a new sandbox of the adapter gets; "" for an
+// engine that has one way only (the host).
+func MountMode(a Adapter) string {
+	if m, ok := a.(MountModer); ok {
+		return m.MountMode()
+	}
+	return ""
+}
