@@ -14,6 +14,7 @@ import (
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -109,6 +110,10 @@ func doctor(ctx context.Context, cfg *config.Config) []engine.Check {
 		f.Close()
 		os.Remove(f.Name())
 		add("storage root", "ok", cfg.StorageRoot+" is writable", "")
+		if suid, err := storage.AllowsSetuid(cfg.StorageRoot); err == nil && suid {
+			add("setuid", "warn", "the storage root's filesystem honours setuid bits: a setuid file a sandbox leaves in a worktree would run with its owner's rights on this host (xmode clears them after each docker step)",
+				"mount the storage root's filesystem nosuid (mount -o remount,nosuid …, or nosuid in /etc/fstab)")
+		}
 	}
 
 	// database
@@ -136,6 +141,10 @@ func doctor(ctx context.Context, cfg *config.Config) []engine.Check {
 		add("engine", "warn", "XMODE_SANDBOX_ENGINE is unset: cloud_worker sessions run as host processes", "set XMODE_SANDBOX_ENGINE=docker for hardened containers")
 	} else {
 		add("engine", "ok", "cloud_worker sessions run on the "+cfg.Engine+" engine", "")
+	}
+	if left := cfg.Unapplied(); len(left) > 0 {
+		add("limits", "warn", "bind mode (no storage volume) keeps the lightweight docker argv: "+strings.Join(left, ", ")+" are not applied, nor cap-drop and no-new-privileges",
+			"set XMODE_SANDBOX_STORAGE_VOLUME for volume mode, XMODE_SANDBOX_BIND_HARDENED=1 to apply them all in bind mode, or set the ones you need explicitly")
 	}
 
 	// Each engine checks its own deployment; only the configured one's

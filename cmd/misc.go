@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/store"
 )
 
@@ -22,8 +23,23 @@ A bad value exits 2 and names the variable.`,
 			if err != nil {
 				return err
 			}
+			unapplied := map[string]bool{}
+			for _, n := range cfg.Unapplied() {
+				unapplied[n] = true
+			}
 			if a.json {
-				return a.printJSON(cfg.Values)
+				type value struct {
+					config.Value
+					NotApplied string `json:"not_applied,omitempty"`
+				}
+				out := make([]value, len(cfg.Values))
+				for i, v := range cfg.Values {
+					out[i].Value = v
+					if unapplied[v.Name] {
+						out[i].NotApplied = "bind mode"
+					}
+				}
+				return a.printJSON(out)
 			}
 			t := newTable(a.Out, "VARIABLE", "VALUE", "SOURCE")
 			for _, v := range cfg.Values {
@@ -31,7 +47,11 @@ A bad value exits 2 and names the variable.`,
 				if val == "" {
 					val = "(unset)"
 				}
-				t.row(v.Name, val, v.Source)
+				src := v.Source
+				if unapplied[v.Name] {
+					src += " (not applied in bind mode: XMODE_SANDBOX_BIND_HARDENED=1 or set it)"
+				}
+				t.row(v.Name, clean(val), src)
 			}
 			return t.flush()
 		},

@@ -48,6 +48,7 @@ type Config struct {
 	TmpfsOptions       string
 	Network            string
 	ReadonlyRoot       bool
+	BindHardened       bool   // bind mode gets volume mode's limits and hardening
 	SandboxUser        string // "uid:gid"; "" when the storage root does not exist yet
 	TTL                time.Duration
 	MaxTTL             time.Duration
@@ -224,6 +225,11 @@ var settings = []setting{
 		if err != nil || n <= 0 {
 			return fmt.Errorf("%q is not a process limit: use a positive whole number", v)
 		}
+		if n < MinPids {
+			// The init, the keep-alive, a step's shell and its command, and
+			// the helper that ends a step: below this a sandbox cannot run.
+			return fmt.Errorf("%q is below %d: a sandbox needs its init, keep-alive and a step's processes", v, MinPids)
+		}
 		c.PidsLimit = n
 		return nil
 	}},
@@ -257,6 +263,11 @@ var settings = []setting{
 	{name: "XMODE_SANDBOX_READONLY_ROOT", def: lit("0"), apply: func(c *Config, v string) error {
 		b, err := ParseBool(v)
 		c.ReadonlyRoot = b
+		return err
+	}},
+	{name: "XMODE_SANDBOX_BIND_HARDENED", def: lit("0"), apply: func(c *Config, v string) error {
+		b, err := ParseBool(v)
+		c.BindHardened = b
 		return err
 	}},
 	{name: "XMODE_SANDBOX_USER", def: defaultSandboxUser, apply: func(c *Config, v string) error {
@@ -396,14 +407,60 @@ func defaultUser(_ *Config, _ Env) string {
 	return strconv.Itoa(os.Getuid())
 }
 
+// MinPids is the lowest XMODE_SANDBOX_PIDS_LIMIT a sandbox can run under.
+const MinPids = 8
+
+// NonRootUser is who docker steps run as when the storage root belongs to
+// root: an unprivileged uid that owns nothing else (distroless's nonroot).
+const NonRootUser = "65532:65532"
+
 // defaultSandboxUser is the owner of the storage root, so files a sandboxed
-// command writes into the worktree stay owned by whoever owns the rest.
+// command writes into the worktree stay owned by whoever owns the rest —
+// unless that is root: sandboxes never run as root on the host's files.
 func defaultSandboxUser(c *Config, _ Env) string {
 	var st syscall.Stat_t
-	if err := syscall.Stat(c.StorageRoot, &st); err != nil {
-		return ""
+	if err := syscall.Stat(c.StorageRoot, &st); err != nil || st.Uid == 0 {
+		return NonRootUser
 	}
 	return fmt.Sprintf("%d:%d", st.Uid, st.Gid)
+}
+
+// LimitSettings are the variables of a docker sandbox's limits.
+var LimitSettings = []string{"XMODE_SANDBOX_CPUS", "XMODE_SANDBOX_MEMORY", "XMODE_SANDBOX_PIDS_LIMIT",
+	"XMODE_SANDBOX_TMPFS", "XMODE_SANDBOX_NETWORK", "XMODE_SANDBOX_READONLY_ROOT"}
+
+// BindLeaves reports whether a docker sandbox in bind mode leaves the limit
+// name at docker's default: bind mode keeps the design's lightweight argv,
+// but a value the user set explicitly is applied, and
+// XMODE_SANDBOX_BIND_HARDENED applies them all.
+func (c *Config) BindLeaves(name string) bool { return !c.BindHardened && !c.Explicit(name) }
+
+// Unapplied lists the limits that new docker sandboxes will not get as
+// configured: in bind mode (docker engine, no storage volume, a daemon on
+// this machine), those BindLeaves. `config` and `doctor` say so.
+func (c *Config) Unapplied() []string {
+	if c.Engine != "docker" || c.StorageVolume != "" || c.DockerRemote == "on" ||
+		c.DockerRemote == "auto" && (strings.HasPrefix(c.DockerHost, "tcp://") || strings.HasPrefix(c.DockerHost, "http")) {
+		return nil
+	}
+	var out []string
+	for _, n := range LimitSettings {
+		if c.BindLeaves(n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Explicit reports whether a setting was given (a flag, its variable or
+// the fallback) rather than left at its default.
+func (c *Config) Explicit(name string) bool {
+	for _, v := range c.Values {
+		if v.Name == name {
+			return v.Source != "default"
+		}
+	}
+	return false
 }
 
 // CheckTTL refuses a lifetime beyond XMODE_SANDBOX_MAX_TTL.

@@ -2,11 +2,13 @@ package storage
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/testenv"
 )
 
 func newGuard(t *testing.T) (Guard, string) {
@@ -194,4 +196,24 @@ func FuzzValidID(f *testing.F) {
 			t.Fatalf("%q accepted", id)
 		}
 	})
+}
+
+// AllowsSetuid tells a nosuid mount from one that honours setuid bits.
+func TestAllowsSetuid(t *testing.T) {
+	if os.Getuid() != 0 {
+		testenv.Skip(t, "mounting a nosuid tmpfs needs root")
+	}
+	dir := t.TempDir()
+	for _, opts := range []string{"nosuid", "suid"} {
+		mnt := filepath.Join(dir, opts)
+		os.Mkdir(mnt, 0o755)
+		if out, err := exec.Command("mount", "-t", "tmpfs", "-o", opts+",size=1m", "tmpfs", mnt).CombinedOutput(); err != nil {
+			testenv.Skip(t, "mount: %v %s", err, out)
+		}
+		defer exec.Command("umount", "-l", mnt).Run()
+		got, err := AllowsSetuid(mnt)
+		if err != nil || got != (opts == "suid") {
+			t.Errorf("AllowsSetuid(%s mount) = %v, %v", opts, got, err)
+		}
+	}
 }

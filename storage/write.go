@@ -114,3 +114,13 @@ func DiskUsage(dir string) (int64, error) {
 	})
 	return total, err
 }
+
+// AllowsSetuid reports whether dir's filesystem honours setuid bits (it is
+// not mounted nosuid).
+func AllowsSetuid(dir string) (bool, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return false, err
+	}
+	return st.Flags&unix.ST_NOSUID == 0, nil
+}

@@ -348,10 +348,15 @@ func dkDoctorOK(t *testing.T, cli *client.Client, root, img string, env []string
 	}
 	var checks []dkCheck
 	dkJSON(t, dkWant(t, dkXmode(t, root, env, "doctor", "--json"), 0), &checks)
+	// Two warnings are about the machine and the mode, not the daemon: a
+	// storage root without nosuid, and bind mode's unapplied limits.
 	for _, c := range checks {
-		if c.Status != "ok" {
+		if c.Status != "ok" && !(c.Status == "warn" && (c.Name == "setuid" || c.Name == "limits" && vol == "")) {
 			t.Errorf("doctor --json: %+v is not ok", c)
 		}
+	}
+	if c := dkFind(checks, "limits"); (c != nil) != (vol == "") {
+		t.Errorf("doctor --json: limits line %+v in %s mode; bind mode must say what it does not apply, volume mode must not", c, map[bool]string{true: "bind", false: "volume"}[vol == ""])
 	}
 	if c := dkFind(checks, "docker daemon"); c == nil || !strings.Contains(c.Detail, "API") {
 		t.Fatalf("doctor --json, docker daemon: %+v", c)

@@ -85,6 +85,8 @@ type Provider struct {
 
 	// isolationOverride forces an isolation method (tests only).
 	isolationOverride string
+	// keepAliveOverride replaces KeepAlive (tests only).
+	keepAliveOverride []string
 	// topUnsupported is set once the daemon's `top` (ps on the daemon host)
 	// failed: leftover detection then always uses an exec.
 	topUnsupported atomic.Bool

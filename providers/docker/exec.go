@@ -146,6 +146,17 @@ exit 3
 // error means xmode could not run the step (daemon unreachable: exit 5;
 // container gone; no /bin/sh in the image).
 func (p *Provider) Exec(ctx context.Context, sb engine.Sandbox, req engine.ExecRequest) (engine.Status, error) {
+	st, err := p.exec(ctx, sb, req)
+	if err != nil && fail.KindOf(err) != fail.EngineUnavailable {
+		// A container that died under the step says why it died.
+		if ci, ierr := p.ownedContainer(context.WithoutCancel(ctx), sb); ierr == nil && diedAtStart(ci) {
+			return st, diedError(ci)
+		}
+	}
+	return st, err
+}
+
+func (p *Provider) exec(ctx context.Context, sb engine.Sandbox, req engine.ExecRequest) (engine.Status, error) {
 	if len(req.Argv) == 0 {
 		return engine.Status{}, fail.Usagef("no command to run: give one after --")
 	}
@@ -192,7 +203,14 @@ func (p *Provider) Exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 		return engine.Status{}, p.wrap(err, "start exec in "+ContainerName(sb.SessionID))
 	}
 	s := &step{p: p, ctx: ctx, containerID: ci.ID, execID: execID, tag: tag, req: req, started: started}
-	return s.run(hr)
+	st, err := s.run(hr)
+	if err == nil && sb.MountMode != MountSync && sb.Worktree != "" {
+		// The step's processes are gone: nothing can race this.
+		if serr := stripSetuid(sb.Worktree); serr != nil {
+			p.warnf("could not clear setuid bits in %s: %v", sb.Worktree, serr)
+		}
+	}
+	return st, err
 }
 
 // sessionContainer finds the session's container, checks it is one of
@@ -206,6 +224,9 @@ func (p *Provider) sessionContainer(ctx context.Context, sb engine.Sandbox) (con
 	if !ci.State.Running {
 		if ci.State.Paused {
 			return ci, fail.Failedf("the container of session %s is paused: `docker unpause %s`", sb.SessionID, shortID(ci.ID))
+		}
+		if diedAtStart(ci) {
+			return ci, diedError(ci)
 		}
 		cctx, cancel := p.call(ctx)
 		defer cancel()

@@ -312,8 +312,8 @@ func TestWholeVolumeFallbackWarns(t *testing.T) {
 	}
 }
 
-// Volume mode runs steps as the worktree's owner, or as XMODE_SANDBOX_USER
-// when it is set.
+// Sandboxes run steps as the worktree's owner, or as XMODE_SANDBOX_USER
+// when it is set, and never as root by default.
 func TestSandboxUser(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, MountVolume, nil)
@@ -326,16 +326,38 @@ func TestSandboxUser(t *testing.T) {
 		t.Errorf("steps run as %q, want the worktree owner 1500:1600 writing files it owns", got)
 	}
 
+	// XMODE_SANDBOX_USER gets the worktree: it can write its own checkout.
 	e2 := newEnv(t, MountVolume, map[string]string{"XMODE_SANDBOX_USER": "4321:4321"})
 	sb2 := e2.provision()
-	if got := e2.ok(sb2, "id -u"); got != "4321" {
-		t.Errorf("XMODE_SANDBOX_USER=4321:4321: steps run as %q", got)
+	if got := e2.ok(sb2, "id -u; echo x > mine && echo wrote"); got != "4321\nwrote" {
+		t.Errorf("XMODE_SANDBOX_USER=4321:4321: %q, want steps as 4321 that can write the worktree", got)
 	}
 
-	// A root-owned worktree: the image's default user (root, no capabilities).
-	sb3 := e.provision()
-	if got := e.ok(sb3, "id -u"); got != "0" {
-		t.Errorf("root-owned worktree: steps run as %q", got)
+	// A root-owned worktree: never root, an unprivileged user that owns it
+	// (bind mode too).
+	for _, env := range []*tenv{e, newEnv(t, MountBind, nil)} {
+		sb3 := env.provision()
+		if got := env.ok(sb3, "id -u; echo x > mine && echo wrote"); got != "65532\nwrote" {
+			t.Errorf("root-owned worktree (%s): %q, want steps as 65532 that can write", sb3.MountMode, got)
+		}
+	}
+}
+
+// A setuid or setgid bit a step sets never outlives the step on the host's
+// filesystem.
+func TestSetuidBitsDoNotSurviveAStep(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, MountVolume, nil)
+	sb := e.provision()
+	e.ok(sb, "cp /bin/sh ./suid && chmod 6755 ./suid && mkdir -p d && cp /bin/sh d/sgid && chmod 2755 d/sgid && ls -l suid")
+	for _, f := range []string{"suid", "d/sgid"} {
+		st, err := os.Lstat(filepath.Join(sb.Worktree, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 || st.Mode().Perm() != 0o755 {
+			t.Errorf("%s is %v on the host after the step", f, st.Mode())
+		}
 	}
 }
 
@@ -426,5 +448,53 @@ func TestTinyTimeout(t *testing.T) {
 	}
 	if got := e.ok(sb, "ps -o comm | grep -c sleep"); got != "1" {
 		t.Errorf("sleep processes left: %s", got)
+	}
+}
+
+// A container that stops as soon as it starts is not a session: create
+// fails, saying why, and leaves nothing behind.
+func TestContainerThatDiesAtOnceFailsCreate(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, MountVolume, nil)
+	e.p.keepAliveOverride = []string{"false"}
+	spec := e.spec(newRun())
+	sb, err := e.p.Provision(context.Background(), spec)
+	if err == nil {
+		// It died a moment after create looked: the first step says so
+		// instead of starting it again and again.
+		t.Cleanup(func() { e.p.Destroy(context.Background(), sb) })
+		r := e.run(sb, "true")
+		err = r.err
+	} else if _, ierr := e.cli.ContainerInspect(context.Background(), ContainerName(spec.SessionID)); ierr == nil {
+		t.Fatal("the dead container was left behind")
+	}
+	if err == nil || !strings.Contains(err.Error(), "stopped as soon as it started") {
+		t.Fatalf("a keep-alive that exits at once: %v", err)
+	}
+}
+
+// Bind mode keeps the lightweight argv, but applies a limit the user set
+// explicitly, and all of them with XMODE_SANDBOX_BIND_HARDENED=1.
+func TestBindModeAppliesWhatWasAskedFor(t *testing.T) {
+	t.Parallel()
+	inspect := func(e *tenv) *container.HostConfig {
+		sb := e.provision()
+		ci, err := e.cli.ContainerInspect(context.Background(), sb.ContainerID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ci.HostConfig
+	}
+	plain := inspect(newEnv(t, MountBind, nil))
+	if plain.NetworkMode == "none" || plain.Memory != 0 || len(plain.CapDrop) != 0 {
+		t.Errorf("default bind mode applied limits: network %q memory %d capdrop %v", plain.NetworkMode, plain.Memory, plain.CapDrop)
+	}
+	asked := inspect(newEnv(t, MountBind, map[string]string{"XMODE_SANDBOX_NETWORK": "none", "XMODE_SANDBOX_MEMORY": "256m"}))
+	if asked.NetworkMode != "none" || asked.Memory != 256<<20 || asked.NanoCPUs != 0 {
+		t.Errorf("explicit values in bind mode: network %q memory %d cpus %d; want none, 256m and the rest left", asked.NetworkMode, asked.Memory, asked.NanoCPUs)
+	}
+	hard := inspect(newEnv(t, MountBind, map[string]string{"XMODE_SANDBOX_BIND_HARDENED": "1"}))
+	if hard.NetworkMode != "none" || hard.Memory == 0 || hard.PidsLimit == nil || len(hard.CapDrop) != 1 || len(hard.SecurityOpt) != 1 {
+		t.Errorf("XMODE_SANDBOX_BIND_HARDENED=1: %+v", hard)
 	}
 }

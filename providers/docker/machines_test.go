@@ -65,7 +65,9 @@ func machineWorktree(t *testing.T, root, project, run string) (gitDir, worktree 
 }
 
 // A worktree branched from a project machine: git's files are where the
-// worktree's .git file points, read-only but for the worktree's own record;
+// worktree's .git file points, read-only but for the worktree's own record,
+// whose files that redirect git (commondir, gitdir, the worktree's .git)
+// stay read-only too;
 // the project's cache volume is mounted, writable by the sandbox user, and
 // outlives the session; the sandbox's env carries Spec.Env.
 func TestProjectMachineSandbox(t *testing.T) {
@@ -103,9 +105,12 @@ func TestProjectMachineSandbox(t *testing.T) {
 				touch "$gd/../../hooks/pre-commit" 2>/dev/null || echo hooks-readonly
 				touch "$gd/../../objects/x" 2>/dev/null || echo objects-readonly
 				touch "$gd/../../config" 2>/dev/null || echo config-readonly
+				echo "gitdir: /elsewhere" > .git 2>/dev/null || echo dotgit-readonly
+				echo /planted > "$gd/commondir" 2>/dev/null || echo commondir-readonly
+				echo /planted > "$gd/gitdir" 2>/dev/null || echo gitdir-readonly
 				echo c > /cache/f && echo cache-writable
 				echo "$XMODE_TEST_SPEC_ENV $XDG_CACHE_HOME"`)
-			want := "../..\nreadable\nadmin-writable\nhooks-readonly\nobjects-readonly\nconfig-readonly\ncache-writable\nyes /cache"
+			want := "../..\nreadable\nadmin-writable\nhooks-readonly\nobjects-readonly\nconfig-readonly\ndotgit-readonly\ncommondir-readonly\ngitdir-readonly\ncache-writable\nyes /cache"
 			if got != want {
 				t.Errorf("in the sandbox:\n%s\nwant:\n%s", got, want)
 			}

@@ -9,7 +9,6 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -123,10 +122,17 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 	if _, err := p.Ping(ctx); err != nil {
 		return engine.Sandbox{}, err
 	}
+	user := p.sandboxUser(spec.Worktree)
 	// The mounts first: a missing storage volume should not wait for a pull.
-	cc, hc, err := p.containerConfig(ctx, spec, img, mode)
+	cc, hc, err := p.containerConfig(ctx, spec, img, mode, user)
 	if err != nil {
 		return engine.Sandbox{}, err
+	}
+	if mode != MountSync {
+		// A sync-mode copy is made owned by the user (copyIn).
+		if err := p.giveWorktree(spec, user); err != nil {
+			return engine.Sandbox{}, err
+		}
 	}
 	if err := p.EnsureImage(ctx, img); err != nil {
 		return engine.Sandbox{}, err
@@ -190,6 +196,10 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 		discard()
 		return sb, p.wrap(err, "start container "+name)
 	}
+	if err := p.checkRunning(cctx, created.ID); err != nil {
+		discard()
+		return sb, err
+	}
 	if spec.CacheVolume != "" && cc.User != "" && !strings.HasPrefix(cc.User, "0:") && cc.User != "0" {
 		// A new volume's root belongs to root: let the (non-root) sandbox
 		// user write its caches. Root owns it, so no capability is needed.
@@ -248,7 +258,7 @@ func (p *Provider) dropVolumes(ctx context.Context, sb *engine.Sandbox) {
 }
 
 // containerConfig builds the create request for one session.
-func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img, mode string) (*container.Config, *container.HostConfig, error) {
+func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img, mode, user string) (*container.Config, *container.HostConfig, error) {
 	labels := make(map[string]string, len(spec.Labels))
 	for k, v := range spec.Labels {
 		labels[k] = v
@@ -260,6 +270,14 @@ func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img, m
 		Labels:     labels,
 		Env:        append([]string(nil), spec.Env...),
 	}
+	if p.keepAliveOverride != nil {
+		cc.Entrypoint = p.keepAliveOverride
+	}
+	if spec.MachineGitDir != "" {
+		// The machine's .git belongs to xmode's user, the worktree to the
+		// sandbox's: without this, git refuses the "dubious ownership".
+		cc.Env = append(cc.Env, "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=safe.directory", "GIT_CONFIG_VALUE_0=*")
+	}
 	hc := &container.HostConfig{
 		Init:          &yes,
 		RestartPolicy: container.RestartPolicy{Name: container.RestartPolicyDisabled},
@@ -268,8 +286,10 @@ func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img, m
 		Runtime: p.cfg.Runtime,
 	}
 
+	cc.User = user
 	if mode == MountBind {
-		// bind (dev): the lightweight historical argv, no limits.
+		// bind (dev): the lightweight historical argv, limits only where
+		// asked for (limits).
 		cc.WorkingDir = BindWorkspace
 		hc.Mounts = []mount.Mount{{Type: mount.TypeBind, Source: spec.Worktree, Target: BindWorkspace}}
 		extra, err := p.projectMounts(ctx, spec, BindWorkspace, IsolationBind, volume.Volume{})
@@ -280,6 +300,7 @@ func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img, m
 		if err := p.checkNoSocket(hc.Mounts); err != nil {
 			return nil, nil, err
 		}
+		p.limits(hc, mode)
 		return cc, hc, nil
 	}
 
@@ -331,22 +352,8 @@ func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img, m
 		return nil, nil, err
 	}
 	cc.WorkingDir = workdir
-	cc.User = p.sandboxUser(spec.Worktree)
-	pids := p.cfg.PidsLimit
 	hc.Mounts = mounts
-	hc.NetworkMode = container.NetworkMode(p.cfg.Network)
-	hc.CapDrop = []string{"ALL"}
-	hc.SecurityOpt = []string{"no-new-privileges"}
-	hc.ReadonlyRootfs = p.cfg.ReadonlyRoot
-	hc.IpcMode = container.IPCModePrivate
-	if p.cfg.TmpfsPath != "" {
-		hc.Tmpfs = map[string]string{p.cfg.TmpfsPath: p.cfg.TmpfsOptions}
-	}
-	hc.NanoCPUs = int64(p.cfg.CPUs * 1e9)
-	hc.Memory = p.cfg.Memory
-	hc.MemorySwap = p.cfg.Memory // no swap beyond the memory limit
-	hc.PidsLimit = &pids
-	hc.Ulimits = []*container.Ulimit{{Name: "nofile", Soft: NofileSoft, Hard: NofileHard}}
+	p.limits(hc, mode)
 	return cc, hc, nil
 }
 
@@ -413,7 +420,20 @@ func (p *Provider) projectMounts(ctx context.Context, spec engine.Spec, containe
 			return nil, err
 		}
 		name := filepath.Base(admin)
-		out = append(out, p.storageMount(method, vol, path.Join(rel, "worktrees", name), path.Join(target, "worktrees", name), false)...)
+		recordRel, recordTarget := path.Join(rel, "worktrees", name), path.Join(target, "worktrees", name)
+		out = append(out, p.storageMount(method, vol, recordRel, recordTarget, false)...)
+		// The files that send git elsewhere stay as xmode wrote them: the
+		// worktree's .git, the record's commondir and gitdir. Rewritten,
+		// they would make a person's `git status` on the host read a config
+		// the sandbox planted (core.fsmonitor), or hide the record.
+		wtRel, err := filepath.Rel(p.cfg.StorageRoot, spec.Worktree)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p.storageMount(method, vol, path.Join(filepath.ToSlash(wtRel), ".git"), path.Join(containerWorktree, ".git"), true)...)
+		for _, f := range []string{"commondir", "gitdir"} {
+			out = append(out, p.storageMount(method, vol, path.Join(recordRel, f), path.Join(recordTarget, f), true)...)
+		}
 	}
 	if spec.CacheVolume != "" {
 		mnt := p.cacheMount(spec)
@@ -504,33 +524,6 @@ func (p *Provider) ensureCacheVolume(ctx context.Context, spec engine.Spec) erro
 		return p.wrap(err, "create cache volume "+spec.CacheVolume)
 	}
 	return nil
-}
-
-// sandboxUser is the uid:gid volume-mode commands run as: XMODE_SANDBOX_USER
-// when set explicitly; else the owner of the worktree (so files a step writes
-// stay owned by whoever owns the rest), root's image default when that owner
-// is root.
-func (p *Provider) sandboxUser(worktree string) string {
-	explicit := p.cfg.SandboxUser != "" && len(p.cfg.Values) == 0
-	for _, v := range p.cfg.Values {
-		if v.Name == "XMODE_SANDBOX_USER" && v.Source != "default" {
-			explicit = p.cfg.SandboxUser != ""
-		}
-	}
-	if explicit {
-		return p.cfg.SandboxUser
-	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(worktree, &st); err == nil {
-		if st.Uid == 0 {
-			return ""
-		}
-		return fmt.Sprintf("%d:%d", st.Uid, st.Gid)
-	}
-	if u := p.cfg.SandboxUser; u != "" && !strings.HasPrefix(u, "0:") {
-		return u
-	}
-	return ""
 }
 
 // containerWorktree is where a volume-mode sandbox sees its worktree.
