@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -351,5 +353,41 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("timed out waiting")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A step whose xmode was killed leaves its processes running in a session
+// that lives on: a pass ends them by their tag and records the step lost.
+func TestLostStepProcessesAreEnded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, nil)
+	s := e.create("")
+	ctx := context.Background()
+	tag := "losttest" + strings.ToLower(store.NewRunID()[4:])
+	seq, _, err := e.st.BeginStep(ctx, store.NewStep{SessionID: s.ID, RunID: s.RunID, Name: "orphan", Argv: []string{"sleep"}, Tag: tag, Started: time.Now(), DirFor: func(int) string { return "d" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the step left: a process carrying its tag, in a group of its own.
+	c := exec.Command("sleep", "300")
+	c.Env = append(os.Environ(), "XMODE_EXEC_TAG="+tag)
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { c.Wait(); close(done) }()
+	if err := e.st.Heartbeat(ctx, s.RunID, seq, time.Now().Add(-reaper.DefaultStaleAfter-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	want(t, e.pass(nil, false), reaper.Summary{StepsLost: 1})
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		c.Process.Kill()
+		t.Fatal("the lost step's process is still running")
+	}
+	if got := e.get(s.ID); got.Status != store.StatusOpen {
+		t.Fatalf("the session was ended: %s", got.Status)
 	}
 }
