@@ -69,6 +69,7 @@ func TestBadValuesNameTheirSource(t *testing.T) {
 		"XMODE_PROJECT_CACHE_MOUNT":    "/",
 		"XMODE_USER":                   "two words",
 		"XMODE_SANDBOX_STORAGE_VOLUME": "../x",
+		"XMODE_CR_MAX_BYTES":           "0",
 	}
 	for name, val := range cases {
 		_, err := Load(envOf(map[string]string{"HOME": "/h", name: val}), nil)
@@ -79,6 +80,22 @@ func TestBadValuesNameTheirSource(t *testing.T) {
 	_, err := Load(envOf(map[string]string{"HOME": "/h"}), map[string]Flag{"XMODE_SANDBOX_TTL": {Name: "--ttl", Value: "x"}})
 	if err == nil || !strings.Contains(err.Error(), "--ttl") {
 		t.Errorf("bad flag: %v", err)
+	}
+}
+
+func TestCRMaxBytes(t *testing.T) {
+	c, err := Load(envOf(map[string]string{"HOME": "/h"}), nil)
+	if err != nil || c.CRMaxBytes != 100<<20 {
+		t.Fatalf("default XMODE_CR_MAX_BYTES: %d, %v; want 100m", c.CRMaxBytes, err)
+	}
+	c, err = Load(envOf(map[string]string{"HOME": "/h", "XMODE_CR_MAX_BYTES": "2k"}), nil)
+	if err != nil || c.CRMaxBytes != 2048 {
+		t.Fatalf("XMODE_CR_MAX_BYTES=2k: %d, %v", c.CRMaxBytes, err)
+	}
+	for _, bad := range []string{"lots", "-1m"} {
+		if _, err := Load(envOf(map[string]string{"HOME": "/h", "XMODE_CR_MAX_BYTES": bad}), nil); err == nil || !strings.Contains(err.Error(), "XMODE_CR_MAX_BYTES") {
+			t.Errorf("XMODE_CR_MAX_BYTES=%s: %v", bad, err)
+		}
 	}
 }
 

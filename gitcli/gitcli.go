@@ -76,11 +76,20 @@ func Run(ctx context.Context, progress io.Writer, dir string, args ...string) (s
 	if dir != "" {
 		argv = append(argv, "-C", dir)
 	}
-	argv = append(argv, args...)
+	return run(ctx, progress, env(progress != nil), nil, nil, append(argv, args...), args)
+}
+
+// run starts git with argv and env; stdin and out (instead of capturing
+// stdout) may be nil. args is what an Error reports.
+func run(ctx context.Context, progress io.Writer, env []string, stdin io.Reader, out io.Writer, argv, args []string) (string, error) {
 	c := exec.CommandContext(ctx, "git", argv...)
-	c.Env = env(progress != nil)
+	c.Env = env
+	c.Stdin = stdin
 	var stdout, stderr bytes.Buffer
 	c.Stdout = &stdout
+	if out != nil {
+		c.Stdout = out
+	}
 	c.Stderr = &stderr
 	if progress != nil {
 		c.Stderr = io.MultiWriter(&stderr, progress)

@@ -1,0 +1,400 @@
+// Package changes turns what a sandbox did into change requests (contract
+// §8): a snapshot of the session's worktree against its base commit — the
+// agent's commits, uncommitted and untracked files, with the repository's
+// ignore rules — frozen into an immutable, verifiable package under
+// runs/<run>/change_requests/<n>/, reviewed, and exported as a branch.
+//
+// Nothing here trusts the sandbox: the worktree and its .git are read as
+// data (no git program runs on them, no link is followed, every object read
+// is checked against its ID), the snapshot is written into the run's own
+// object store, and the git binary runs only there, with xmode's own
+// configuration (docs/change-requests.md, "Trust model").
+package changes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"syscall"
+
+	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/gitcli"
+	"github.com/xmode/xmode/storage"
+	"github.com/xmode/xmode/store"
+)
+
+// Service builds, keeps and checks the change requests of one storage root.
+type Service struct {
+	Store    *store.Store
+	Guard    storage.Guard
+	MaxBytes int64  // XMODE_CR_MAX_BYTES
+	User     string // author of new change requests and reviewer of decisions
+}
+
+// Snapshot is a session's worktree frozen against its base commit. Close
+// it.
+type Snapshot struct {
+	SessionID string
+	RunID     string
+	Repo      string
+	Kind      string // KindClone or KindMachine
+	Base      Hash
+	BaseTree  Hash
+	Head      Hash      // the sandbox's HEAD; zero when unreadable
+	Commits   []*Commit // the agent's commits on top of Base, oldest first
+	Tree      Hash      // what the worktree holds
+	Changes   []FileChange
+	Skipped   []Skipped
+	Warnings  []string
+
+	store *objectStore
+}
+
+// FileChange is one path that differs between the base and the snapshot
+// (no rename detection: that is git's, in Stat).
+type FileChange struct {
+	Path     string
+	Old, New TreeEntry // Mode 0: absent on that side
+	OldSize  int64
+	NewSize  int64
+}
+
+// Close releases the object store.
+func (sn *Snapshot) Close() error { return sn.store.Close() }
+
+// Empty reports a snapshot identical to its base.
+func (sn *Snapshot) Empty() bool { return sn.Tree == sn.BaseTree }
+
+// objects reads objects for a snapshot: from the run's object store when it
+// has them (xmode wrote them, verified), else from the sandbox's git
+// directory (verified on read), copying what it reads into the store.
+type objects struct {
+	store *objectStore
+	src   *objectSource // nil when the sandbox has no readable git directory
+}
+
+func (o *objects) load(h Hash, want string) ([]byte, error) {
+	var typ string
+	var data []byte
+	var err error
+	if o.store.has(h) {
+		typ, data, err = o.store.read(h)
+	} else if o.src != nil {
+		if typ, data, err = o.src.read(h); err == nil {
+			err = o.store.writeKnown(h, typ, data)
+		}
+	} else {
+		err = fmt.Errorf("object %s: %w", h, errNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if want != "" && typ != want {
+		return nil, fmt.Errorf("object %s is a %s, not a %s", h, typ, want)
+	}
+	return data, nil
+}
+
+func (o *objects) commit(h Hash) (*Commit, error) {
+	data, err := o.load(h, typeCommit)
+	if err != nil {
+		return nil, err
+	}
+	return parseCommit(h, data)
+}
+
+func (o *objects) tree(h Hash) ([]TreeEntry, error) {
+	data, err := o.load(h, typeTree)
+	if err != nil {
+		return nil, err
+	}
+	return parseTree(data)
+}
+
+// flatten lists every non-tree entry under tree h by path.
+func (o *objects) flatten(h Hash, prefix string, out map[string]TreeEntry) error {
+	es, err := o.tree(h)
+	if err != nil {
+		return err
+	}
+	for _, e := range es {
+		p := join(prefix, e.Name)
+		if e.isTree() {
+			if err := o.flatten(e.Hash, p, out); err != nil {
+				return err
+			}
+			continue
+		}
+		out[p] = e
+	}
+	return nil
+}
+
+// copyDelta makes sure the store holds every tree of b and every blob of b
+// that a does not hold at the same path.
+func (o *objects) copyDelta(a, b Hash) error {
+	if a == b {
+		return nil
+	}
+	var old map[string]TreeEntry
+	if !a.IsZero() {
+		es, err := o.tree(a)
+		if err != nil {
+			return err
+		}
+		old = make(map[string]TreeEntry, len(es))
+		for _, e := range es {
+			old[e.Name] = e
+		}
+	}
+	es, err := o.tree(b)
+	if err != nil {
+		return err
+	}
+	for _, e := range es {
+		prev, had := old[e.Name]
+		if had && prev == e {
+			continue
+		}
+		switch {
+		case e.isTree():
+			from := Hash{}
+			if had && prev.isTree() {
+				from = prev.Hash
+			}
+			if err := o.copyDelta(from, e.Hash); err != nil {
+				return err
+			}
+		case e.Mode != modeGitlink:
+			if _, err := o.load(e.Hash, typeBlob); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Snapshot freezes a session's worktree. It writes only into the run's
+// object store (runs/<run>/objects.git), never into the worktree or the
+// run's packages.
+func (s *Service) Snapshot(ctx context.Context, sess *store.Session) (*Snapshot, error) {
+	if sess.Status == store.StatusProvisioning {
+		return nil, fail.Refusedf("session %s is still provisioning: wait for `xmode sandbox create` to finish", sess.ID)
+	}
+	base, err := ParseHash(sess.BaseCommit)
+	if err != nil {
+		return nil, fail.Failedf("session %s has no base commit recorded (%q): nothing to compare its worktree with", sess.ID, sess.BaseCommit)
+	}
+	dir, err := s.Guard.Worktree(sess.RunID)
+	if err != nil {
+		return nil, err
+	}
+	// MERGE(issue 11): an engine whose worktree lives elsewhere (a remote
+	// docker daemon) copies it back here first (engine SyncBack), before
+	// anything below reads it.
+	wt, err := openWorktree(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fail.NotFoundf("the worktree of session %s (%s) is gone: its session ended and the worktree was reclaimed", sess.ID, dir)
+		}
+		if errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.ENOTDIR) {
+			return nil, fail.Refusedf("the worktree of session %s (%s) is not a directory: refusing to follow what replaced it", sess.ID, dir)
+		}
+		return nil, fmt.Errorf("open the worktree of %s: %w", sess.ID, err)
+	}
+	defer wt.Close()
+	dirs, err := locateGitDirs(ctx, s.Store, s.Guard, sess.RunID, wt)
+	if err != nil {
+		return nil, err
+	}
+	defer dirs.Close()
+	st, err := openStore(s.Guard, sess.RunID)
+	if err != nil {
+		return nil, err
+	}
+	sn := &Snapshot{SessionID: sess.ID, RunID: sess.RunID, Repo: sess.Repo, Kind: dirs.kind, Base: base, store: st}
+	ok := false
+	defer func() {
+		if !ok {
+			st.Close()
+		}
+	}()
+	if dirs.note != "" {
+		sn.Warnings = append(sn.Warnings, dirs.note)
+	}
+	obj := &objects{store: st}
+	if dirs.common != nil {
+		obj.src = openSource(dirs.common, "the sandbox's git directory", s.MaxBytes)
+		defer obj.src.Close()
+	}
+	baseFiles, err := s.baseTree(ctx, obj, sn)
+	if err != nil {
+		return nil, err
+	}
+
+	w := &walker{store: st, base: baseFiles, cache: loadStatCache(st), limit: s.MaxBytes}
+	w.tracked, err = dirs.tracked()
+	indexRead := err == nil
+	if !indexRead {
+		w.tracked = map[string]Hash{}
+	}
+	for p, e := range baseFiles {
+		if _, ok := w.tracked[p]; !ok {
+			h := Hash{}
+			if e.Mode == modeGitlink && !indexRead {
+				h = e.Hash // no index: the base's submodule commits stand
+			}
+			w.tracked[p] = h
+		}
+	}
+	w.rules.push(parseIgnore(dirs.exclude(), ""))
+	if sn.Tree, err = w.walk(wt); err != nil {
+		return nil, fail.Failedf("read the worktree of %s: %v", sess.ID, err)
+	}
+	if sn.Tree.IsZero() {
+		if sn.Tree, err = st.write(typeTree, nil); err != nil {
+			return nil, err
+		}
+	}
+	sn.Skipped = w.skipped
+	_ = w.next.save(st) // only a cache
+
+	if err := s.changes(obj, sn, baseFiles, w); err != nil {
+		return nil, err
+	}
+	s.history(obj, dirs, sn)
+	ok = true
+	return sn, nil
+}
+
+// baseTree loads the base commit and every tree of it into the store (a
+// verified read from the sandbox's git directory, else a fetch of the
+// commit from the session's repository) and returns its files by path.
+func (s *Service) baseTree(ctx context.Context, obj *objects, sn *Snapshot) (map[string]TreeEntry, error) {
+	files := map[string]TreeEntry{}
+	c, err := obj.commit(sn.Base)
+	if err == nil {
+		sn.BaseTree = c.Tree
+		err = obj.flatten(c.Tree, "", files)
+	}
+	if err == nil {
+		return files, nil
+	}
+	why := err
+	if ferr := fetchBase(ctx, sn.store, sn.Repo, sn.Base); ferr != nil {
+		return nil, fail.Failedf("the base commit %s of %s cannot be read from the sandbox (%v), nor fetched from %s (%v)", sn.Base, sn.SessionID, why, sn.Repo, ferr)
+	}
+	sn.Warnings = append(sn.Warnings, fmt.Sprintf("the base commit was fetched from %s: the sandbox's copy could not be read (%v)", sn.Repo, why))
+	files = map[string]TreeEntry{}
+	host := &objects{store: sn.store}
+	if c, err = host.commit(sn.Base); err != nil {
+		return nil, err
+	}
+	sn.BaseTree = c.Tree
+	return files, host.flatten(c.Tree, "", files)
+}
+
+// fetchBase fetches one commit (depth 1) from the session's repository
+// into the store, as loose objects.
+func fetchBase(ctx context.Context, st *objectStore, repo string, base Hash) error {
+	if repo == "" || repo[0] == '-' {
+		return errors.New("no repository recorded")
+	}
+	_, err := gitcli.RunOwned(ctx, gitcli.Owned{GitDir: st.dir}, "-c", "fetch.unpackLimit=2147483647",
+		"fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--depth=1", "--", repo, base.String())
+	return err
+}
+
+// changes lists what differs from the base and puts the base versions of
+// changed files into the store (git needs them to diff and to apply).
+func (s *Service) changes(obj *objects, sn *Snapshot, base map[string]TreeEntry, w *walker) error {
+	paths := map[string]bool{}
+	for p := range base {
+		paths[p] = true
+	}
+	for p := range w.files {
+		paths[p] = true
+	}
+	for p := range paths {
+		o, n := base[p], w.files[p]
+		if o == n {
+			continue
+		}
+		c := FileChange{Path: p, Old: o, New: n, NewSize: w.sizes[p]}
+		if o.Mode != 0 && o.Mode != modeGitlink {
+			data, err := obj.load(o.Hash, typeBlob)
+			if errors.Is(err, errTooLarge) {
+				c.OldSize = s.MaxBytes + 1
+			} else if err != nil {
+				return fail.Failedf("read the base version of %s: %v", p, err)
+			}
+			if err == nil {
+				c.OldSize = int64(len(data))
+			}
+		}
+		sn.Changes = append(sn.Changes, c)
+	}
+	sort.Slice(sn.Changes, func(i, j int) bool { return sn.Changes[i].Path < sn.Changes[j].Path })
+	return nil
+}
+
+// maxCommits bounds the walk from the sandbox's HEAD back to the base.
+const maxCommits = 1000
+
+// history reads the agent's commits: the first-parent chain from the
+// sandbox's HEAD back to the base. What cannot be read is a warning, not a
+// failure: the snapshot of the files stands on its own.
+func (s *Service) history(obj *objects, dirs *gitDirs, sn *Snapshot) {
+	head, err := dirs.head()
+	if err != nil {
+		if dirs.record != nil {
+			sn.Warnings = append(sn.Warnings, fmt.Sprintf("the sandbox's HEAD cannot be read (%v): its commits are not recorded", err))
+		}
+		return
+	}
+	sn.Head = head
+	if head == sn.Base {
+		return
+	}
+	var chain []*Commit
+	for h := head; h != sn.Base; {
+		if len(chain) == maxCommits {
+			sn.Warnings = append(sn.Warnings, fmt.Sprintf("HEAD %s is more than %d commits from the base: its commits are not recorded", head, maxCommits))
+			return
+		}
+		c, err := obj.commit(h)
+		if err != nil {
+			sn.Warnings = append(sn.Warnings, fmt.Sprintf("the sandbox's commit %s cannot be read (%v): its commits are not recorded", h, err))
+			return
+		}
+		chain = append(chain, c)
+		if len(c.Parents) == 0 {
+			sn.Warnings = append(sn.Warnings, fmt.Sprintf("HEAD %s does not descend from the base commit: its commits are not recorded", head))
+			return
+		}
+		h = c.Parents[0]
+	}
+	for i, j := 0, len(chain)-1; i < j; i, j = i+1, j-1 {
+		chain[i], chain[j] = chain[j], chain[i]
+	}
+	prev := sn.BaseTree
+	for _, c := range chain {
+		if err := obj.copyDelta(prev, c.Tree); err != nil {
+			sn.Warnings = append(sn.Warnings, fmt.Sprintf("the sandbox's commit %s cannot be read (%v): its commits are not recorded", c.ID, err))
+			return
+		}
+		prev = c.Tree
+	}
+	sn.Commits = chain
+}
+
+// largest returns the changed paths by decreasing size (the larger of
+// their two versions), at most n.
+func (sn *Snapshot) largest(n int) []FileChange {
+	cs := append([]FileChange(nil), sn.Changes...)
+	size := func(c FileChange) int64 { return max(c.OldSize, c.NewSize) }
+	sort.SliceStable(cs, func(i, j int) bool { return size(cs[i]) > size(cs[j]) })
+	return cs[:min(n, len(cs))]
+}

@@ -1,0 +1,382 @@
+package changes
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// openWorktree opens the worktree directory without following a symlink
+// in its place.
+func openWorktree(dir string) (*os.File, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: dir, Err: err}
+	}
+	return os.NewFile(uintptr(fd), dir), nil
+}
+
+// openSubdirRoot opens name, a directory directly inside the directory
+// parent, as an os.Root, refusing a symlink in its place: the root must be
+// the very directory an lstat of the name saw.
+func openSubdirRoot(parent *os.File, name string) (*os.Root, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(parent.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil, errors.New("not a directory")
+	}
+	root, err := os.OpenRoot(path.Join(parent.Name(), name))
+	if err != nil {
+		return nil, err
+	}
+	var got unix.Stat_t
+	f, err := root.Open(".")
+	if err == nil {
+		err = unix.Fstat(int(f.Fd()), &got)
+		f.Close()
+	}
+	if err != nil || got.Ino != st.Ino || got.Dev != st.Dev {
+		root.Close()
+		return nil, errors.New("replaced while being opened")
+	}
+	return root, nil
+}
+
+func openAt(dir *os.File, name string, flags int) (*os.File, error) {
+	fd, err := unix.Openat(int(dir.Fd()), name, flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path.Join(dir.Name(), name)), nil
+}
+
+// walker turns a worktree into tree objects, as `git add -A` would stage
+// it: every file not ignored, every tracked file even when ignored, nothing
+// under an ignored directory that holds no tracked file, no .git, no empty
+// directory. Every name is opened relative to its directory's descriptor
+// with O_NOFOLLOW, so nothing outside the worktree is ever reached; a
+// symlink is recorded as a link. Blobs that differ from the base at their
+// path, and every tree, go into the object store.
+type walker struct {
+	store       *objectStore
+	base        map[string]TreeEntry // the base tree, flattened: path → entry
+	tracked     map[string]Hash      // index paths (zero) and gitlinks (their commit)
+	trackedDirs map[string]bool      // every directory holding a tracked path
+	rules       ignoreRules
+	cache       *statCache // from the last walk
+	next        *statCache // for the next one
+	limit       int64
+	started     int64 // ns: when the walk began
+	files       map[string]TreeEntry
+	sizes       map[string]int64
+	skipped     []Skipped
+}
+
+// Skipped is a worktree path a snapshot leaves out, and why.
+type Skipped struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+func (w *walker) walk(root *os.File) (Hash, error) {
+	w.started = time.Now().UnixNano()
+	w.files = map[string]TreeEntry{}
+	w.sizes = map[string]int64{}
+	w.next = &statCache{entries: map[string]statEntry{}}
+	w.trackedDirs = map[string]bool{}
+	for p := range w.tracked {
+		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+			if w.trackedDirs[d] {
+				break
+			}
+			w.trackedDirs[d] = true
+		}
+	}
+	return w.dir(root, "", false)
+}
+
+func join(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return Hash{}, fmt.Errorf("read directory %s: %w", displayDir(rel), err)
+	}
+	sort.Strings(names)
+	if rel != "" && !w.trackedDirs[rel] {
+		for _, n := range names {
+			if strings.EqualFold(n, ".git") {
+				if !ignored {
+					w.skipped = append(w.skipped, Skipped{rel + "/", "a nested git repository"})
+				}
+				return Hash{}, nil
+			}
+		}
+	}
+	if !ignored {
+		if b, err := readFileAt(f, ".gitignore", 1<<20); err == nil {
+			n := w.rules.push(parseIgnore(b, dirBase(rel)))
+			defer w.rules.pop(n)
+		}
+	}
+	var entries []TreeEntry
+	for _, name := range names {
+		if strings.EqualFold(name, ".git") {
+			continue
+		}
+		p := join(rel, name)
+		var st unix.Stat_t
+		if err := unix.Fstatat(int(f.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue // removed while we looked
+			}
+			return Hash{}, fmt.Errorf("lstat %s: %w", p, err)
+		}
+		typ := st.Mode & unix.S_IFMT
+		isDir := typ == unix.S_IFDIR
+		if gl := w.tracked[p]; !gl.IsZero() && isDir {
+			entries = append(entries, TreeEntry{Name: name, Mode: modeGitlink, Hash: gl})
+			w.files[p] = entries[len(entries)-1]
+			continue
+		}
+		ign := ignored || w.rules.ignored(p, name, isDir)
+		if ign {
+			_, tracked := w.tracked[p]
+			if !tracked && !(isDir && w.trackedDirs[p]) {
+				continue
+			}
+		}
+		var e TreeEntry
+		switch typ {
+		case unix.S_IFDIR:
+			sub, err := openAt(f, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+			if err != nil {
+				return Hash{}, fmt.Errorf("open directory %s: %w", p, err)
+			}
+			h, err := w.dir(sub, p, ign)
+			sub.Close()
+			if err != nil {
+				return Hash{}, err
+			}
+			if h.IsZero() {
+				continue // git keeps no empty directory
+			}
+			e = TreeEntry{Name: name, Mode: modeTree, Hash: h}
+		case unix.S_IFLNK:
+			target, err := readlinkAt(f, name)
+			if err != nil {
+				return Hash{}, fmt.Errorf("read symlink %s: %w", p, err)
+			}
+			if e, err = w.blob(p, name, modeSymlink, []byte(target)); err != nil {
+				return Hash{}, err
+			}
+		case unix.S_IFREG:
+			if e, err = w.regular(f, p, name, &st); err != nil {
+				return Hash{}, err
+			}
+		default:
+			if !ign {
+				w.skipped = append(w.skipped, Skipped{p, "not a regular file, directory or symlink"})
+			}
+			continue
+		}
+		entries = append(entries, e)
+		if e.Mode != modeTree {
+			w.files[p] = e
+		}
+	}
+	if len(entries) == 0 {
+		return Hash{}, nil
+	}
+	sortTree(entries)
+	data := encodeTree(entries)
+	h, err := hashObject(typeTree, data)
+	if err != nil {
+		return Hash{}, err
+	}
+	return h, w.store.writeKnown(h, typeTree, data)
+}
+
+func displayDir(rel string) string {
+	if rel == "" {
+		return "the worktree"
+	}
+	return rel
+}
+
+func dirBase(rel string) string {
+	if rel == "" {
+		return ""
+	}
+	return rel + "/"
+}
+
+// changed reports whether an entry differs from the base at its path.
+func (w *walker) changed(p string, mode uint32, h Hash) bool {
+	b, ok := w.base[p]
+	return !ok || b.Mode != mode || b.Hash != h
+}
+
+// blob records a small blob (a symlink target), storing it when it
+// differs from the base.
+func (w *walker) blob(p, name string, mode uint32, data []byte) (TreeEntry, error) {
+	h, err := hashObject(typeBlob, data)
+	if err != nil {
+		return TreeEntry{}, fmt.Errorf("%s: %w", p, err)
+	}
+	w.sizes[p] = int64(len(data))
+	if w.changed(p, mode, h) {
+		if err := w.store.writeKnown(h, typeBlob, data); err != nil {
+			return TreeEntry{}, err
+		}
+	}
+	return TreeEntry{Name: name, Mode: mode, Hash: h}, nil
+}
+
+// inMemory is the largest file read whole to hash and store it; larger
+// ones are streamed twice.
+const inMemory = 32 << 20
+
+func statEntryOf(st *unix.Stat_t) statEntry {
+	return statEntry{
+		Size: st.Size, Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(),
+		Ino: uint64(st.Ino), Dev: uint64(st.Dev), Mode: uint32(st.Mode),
+	}
+}
+
+func (w *walker) regular(dir *os.File, p, name string, st *unix.Stat_t) (TreeEntry, error) {
+	mode := modeFile
+	if st.Mode&0o100 != 0 {
+		mode = modeExec
+	}
+	w.sizes[p] = st.Size
+	want := statEntryOf(st)
+	if c, ok := w.cache.entries[p]; ok {
+		c2 := c
+		c2.Hash = Hash{}
+		if c2 == want && (!w.changed(p, mode, c.Hash) || w.store.has(c.Hash)) {
+			w.next.entries[p] = c
+			return TreeEntry{Name: name, Mode: mode, Hash: c.Hash}, nil
+		}
+	}
+	var h Hash
+	var err error
+	for attempt := 0; ; attempt++ {
+		h, err = w.hashFile(dir, p, name, mode, want)
+		if !errors.Is(err, errChanged) || attempt == 2 {
+			break
+		}
+		var st2 unix.Stat_t
+		if serr := unix.Fstatat(int(dir.Fd()), name, &st2, unix.AT_SYMLINK_NOFOLLOW); serr != nil || st2.Mode&unix.S_IFMT != unix.S_IFREG {
+			return TreeEntry{}, fmt.Errorf("%s: %w", p, errChanged)
+		}
+		want = statEntryOf(&st2)
+		w.sizes[p] = st2.Size
+	}
+	if err != nil {
+		return TreeEntry{}, fmt.Errorf("%s: %w", p, err)
+	}
+	if want.Ctime < w.started-racyMargin && want.Mtime < w.started-racyMargin {
+		want.Hash = h
+		w.next.entries[p] = want
+	}
+	return TreeEntry{Name: name, Mode: mode, Hash: h}, nil
+}
+
+// hashFile reads the file (opened without following a symlink, and
+// without blocking on a FIFO swapped in), hashes it and stores it when it
+// differs from the base. The file must still have the lstat data want
+// after the read, else it changed meanwhile (errChanged).
+func (w *walker) hashFile(dir *os.File, p, name string, mode uint32, want statEntry) (Hash, error) {
+	f, err := openAt(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOENT) {
+			return Hash{}, errChanged
+		}
+		return Hash{}, err
+	}
+	defer f.Close()
+	same := func() bool {
+		var st unix.Stat_t
+		return unix.Fstat(int(f.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && statEntryOf(&st) == want
+	}
+	if !same() {
+		return Hash{}, errChanged
+	}
+	var h Hash
+	if want.Size <= inMemory {
+		data, err := readExactly(f, want.Size)
+		if err != nil {
+			return Hash{}, errChanged
+		}
+		if h, err = hashObject(typeBlob, data); err != nil {
+			return Hash{}, err
+		}
+		if !same() {
+			return Hash{}, errChanged
+		}
+		if w.changed(p, mode, h) {
+			if err := w.store.writeKnown(h, typeBlob, data); err != nil {
+				return Hash{}, err
+			}
+		}
+		return h, nil
+	}
+	if h, err = hashReader(typeBlob, want.Size, f); err != nil {
+		return Hash{}, err
+	}
+	if !same() {
+		return Hash{}, errChanged
+	}
+	if w.changed(p, mode, h) && want.Size <= w.limit && !w.store.has(h) {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return Hash{}, err
+		}
+		if err := w.store.writeStream(h, typeBlob, want.Size, f); err != nil {
+			return Hash{}, err
+		}
+	}
+	return h, nil
+}
+
+func readlinkAt(dir *os.File, name string) (string, error) {
+	buf := make([]byte, 4096)
+	n, err := unix.Readlinkat(int(dir.Fd()), name, buf)
+	if err != nil {
+		return "", err
+	}
+	if n >= len(buf) {
+		return "", errors.New("symlink target too long")
+	}
+	return string(buf[:n]), nil
+}
+
+// readFileAt reads a regular file (not a symlink: git does not follow a
+// symlinked .gitignore either) of at most max bytes in dir.
+func readFileAt(dir *os.File, name string, max int64) ([]byte, error) {
+	f, err := openAt(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() || st.Size() > max {
+		return nil, fmt.Errorf("%s is not a regular file of at most %d bytes", name, max)
+	}
+	return io.ReadAll(io.LimitReader(f, max))
+}
