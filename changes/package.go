@@ -436,7 +436,6 @@ func (s *Service) packagesRoot(c *store.Change) (*os.Root, error) {
 	return root, nil
 }
 
-
 // Review records a decision by the service's user. An approval is refused
 // for a package that fails verification.
 func (s *Service) Review(ctx context.Context, p *Package, decision, note string) error {

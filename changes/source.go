@@ -31,10 +31,10 @@ var errTooLarge = errors.New("object larger than XMODE_CR_MAX_BYTES")
 // for. A tampered or corrupt object is an error, never an answer.
 type objectSource struct {
 	root     *os.Root
-	ownsRoot bool // Close closes root too
-	name  string // for messages
-	limit int64
-	packs []*packFile
+	ownsRoot bool   // Close closes root too
+	name     string // for messages
+	limit    int64
+	packs    []*packFile
 	// cache keeps delta bases (objects up to 1 MB), bounded in total.
 	cache     map[packPos]object
 	cacheSize int64
