@@ -19,13 +19,16 @@ var diffArgs = []string{"diff", "--no-color", "--no-ext-diff", "--no-textconv", 
 // package form (`git apply` reproduces binary files from it); otherwise
 // what `git diff` shows a person.
 func (sn *Snapshot) Patch(ctx context.Context, w io.Writer, binary bool) error {
-	return writeDiff(ctx, sn.store, w, binary, sn.BaseTree, sn.Tree)
+	return writeDiff(ctx, sn.store, w, binary, true, sn.BaseTree, sn.Tree)
 }
 
-func writeDiff(ctx context.Context, st *objectStore, w io.Writer, binary bool, from, to Hash) error {
+func writeDiff(ctx context.Context, st *objectStore, w io.Writer, binary, renames bool, from, to Hash) error {
 	args := append([]string(nil), diffArgs...)
 	if binary {
 		args = append(args, "--binary", "--full-index")
+	}
+	if !renames {
+		args = append(args, "--no-renames")
 	}
 	args = append(args, from.String(), to.String(), "--")
 	if _, err := gitcli.RunOwned(ctx, gitcli.Owned{GitDir: st.dir, Stdout: w}, args...); err != nil {

@@ -33,12 +33,12 @@ func (s *Service) CreateFromPatch(ctx context.Context, sess *store.Session, patc
 	}
 	sn := &Snapshot{SessionID: sess.ID, RunID: sess.RunID, Repo: sess.Repo, Kind: KindPatch, Base: base, store: st}
 	defer sn.Close()
-	tree, err := applyPatch(ctx, st, base.String(), patch)
+	tree, err := applyPatch(ctx, st, base.String(), []string{"-"}, patch)
 	if err != nil {
 		if ferr := fetchBase(ctx, st, sess.Repo, base); ferr != nil {
 			return nil, fail.Failedf("the base commit %s is not in the run's object store and cannot be fetched from %s: %v", base, sess.Repo, ferr)
 		}
-		if tree, err = applyPatch(ctx, st, base.String(), patch); err != nil {
+		if tree, err = applyPatch(ctx, st, base.String(), []string{"-"}, patch); err != nil {
 			return nil, fail.Usagef("the patch does not apply to base commit %s: %v", base, err)
 		}
 	}

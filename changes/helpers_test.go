@@ -34,8 +34,18 @@ type env struct {
 
 func newEnv(t testing.TB, vars map[string]string) *env {
 	t.Helper()
+	return newEnvAt(t, vars, "")
+}
+
+// newEnvAt is newEnv with the storage root at root ("": in the test's
+// directory).
+func newEnvAt(t testing.TB, vars map[string]string, root string) *env {
+	t.Helper()
 	dir := t.TempDir()
-	e := &env{t: t, dir: dir, root: filepath.Join(dir, "root"), repo: filepath.Join(dir, "repo")}
+	if root == "" {
+		root = filepath.Join(dir, "root")
+	}
+	e := &env{t: t, dir: dir, root: root, repo: filepath.Join(dir, "repo")}
 	all := map[string]string{"XMODE_STORAGE_ROOT": e.root, "XMODE_USER": "tester", "XMODE_SANDBOX_MAX_OPEN": "0"}
 	for k, v := range vars {
 		all[k] = v
@@ -120,14 +130,23 @@ func (e *env) worktree(s *store.Session) string {
 	return filepath.Join(e.root, "runs", s.RunID, "worktree")
 }
 
-// gitIn runs git in dir with a clean configuration and returns its output.
-func gitOut(t testing.TB, dir string, stdin []byte, args ...string) string {
-	t.Helper()
+// gitTry runs git in dir with a clean configuration and env.
+func gitTry(dir string, env []string, args ...string) (string, error) {
 	c := exec.Command("git", append([]string{"-C", dir}, args...)...)
 	c.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null")
-	if stdin != nil {
-		c.Stdin = bytes.NewReader(stdin)
-	}
+	c.Env = append(c.Env, env...)
+	out, err := c.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// gitOutEnv runs git in dir with a clean configuration, an identity and
+// env, and returns its output.
+func gitOutEnv(t testing.TB, dir string, env []string, args ...string) string {
+	t.Helper()
+	c := exec.Command("git", append([]string{"-C", dir}, args...)...)
+	c.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "GIT_CONFIG_GLOBAL=/dev/null",
+		"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
+	c.Env = append(c.Env, env...)
 	out, err := c.CombinedOutput()
 	if err != nil {
 		t.Fatalf("git %s: %v: %s", strings.Join(args, " "), err, out)

@@ -154,17 +154,7 @@ func (s *Service) pack(ctx context.Context, sess *store.Session, sn *Snapshot, o
 		}
 	}()
 
-	var patchHash FileHash
-	err = writeFile(pkgs, tmp+"/"+PatchFile, func(w io.Writer) error {
-		lw := &limitWriter{w: w, left: s.MaxBytes}
-		if err := sn.Patch(ctx, lw, true); err != nil {
-			if lw.over {
-				return s.tooLarge(sn, fmt.Sprintf("its patch is over %s", humanBytes(s.MaxBytes)))
-			}
-			return err
-		}
-		return nil
-	}, &patchHash)
+	patchHash, err := s.writePatch(ctx, sn, pkgs, tmp, filepath.Join(runDir, PackagesDir, tmp, PatchFile))
 	if err != nil {
 		return nil, err
 	}
@@ -205,6 +195,41 @@ func (s *Service) pack(ctx context.Context, sess *store.Session, sn *Snapshot, o
 	st := sn.store
 	_ = st.setRef("refs/xmode/cr/"+id, snap)
 	return &Package{Change: c, Dir: filepath.Join(runDir, PackagesDir, placed), Manifest: m}, nil
+}
+
+// writePatch writes change.patch and proves it: applied to the base in a
+// scratch index it must give the snapshot's tree. git apply cannot apply
+// some rename patches git diff makes (a symlink renamed away whose path
+// becomes a directory); such a change is written without rename detection,
+// as deletions and additions.
+func (s *Service) writePatch(ctx context.Context, sn *Snapshot, pkgs *os.Root, tmp, path string) (FileHash, error) {
+	var sum FileHash
+	var why error
+	for _, renames := range []bool{true, false} {
+		pkgs.Remove(tmp + "/" + PatchFile)
+		err := writeFile(pkgs, tmp+"/"+PatchFile, func(w io.Writer) error {
+			lw := &limitWriter{w: w, left: s.MaxBytes}
+			if err := writeDiff(ctx, sn.store, lw, true, renames, sn.BaseTree, sn.Tree); err != nil {
+				if lw.over {
+					return s.tooLarge(sn, fmt.Sprintf("its patch is over %s", humanBytes(s.MaxBytes)))
+				}
+				return err
+			}
+			return nil
+		}, &sum)
+		if err != nil {
+			return sum, err
+		}
+		got, err := applyPatch(ctx, sn.store, sn.Base.String(), []string{path}, nil)
+		if err == nil && got == sn.Tree.String() {
+			return sum, nil
+		}
+		why = err
+		if err == nil {
+			why = fmt.Errorf("it gives tree %s", got)
+		}
+	}
+	return sum, fmt.Errorf("the patch git made does not reproduce the snapshot's tree %s (%v): please report this", sn.Tree, why)
 }
 
 // checkSize refuses a change with a file, or files in total, larger than

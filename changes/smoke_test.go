@@ -26,9 +26,9 @@ func TestSmoke(t *testing.T) {
 	st, err := sn.Stat(context.Background())
 	t.Logf("%+v %v", st, err)
 	// compare with git add -A in the worktree copy
-	want := gitOut(t, e.worktree(s), nil, "-c", "core.hooksPath=/dev/null", "add", "-A")
+	want := gitOutEnv(t, e.worktree(s), nil, "-c", "core.hooksPath=/dev/null", "add", "-A")
 	_ = want
-	tree := gitOut(t, e.worktree(s), nil, "write-tree")
+	tree := gitOutEnv(t, e.worktree(s), nil, "write-tree")
 	if tree != sn.Tree.String() {
 		t.Fatalf("tree %s, git says %s", sn.Tree, tree)
 	}

@@ -113,7 +113,7 @@ func (s *Service) verifyTree(ctx context.Context, p *Package, m *Manifest, patch
 		return
 	}
 	defer st.Close()
-	got, err := applyPatch(ctx, st, m.BaseCommit, patch)
+	got, err := applyPatch(ctx, st, m.BaseCommit, []string{"-"}, patch)
 	if err != nil {
 		r.add(PatchFile, "does not apply to base_commit %s: %v", m.BaseCommit, err)
 		return
@@ -124,10 +124,11 @@ func (s *Service) verifyTree(ctx context.Context, p *Package, m *Manifest, patch
 	}
 }
 
-// applyPatch is `git read-tree base; git apply --cached; git write-tree`
-// on a scratch index in the object store, which must hold the base's trees
-// and the blobs the patch changes.
-func applyPatch(ctx context.Context, st *objectStore, base string, patch []byte) (string, error) {
+// applyPatch is `git read-tree base; git apply --cached ARGS; git
+// write-tree` on a scratch index in the object store, which must hold the
+// base's trees and the blobs the patch changes. ARGS names the patch file,
+// or "-" for stdin.
+func applyPatch(ctx context.Context, st *objectStore, base string, args []string, stdin []byte) (string, error) {
 	var rnd [6]byte
 	rand.Read(rnd[:])
 	index := filepath.Join(st.dir, "index-"+hex.EncodeToString(rnd[:]))
@@ -136,12 +137,16 @@ func applyPatch(ctx context.Context, st *objectStore, base string, patch []byte)
 	if _, err := gitcli.RunOwned(ctx, o, "read-tree", base+"^{tree}"); err != nil {
 		return "", err
 	}
-	o.Stdin = bytes.NewReader(patch)
-	if _, err := gitcli.RunOwned(ctx, o, "apply", "--cached", "--binary", "--whitespace=nowarn", "-"); err != nil {
+	if stdin != nil {
+		o.Stdin = bytes.NewReader(stdin)
+	}
+	if _, err := gitcli.RunOwned(ctx, o, append([]string{"apply", "--cached", "--binary", "--whitespace=nowarn"}, args...)...); err != nil {
 		return "", err
 	}
 	o.Stdin = nil
-	return gitcli.RunOwned(ctx, o, "write-tree")
+	// the store holds only the blobs that changed: unchanged ones are named,
+	// not stored
+	return gitcli.RunOwned(ctx, o, "write-tree", "--missing-ok")
 }
 
 // verifyLogs checks the logs of finished steps against evidence.json.
