@@ -73,20 +73,20 @@ func (sn *Snapshot) Empty() bool { return sn.Tree == sn.BaseTree }
 type objects struct {
 	store *objectStore
 	src   *objectSource // nil when the sandbox has no readable git directory
+	// fallback is tried once when an object can be read neither from the
+	// store nor from the sandbox: it fetches the base from the session's
+	// repository.
+	fallback func(why error) error
+	fellBack bool
 }
 
 func (o *objects) load(h Hash, want string) ([]byte, error) {
-	var typ string
-	var data []byte
-	var err error
-	if o.store.has(h) {
-		typ, data, err = o.store.read(h)
-	} else if o.src != nil {
-		if typ, data, err = o.src.read(h); err == nil {
-			err = o.store.writeKnown(h, typ, data)
+	typ, data, err := o.read(h)
+	if err != nil && !errors.Is(err, errTooLarge) && o.fallback != nil && !o.fellBack {
+		o.fellBack = true
+		if ferr := o.fallback(err); ferr == nil && o.store.has(h) {
+			typ, data, err = o.store.read(h)
 		}
-	} else {
-		err = fmt.Errorf("object %s: %w", h, errNotFound)
 	}
 	if err != nil {
 		return nil, err
@@ -95,6 +95,20 @@ func (o *objects) load(h Hash, want string) ([]byte, error) {
 		return nil, fmt.Errorf("object %s is a %s, not a %s", h, typ, want)
 	}
 	return data, nil
+}
+
+func (o *objects) read(h Hash) (string, []byte, error) {
+	if o.store.has(h) {
+		return o.store.read(h)
+	}
+	if o.src == nil {
+		return "", nil, fmt.Errorf("object %s: %w", h, errNotFound)
+	}
+	typ, data, err := o.src.read(h)
+	if err == nil {
+		err = o.store.writeKnown(h, typ, data)
+	}
+	return typ, data, err
 }
 
 func (o *objects) commit(h Hash) (*Commit, error) {
@@ -229,7 +243,17 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session) (*Snapshot,
 		obj.src = openSource(dirs.common, "the sandbox's git directory", s.MaxBytes)
 		defer obj.src.Close()
 	}
-	baseFiles, err := s.baseTree(ctx, obj, sn)
+	// The base is read from the sandbox's objects, each checked against its
+	// ID; what is missing or forged there is fetched from the session's
+	// repository instead.
+	obj.fallback = func(why error) error {
+		if err := fetchBase(ctx, st, sess.Repo, base); err != nil {
+			return err
+		}
+		sn.Warnings = append(sn.Warnings, fmt.Sprintf("the base commit was fetched from %s: the sandbox's copy could not be read (%v)", sess.Repo, why))
+		return nil
+	}
+	baseFiles, err := s.baseTree(obj, sn)
 	if err != nil {
 		return nil, err
 	}
@@ -264,36 +288,25 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session) (*Snapshot,
 	if err := s.changes(obj, sn, baseFiles, w); err != nil {
 		return nil, err
 	}
+	obj.fallback = nil // the agent's commits are nowhere else
 	s.history(obj, dirs, sn)
 	ok = true
 	return sn, nil
 }
 
-// baseTree loads the base commit and every tree of it into the store (a
-// verified read from the sandbox's git directory, else a fetch of the
-// commit from the session's repository) and returns its files by path.
-func (s *Service) baseTree(ctx context.Context, obj *objects, sn *Snapshot) (map[string]TreeEntry, error) {
+// baseTree loads the base commit and every tree of it into the store and
+// returns its files by path.
+func (s *Service) baseTree(obj *objects, sn *Snapshot) (map[string]TreeEntry, error) {
 	files := map[string]TreeEntry{}
 	c, err := obj.commit(sn.Base)
 	if err == nil {
 		sn.BaseTree = c.Tree
 		err = obj.flatten(c.Tree, "", files)
 	}
-	if err == nil {
-		return files, nil
+	if err != nil {
+		return nil, fail.Failedf("the base commit %s of %s cannot be read: %v", sn.Base, sn.SessionID, err)
 	}
-	why := err
-	if ferr := fetchBase(ctx, sn.store, sn.Repo, sn.Base); ferr != nil {
-		return nil, fail.Failedf("the base commit %s of %s cannot be read from the sandbox (%v), nor fetched from %s (%v)", sn.Base, sn.SessionID, why, sn.Repo, ferr)
-	}
-	sn.Warnings = append(sn.Warnings, fmt.Sprintf("the base commit was fetched from %s: the sandbox's copy could not be read (%v)", sn.Repo, why))
-	files = map[string]TreeEntry{}
-	host := &objects{store: sn.store}
-	if c, err = host.commit(sn.Base); err != nil {
-		return nil, err
-	}
-	sn.BaseTree = c.Tree
-	return files, host.flatten(c.Tree, "", files)
+	return files, nil
 }
 
 // fetchBase fetches one commit (depth 1) from the session's repository
