@@ -38,6 +38,7 @@ type objectSource struct {
 	// cache keeps delta bases (objects up to 1 MB), bounded in total.
 	cache     map[packPos]object
 	cacheSize int64
+	reading   map[Hash]bool // objects being resolved: a ref-delta back to one is a cycle
 }
 
 type packPos struct {
@@ -165,6 +166,14 @@ func (s *objectSource) readDepth(h Hash, depth int) (string, []byte, error) {
 	if depth > maxDeltaDepth {
 		return "", nil, fmt.Errorf("object %s: delta chain too deep", h)
 	}
+	if s.reading[h] {
+		return "", nil, fmt.Errorf("object %s: delta cycle", h)
+	}
+	if s.reading == nil {
+		s.reading = map[Hash]bool{}
+	}
+	s.reading[h] = true
+	defer delete(s.reading, h)
 	typ, data, err := s.find(h, depth)
 	if err != nil {
 		return "", nil, err
