@@ -48,6 +48,7 @@ type Snapshot struct {
 	Changes   []FileChange
 	Skipped   []Skipped
 	Warnings  []string
+	Hashed    int // files read and hashed; the others' hashes came from the stat cache
 
 	store *objectStore
 }
@@ -282,7 +283,7 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session) (*Snapshot,
 			return nil, err
 		}
 	}
-	sn.Skipped = w.skipped
+	sn.Skipped, sn.Hashed = w.skipped, w.hashed
 	_ = w.next.save(st) // only a cache
 
 	if err := s.changes(obj, sn, baseFiles, w); err != nil {

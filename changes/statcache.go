@@ -29,8 +29,11 @@ type statEntry struct {
 const (
 	statCacheName  = "xmode-stat-cache"
 	statCacheMagic = "XSC1"
-	racyMargin     = int64(2e9) // ns
 )
+
+// racyMargin (ns) is how old a file's mtime and ctime must be, when it is
+// hashed, for the hash to be reused later.
+var racyMargin = int64(2e9)
 
 func loadStatCache(s *objectStore) *statCache {
 	c := &statCache{entries: map[string]statEntry{}}

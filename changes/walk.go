@@ -80,6 +80,7 @@ type walker struct {
 	files       map[string]TreeEntry
 	sizes       map[string]int64
 	skipped     []Skipped
+	hashed      int // files read this time (the others came from the stat cache)
 }
 
 // Skipped is a worktree path a snapshot leaves out, and why.
@@ -276,6 +277,7 @@ func (w *walker) regular(dir *os.File, p, name string, st *unix.Stat_t) (TreeEnt
 	}
 	var h Hash
 	var err error
+	w.hashed++
 	for attempt := 0; ; attempt++ {
 		h, err = w.hashFile(dir, p, name, mode, want)
 		if !errors.Is(err, errChanged) || attempt == 2 {

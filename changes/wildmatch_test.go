@@ -6,7 +6,7 @@ import "testing"
 // with a '/' use it) and basename matching.
 func TestWildmatch(t *testing.T) {
 	cases := []struct {
-		pattern, text string
+		pattern, text  string
 		pathname, want bool
 	}{
 		{"foo", "foo", true, true},
