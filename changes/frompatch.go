@@ -33,18 +33,26 @@ func (s *Service) CreateFromPatch(ctx context.Context, sess *store.Session, patc
 	}
 	sn := &Snapshot{SessionID: sess.ID, RunID: sess.RunID, Repo: sess.Repo, Kind: KindPatch, Base: base, store: st}
 	defer sn.Close()
-	tree, err := applyPatch(ctx, st, base.String(), []string{"-"}, patch)
+	files, err := baseFiles(st, base.String())
 	if err != nil {
 		if ferr := fetchBase(ctx, st, sess.Repo, base); ferr != nil {
 			return nil, fail.Failedf("the base commit %s is not in the run's object store and cannot be fetched from %s: %v", base, sess.Repo, ferr)
 		}
-		if tree, err = applyPatch(ctx, st, base.String(), []string{"-"}, patch); err != nil {
+		if files, err = baseFiles(st, base.String()); err != nil {
+			return nil, err
+		}
+	}
+	tree, err := applyPatch(ctx, st, files, []string{"-"}, patch, true)
+	if err != nil {
+		// the store may lack the base versions the patch needs
+		if ferr := fetchBase(ctx, st, sess.Repo, base); ferr != nil {
+			return nil, fail.Failedf("the patch does not apply to base commit %s (%v), and the base cannot be fetched from %s: %v", base, err, sess.Repo, ferr)
+		}
+		if tree, err = applyPatch(ctx, st, files, []string{"-"}, patch, true); err != nil {
 			return nil, fail.Usagef("the patch does not apply to base commit %s: %v", base, err)
 		}
 	}
-	if sn.Tree, err = ParseHash(tree); err != nil {
-		return nil, err
-	}
+	sn.Tree, sn.base = tree, files
 	obj := &objects{store: st}
 	c, err := obj.commit(base)
 	if err != nil {

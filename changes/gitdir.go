@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/go-git/go-git/v5/plumbing/format/index"
-
 	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
@@ -159,18 +157,17 @@ func (d *gitDirs) tracked() (map[string]Hash, error) {
 	if err != nil {
 		return nil, err
 	}
-	var idx index.Index
-	derr := index.NewDecoder(bytes.NewReader(b)).Decode(&idx)
-	if derr != nil && len(idx.Entries) == 0 {
-		return nil, derr
+	es, err := parseIndex(b)
+	if err != nil {
+		return nil, err
 	}
-	out := make(map[string]Hash, len(idx.Entries))
-	for _, e := range idx.Entries {
+	out := make(map[string]Hash, len(es))
+	for _, e := range es {
 		h := Hash{}
-		if uint32(e.Mode) == modeGitlink {
-			h = Hash(e.Hash)
+		if e.Mode == modeGitlink {
+			h = e.Hash
 		}
-		out[e.Name] = h
+		out[e.Path] = h
 	}
 	return out, nil
 }

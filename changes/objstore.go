@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/xmode/xmode/storage"
@@ -27,8 +28,10 @@ const StoreDirName = "objects.git"
 
 // objectStore is a run's object store.
 type objectStore struct {
-	dir  string   // <root>/runs/<run>/objects.git
-	root *os.Root // of dir
+	dir   string   // <root>/runs/<run>/objects.git
+	root  *os.Root // of dir
+	src   *objectSource
+	known map[Hash]bool // objects seen in the store by this process
 }
 
 // openStore opens the run's object store, creating it on first use. The
@@ -51,7 +54,7 @@ func openStore(g storage.Guard, runID string) (*objectStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open object store of %s: %w", runID, err)
 	}
-	s := &objectStore{dir: filepath.Join(runDir, StoreDirName), root: root}
+	s := &objectStore{dir: filepath.Join(runDir, StoreDirName), root: root, known: map[Hash]bool{}}
 	for _, d := range []string{"objects", "refs", "refs/heads"} {
 		if err := mkdirReal(root, d); err != nil {
 			root.Close()
@@ -108,7 +111,13 @@ func loosePath(h Hash) string {
 
 // has reports whether the store holds h.
 func (s *objectStore) has(h Hash) bool {
+	if s.known[h] {
+		return true
+	}
 	_, err := s.root.Lstat(loosePath(h))
+	if err == nil {
+		s.known[h] = true
+	}
 	return err == nil
 }
 
@@ -167,13 +176,19 @@ func (s *objectStore) writeStream(h Hash, typ string, size int64, r io.Reader) e
 	if got != h {
 		return fmt.Errorf("write object %s: %w", x, errChanged)
 	}
-	return s.root.Rename(tmp, loosePath(h))
+	if err := s.root.Rename(tmp, loosePath(h)); err != nil {
+		return err
+	}
+	s.known[h] = true
+	return nil
 }
 
 // read returns a stored object, verified like any other.
 func (s *objectStore) read(h Hash) (string, []byte, error) {
-	src := objectSource{root: s.root, name: "the run's object store", limit: 1 << 40}
-	typ, data, err := src.loose(loosePath(h))
+	if s.src == nil {
+		s.src = &objectSource{root: s.root, name: "the run's object store", limit: 1 << 40}
+	}
+	typ, data, err := s.src.loose(loosePath(h))
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil, fmt.Errorf("object %s: %w in the run's object store", h, errNotFound)
 	}
@@ -184,6 +199,32 @@ func (s *objectStore) read(h Hash) (string, []byte, error) {
 		return "", nil, fmt.Errorf("object %s in the run's object store is corrupt", h)
 	}
 	return typ, data, nil
+}
+
+// size returns the size of a stored object from its header, without
+// inflating the rest.
+func (s *objectStore) size(h Hash) (int64, error) {
+	if s.src == nil {
+		s.src = &objectSource{root: s.root, name: "the run's object store", limit: 1 << 40}
+	}
+	f, _, err := openRegular(s.root, loosePath(h))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	zr, err := s.src.zlib(f)
+	if err != nil {
+		return 0, err
+	}
+	var hdr [32]byte
+	n, _ := io.ReadAtLeast(zr, hdr[:], 1)
+	nul := bytes.IndexByte(hdr[:n], 0)
+	_, size, ok := strings.Cut(string(hdr[:max(nul, 0)]), " ")
+	v, err := strconv.ParseInt(size, 10, 64)
+	if nul < 0 || !ok || err != nil {
+		return 0, fmt.Errorf("object %s in the run's object store is corrupt", h)
+	}
+	return v, nil
 }
 
 // setRef points refs/<name> at h.

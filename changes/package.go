@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/xmode/xmode/fail"
@@ -94,37 +95,18 @@ func (s *Service) pack(ctx context.Context, sess *store.Session, sn *Snapshot, o
 	if err := s.checkSize(sn); err != nil {
 		return nil, err
 	}
-	stat, err := sn.Stat(ctx)
-	if err != nil {
-		return nil, err
-	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	id := store.NewChangeID()
-	m := &Manifest{
-		Format: FormatVersion, ID: id, RunID: sess.RunID, SessionID: sess.ID, Repo: sess.Repo, Ref: sess.Ref,
-		Project: sess.Project, Engine: sess.Engine, MountMode: sess.MountMode, Worktree: sn.Kind,
-		BaseCommit: sn.Base.String(), BaseTree: sn.BaseTree.String(), Tree: sn.Tree.String(),
-		Head: hashOrEmpty(sn.Head), Commits: sn.Commits, Title: o.Title, Message: o.Message,
-		Author: s.User, CreatedAt: now, Stat: stat, Files: map[string]FileHash{},
-		Skipped: sn.Skipped, Warnings: sn.Warnings,
-	}
-	if m.Commits == nil {
-		m.Commits = []*Commit{}
-	}
-	if m.Skipped == nil {
-		m.Skipped = []Skipped{}
-	}
-	if m.Warnings == nil {
-		m.Warnings = []string{}
-	}
-	if m.Title == "" {
-		m.Title = defaultTitle(sn, stat)
-	}
-	snap, err := s.snapshotCommit(sn, m)
-	if err != nil {
-		return nil, err
-	}
-	m.Snapshot = snap.String()
+	// The stat (one git run) and the evidence (the store, the step files)
+	// are gathered while the patch is written and proved.
+	var stat *Stat
+	var ev *Evidence
+	var statErr, evErr error
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); stat, statErr = sn.Stat(ctx) }()
+	go func() { defer wg.Done(); ev, evErr = s.evidence(ctx, sess.RunID, now) }()
+	defer wg.Wait()
 
 	runDir, err := s.Guard.RunDir(sess.RunID)
 	if err != nil {
@@ -153,16 +135,34 @@ func (s *Service) pack(ctx context.Context, sess *store.Session, sn *Snapshot, o
 			pkgs.RemoveAll(tmp)
 		}
 	}()
-
 	patchHash, err := s.writePatch(ctx, sn, pkgs, tmp, filepath.Join(runDir, PackagesDir, tmp, PatchFile))
 	if err != nil {
 		return nil, err
 	}
-	m.Files[PatchFile] = patchHash
-	ev, err := s.evidence(ctx, sess.RunID, now)
+	wg.Wait()
+	if statErr != nil {
+		return nil, statErr
+	}
+	if evErr != nil {
+		return nil, evErr
+	}
+
+	m := &Manifest{
+		Format: FormatVersion, ID: id, RunID: sess.RunID, SessionID: sess.ID, Repo: sess.Repo, Ref: sess.Ref,
+		Project: sess.Project, Engine: sess.Engine, MountMode: sess.MountMode, Worktree: sn.Kind,
+		BaseCommit: sn.Base.String(), BaseTree: sn.BaseTree.String(), Tree: sn.Tree.String(),
+		Head: hashOrEmpty(sn.Head), Commits: nonNil(sn.Commits), Title: o.Title, Message: o.Message,
+		Author: s.User, CreatedAt: now, Stat: stat, Files: map[string]FileHash{PatchFile: patchHash},
+		Skipped: nonNil(sn.Skipped), Warnings: nonNil(sn.Warnings),
+	}
+	if m.Title == "" {
+		m.Title = defaultTitle(sn, stat)
+	}
+	snap, err := s.snapshotCommit(sn, m)
 	if err != nil {
 		return nil, err
 	}
+	m.Snapshot = snap.String()
 	var evHash FileHash
 	if err := writeFile(pkgs, tmp+"/"+EvidenceFile, jsonWriter(ev), &evHash); err != nil {
 		return nil, err
@@ -192,9 +192,16 @@ func (s *Service) pack(ctx context.Context, sess *store.Session, sn *Snapshot, o
 		}
 		return nil, err
 	}
-	st := sn.store
-	_ = st.setRef("refs/xmode/cr/"+id, snap)
+	// the ref keeps the commit reachable in the store, for export
+	_ = sn.store.setRef("refs/xmode/cr/"+id, snap)
 	return &Package{Change: c, Dir: filepath.Join(runDir, PackagesDir, placed), Manifest: m}, nil
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }
 
 // writePatch writes change.patch and proves it: applied to the base in a
@@ -220,8 +227,8 @@ func (s *Service) writePatch(ctx context.Context, sn *Snapshot, pkgs *os.Root, t
 		if err != nil {
 			return sum, err
 		}
-		got, err := applyPatch(ctx, sn.store, sn.Base.String(), []string{path}, nil)
-		if err == nil && got == sn.Tree.String() {
+		got, err := applyPatch(ctx, sn.store, sn.base, []string{path}, nil, false)
+		if err == nil && got == sn.Tree {
 			return sum, nil
 		}
 		why = err

@@ -51,6 +51,7 @@ type Snapshot struct {
 	Hashed    int // files read and hashed; the others' hashes came from the stat cache
 
 	store *objectStore
+	base  map[string]TreeEntry // the base tree's files by path
 }
 
 // FileChange is one path that differs between the base and the snapshot
@@ -79,6 +80,7 @@ type objects struct {
 	// repository.
 	fallback func(why error) error
 	fellBack bool
+	trees    []Hash // when not nil, flatten records the trees it reads
 }
 
 func (o *objects) load(h Hash, want string) ([]byte, error) {
@@ -133,6 +135,9 @@ func (o *objects) flatten(h Hash, prefix string, out map[string]TreeEntry) error
 	es, err := o.tree(h)
 	if err != nil {
 		return err
+	}
+	if o.trees != nil {
+		o.trees = append(o.trees, h)
 	}
 	for _, e := range es {
 		p := join(prefix, e.Name)
@@ -258,6 +263,7 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session) (*Snapshot,
 	if err != nil {
 		return nil, err
 	}
+	sn.base = baseFiles
 
 	w := &walker{store: st, base: baseFiles, cache: loadStatCache(st), limit: s.MaxBytes}
 	w.tracked, err = dirs.tracked()
@@ -284,7 +290,7 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session) (*Snapshot,
 		}
 	}
 	sn.Skipped, sn.Hashed = w.skipped, w.hashed
-	_ = w.next.save(st) // only a cache
+	_ = w.next.save(st, w.cache, w.dirty) // only a cache
 
 	if err := s.changes(obj, sn, baseFiles, w); err != nil {
 		return nil, err
@@ -295,18 +301,27 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session) (*Snapshot,
 	return sn, nil
 }
 
-// baseTree loads the base commit and every tree of it into the store and
-// returns its files by path.
+// baseTree loads the base commit and every tree of it into the store (or
+// finds them there, flattened, in the base cache) and returns its files by
+// path.
 func (s *Service) baseTree(obj *objects, sn *Snapshot) (map[string]TreeEntry, error) {
-	files := map[string]TreeEntry{}
 	c, err := obj.commit(sn.Base)
-	if err == nil {
-		sn.BaseTree = c.Tree
-		err = obj.flatten(c.Tree, "", files)
-	}
 	if err != nil {
 		return nil, fail.Failedf("the base commit %s of %s cannot be read: %v", sn.Base, sn.SessionID, err)
 	}
+	sn.BaseTree = c.Tree
+	if files := loadBaseCache(obj.store, c.Tree); files != nil {
+		return files, nil
+	}
+	files := map[string]TreeEntry{}
+	obj.trees = []Hash{}
+	err = obj.flatten(c.Tree, "", files)
+	trees := obj.trees
+	obj.trees = nil
+	if err != nil {
+		return nil, fail.Failedf("the base commit %s of %s cannot be read: %v", sn.Base, sn.SessionID, err)
+	}
+	_ = saveBaseCache(obj.store, c.Tree, trees, files) // only a cache
 	return files, nil
 }
 
@@ -324,31 +339,37 @@ func fetchBase(ctx context.Context, st *objectStore, repo string, base Hash) err
 // changes lists what differs from the base and puts the base versions of
 // changed files into the store (git needs them to diff and to apply).
 func (s *Service) changes(obj *objects, sn *Snapshot, base map[string]TreeEntry, w *walker) error {
-	paths := map[string]bool{}
-	for p := range base {
-		paths[p] = true
-	}
-	for p := range w.files {
-		paths[p] = true
-	}
-	for p := range paths {
-		o, n := base[p], w.files[p]
-		if o == n {
+	for p, o := range base {
+		n, ok := w.files[p]
+		if ok && n.TreeEntry == o {
 			continue
 		}
-		c := FileChange{Path: p, Old: o, New: n, NewSize: w.sizes[p]}
-		if o.Mode != 0 && o.Mode != modeGitlink {
-			data, err := obj.load(o.Hash, typeBlob)
-			if errors.Is(err, errTooLarge) {
-				c.OldSize = s.MaxBytes + 1
-			} else if err != nil {
-				return fail.Failedf("read the base version of %s: %v", p, err)
+		c := FileChange{Path: p, Old: o, New: n.TreeEntry, NewSize: n.size}
+		if o.Mode != modeGitlink {
+			// git needs the base version in the store to diff and apply
+			if !obj.store.has(o.Hash) {
+				_, err := obj.load(o.Hash, typeBlob)
+				if errors.Is(err, errTooLarge) {
+					c.OldSize = s.MaxBytes + 1
+					sn.Changes = append(sn.Changes, c)
+					continue
+				}
+				if err != nil {
+					return fail.Failedf("read the base version of %s: %v", p, err)
+				}
 			}
-			if err == nil {
-				c.OldSize = int64(len(data))
+			size, err := obj.store.size(o.Hash)
+			if err != nil {
+				return err
 			}
+			c.OldSize = size
 		}
 		sn.Changes = append(sn.Changes, c)
+	}
+	for p, n := range w.files {
+		if _, ok := base[p]; !ok {
+			sn.Changes = append(sn.Changes, FileChange{Path: p, New: n.TreeEntry, NewSize: n.size})
+		}
 	}
 	sort.Slice(sn.Changes, func(i, j int) bool { return sn.Changes[i].Path < sn.Changes[j].Path })
 	return nil

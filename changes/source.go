@@ -30,15 +30,17 @@ var errTooLarge = errors.New("object larger than XMODE_CR_MAX_BYTES")
 // chains bounded and every object checked to hash to the ID it was asked
 // for. A tampered or corrupt object is an error, never an answer.
 type objectSource struct {
-	root     *os.Root
-	ownsRoot bool   // Close closes root too
-	name     string // for messages
-	limit    int64
-	packs    []*packFile
+	root      *os.Root
+	ownsRoot  bool   // Close closes root too
+	name      string // for messages
+	limit     int64
+	packs     []*packFile
+	packsOpen bool
 	// cache keeps delta bases (objects up to 1 MB), bounded in total.
 	cache     map[packPos]object
 	cacheSize int64
 	reading   map[Hash]bool // objects being resolved: a ref-delta back to one is a cycle
+	zr        io.ReadCloser // reused: a zlib reader costs ~40 KB to make
 }
 
 type packPos struct {
@@ -62,13 +64,21 @@ type packFile struct {
 const maxDeltaDepth = 5000
 
 // openSource opens the objects of the git directory root (which it now
-// owns). Packs whose index does not parse are skipped: their objects are
-// then simply not found.
+// owns). Its packs are opened on the first object not found loose; a pack
+// whose index does not parse is skipped: its objects are then simply not
+// found.
 func openSource(root *os.Root, name string, limit int64) *objectSource {
-	s := &objectSource{root: root, ownsRoot: true, name: name, limit: limit, cache: map[packPos]object{}}
-	entries, err := readDirNames(root, "objects/pack")
+	return &objectSource{root: root, ownsRoot: true, name: name, limit: limit, cache: map[packPos]object{}}
+}
+
+func (s *objectSource) openPacks() {
+	if s.packsOpen {
+		return
+	}
+	s.packsOpen = true
+	entries, err := readDirNames(s.root, "objects/pack")
 	if err != nil {
-		return s
+		return
 	}
 	for _, e := range entries {
 		base, ok := strings.CutSuffix(e, ".idx")
@@ -79,7 +89,6 @@ func openSource(root *os.Root, name string, limit int64) *objectSource {
 			s.packs = append(s.packs, p)
 		}
 	}
-	return s
 }
 
 func readDirNames(root *os.Root, dir string) ([]string, error) {
@@ -194,6 +203,7 @@ func (s *objectSource) find(h Hash, depth int) (string, []byte, error) {
 	if err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return typ, data, err
 	}
+	s.openPacks()
 	for _, p := range s.packs {
 		off, err := p.idx.FindOffset(plumbing.Hash(h))
 		if err != nil {
@@ -215,11 +225,10 @@ func (s *objectSource) loose(name string) (string, []byte, error) {
 		return "", nil, err
 	}
 	defer f.Close()
-	zr, err := zlib.NewReader(f)
+	zr, err := s.zlib(f)
 	if err != nil {
 		return "", nil, fmt.Errorf("%s: %w", name, err)
 	}
-	defer zr.Close()
 	var hdr []byte
 	var one [1]byte
 	for {
@@ -246,6 +255,19 @@ func (s *objectSource) loose(name string) (string, []byte, error) {
 		return "", nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return typ, data, nil
+}
+
+// zlib returns the source's zlib reader reset to r.
+func (s *objectSource) zlib(r io.Reader) (io.Reader, error) {
+	if s.zr == nil {
+		zr, err := zlib.NewReader(r)
+		if err != nil {
+			return nil, err
+		}
+		s.zr = zr
+		return zr, nil
+	}
+	return s.zr, s.zr.(zlib.Resetter).Reset(r, nil)
 }
 
 func validType(t string) bool {
@@ -383,11 +405,10 @@ func (s *objectSource) packObject(p *packFile, off int64, depth int) (object, er
 }
 
 func (s *objectSource) inflate(p *packFile, at, size int64) ([]byte, error) {
-	zr, err := zlib.NewReader(io.NewSectionReader(p.f, at, p.size-20-at))
+	zr, err := s.zlib(io.NewSectionReader(p.f, at, p.size-20-at))
 	if err != nil {
 		return nil, err
 	}
-	defer zr.Close()
 	return readExactly(zr, size)
 }
 

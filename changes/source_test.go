@@ -49,7 +49,7 @@ func TestSourceReadsGitPacks(t *testing.T) {
 	}
 	gittest.Git(t, dir, "gc", "-q", "--aggressive")
 	s := openTestSource(t, filepath.Join(dir, ".git"), 1<<30)
-	if len(s.packs) == 0 {
+	if s.openPacks(); len(s.packs) == 0 {
 		t.Fatal("no pack")
 	}
 	list := gittest.Git(t, dir, "cat-file", "--batch-all-objects", "--batch-check=%(objectname) %(objecttype) %(deltabase)")
@@ -157,7 +157,7 @@ func TestSourceStopsDeltaCycles(t *testing.T) {
 	gitDir := t.TempDir()
 	h := packWithSelfDelta(t, gitDir)
 	s := openTestSource(t, gitDir, 1<<20)
-	if len(s.packs) != 1 {
+	if s.openPacks(); len(s.packs) != 1 {
 		t.Fatalf("the hand-made pack was not opened")
 	}
 	if _, _, err := s.read(h); err == nil || !strings.Contains(err.Error(), "delta cycle") {

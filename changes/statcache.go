@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"os"
+	"strings"
 )
 
 // statCache remembers, per worktree path, the lstat data a file had when
@@ -17,6 +18,7 @@ import (
 // timestamp tick is not missed.
 type statCache struct {
 	entries map[string]statEntry
+	loaded  []byte // the file as read, to skip rewriting it unchanged
 }
 
 type statEntry struct {
@@ -41,14 +43,18 @@ func loadStatCache(s *objectStore) *statCache {
 	if err != nil || !bytes.HasPrefix(b, []byte(statCacheMagic)) {
 		return c
 	}
+	c.loaded = b
 	b = b[len(statCacheMagic):]
+	all := string(b) // one allocation; paths are slices of it
 	const fixed = 8*3 + 8*2 + 4 + 20
-	for len(b) >= 2 {
+	c.entries = make(map[string]statEntry, len(b)/80)
+	for off := 0; len(b) >= 2; {
 		n := int(binary.BigEndian.Uint16(b))
 		if len(b) < 2+n+fixed {
 			break
 		}
-		path := string(b[2 : 2+n])
+		path := all[off+2 : off+2+n]
+		off += 2 + n + fixed
 		r := b[2+n:]
 		var e statEntry
 		e.Size = int64(binary.BigEndian.Uint64(r))
@@ -87,8 +93,13 @@ func (c *statCache) encode() []byte {
 	return b.Bytes()
 }
 
-// save replaces the cache file (written to a temporary name, then renamed).
-func (c *statCache) save(s *objectStore) error {
+// save replaces the cache file (written to a temporary name, then
+// renamed) unless it would hold what it holds: dirty says whether an entry
+// was added or changed, and a path gone shows in the count.
+func (c *statCache) save(s *objectStore, prev *statCache, dirty bool) error {
+	if !dirty && prev != nil && prev.loaded != nil && len(prev.entries) == len(c.entries) {
+		return nil
+	}
 	tmp := statCacheName + ".tmp"
 	f, err := s.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -102,4 +113,78 @@ func (c *statCache) save(s *objectStore) error {
 		return err
 	}
 	return s.root.Rename(tmp, statCacheName)
+}
+
+// baseCache keeps a base tree flattened (its files by path, and the IDs of
+// its trees, all in the store), so later snapshots of the run need not read
+// its trees again. Like the stat cache it lives in the run's object store.
+const (
+	baseCacheName  = "xmode-base-cache"
+	baseCacheMagic = "XBC1"
+)
+
+func loadBaseCache(s *objectStore, tree Hash) map[string]TreeEntry {
+	b, err := readRegular(s.root, baseCacheName, 256<<20)
+	if err != nil || len(b) < 4+20+4 || string(b[:4]) != baseCacheMagic || !bytes.Equal(b[4:24], tree[:]) {
+		return nil
+	}
+	ntrees := int(binary.BigEndian.Uint32(b[24:]))
+	b = b[28:]
+	if len(b) < ntrees*20 {
+		return nil
+	}
+	for i := 0; i < ntrees; i++ {
+		var h Hash
+		copy(h[:], b[i*20:])
+		s.known[h] = true
+	}
+	b = b[ntrees*20:]
+	files := map[string]TreeEntry{}
+	for len(b) >= 2 {
+		n := int(binary.BigEndian.Uint16(b))
+		if len(b) < 2+n+24 {
+			return nil
+		}
+		p := string(b[2 : 2+n])
+		e := TreeEntry{Mode: binary.BigEndian.Uint32(b[2+n:])}
+		copy(e.Hash[:], b[2+n+4:])
+		e.Name = p[strings.LastIndexByte(p, '/')+1:]
+		files[p] = e
+		b = b[2+n+24:]
+	}
+	return files
+}
+
+func saveBaseCache(s *objectStore, tree Hash, trees []Hash, files map[string]TreeEntry) error {
+	var b bytes.Buffer
+	b.WriteString(baseCacheMagic)
+	b.Write(tree[:])
+	binary.Write(&b, binary.BigEndian, uint32(len(trees)))
+	for _, h := range trees {
+		b.Write(h[:])
+	}
+	var buf [4]byte
+	for p, e := range files {
+		if len(p) > 0xffff {
+			return nil // not worth caching
+		}
+		binary.Write(&b, binary.BigEndian, uint16(len(p)))
+		b.WriteString(p)
+		binary.BigEndian.PutUint32(buf[:], e.Mode)
+		b.Write(buf[:])
+		b.Write(e.Hash[:])
+	}
+	tmp := baseCacheName + ".tmp"
+	f, err := s.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b.Bytes())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return s.root.Rename(tmp, baseCacheName)
 }

@@ -113,40 +113,73 @@ func (s *Service) verifyTree(ctx context.Context, p *Package, m *Manifest, patch
 		return
 	}
 	defer st.Close()
-	got, err := applyPatch(ctx, st, m.BaseCommit, []string{"-"}, patch)
+	base, err := baseFiles(st, m.BaseCommit)
+	if err != nil {
+		r.add("tree", "the base commit cannot be read from the run's object store: %v", err)
+		return
+	}
+	h, err := applyPatch(ctx, st, base, []string{"-"}, patch, false)
 	if err != nil {
 		r.add(PatchFile, "does not apply to base_commit %s: %v", m.BaseCommit, err)
 		return
 	}
 	r.Checked = append(r.Checked, "tree")
-	if got != m.Tree {
+	if got := h.String(); got != m.Tree {
 		r.add(PatchFile, "applied to base_commit gives tree %s, the manifest says %s", got, m.Tree)
 	}
 }
 
-// applyPatch is `git read-tree base; git apply --cached ARGS; git
-// write-tree` on a scratch index in the object store, which must hold the
-// base's trees and the blobs the patch changes. ARGS names the patch file,
-// or "-" for stdin.
-func applyPatch(ctx context.Context, st *objectStore, base string, args []string, stdin []byte) (string, error) {
+// applyPatch is `git apply --cached ARGS` on a scratch index holding the
+// base tree (written by xmode, read back by xmode: the only git run is the
+// apply) and returns the tree the result describes. The object store must
+// hold the base's trees and the blobs the patch changes. ARGS names the
+// patch file, or "-" for stdin; writeTrees stores the resulting trees.
+func applyPatch(ctx context.Context, st *objectStore, base map[string]TreeEntry, args []string, stdin []byte, writeTrees bool) (Hash, error) {
 	var rnd [6]byte
 	rand.Read(rnd[:])
 	index := filepath.Join(st.dir, "index-"+hex.EncodeToString(rnd[:]))
 	defer os.Remove(index)
-	o := gitcli.Owned{GitDir: st.dir, IndexFile: index}
-	if _, err := gitcli.RunOwned(ctx, o, "read-tree", base+"^{tree}"); err != nil {
-		return "", err
+	es := make([]indexEntry, 0, len(base))
+	for p, e := range base {
+		es = append(es, indexEntry{Path: p, Mode: e.Mode, Hash: e.Hash})
 	}
+	if err := os.WriteFile(index, encodeIndex(es), 0o600); err != nil {
+		return Hash{}, err
+	}
+	o := gitcli.Owned{GitDir: st.dir, IndexFile: index}
 	if stdin != nil {
 		o.Stdin = bytes.NewReader(stdin)
 	}
 	if _, err := gitcli.RunOwned(ctx, o, append([]string{"apply", "--cached", "--binary", "--whitespace=nowarn"}, args...)...); err != nil {
-		return "", err
+		return Hash{}, err
 	}
-	o.Stdin = nil
-	// the store holds only the blobs that changed: unchanged ones are named,
-	// not stored
-	return gitcli.RunOwned(ctx, o, "write-tree", "--missing-ok")
+	b, err := os.ReadFile(index)
+	if err != nil {
+		return Hash{}, err
+	}
+	after, err := parseIndex(b)
+	if err != nil {
+		return Hash{}, err
+	}
+	if writeTrees {
+		return treeOfIndex(after, st)
+	}
+	return treeOfIndex(after, nil)
+}
+
+// baseFiles flattens a commit's tree from the store.
+func baseFiles(st *objectStore, commit string) (map[string]TreeEntry, error) {
+	h, err := ParseHash(commit)
+	if err != nil {
+		return nil, err
+	}
+	obj := &objects{store: st}
+	c, err := obj.commit(h)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string]TreeEntry{}
+	return files, obj.flatten(c.Tree, "", files)
 }
 
 // verifyLogs checks the logs of finished steps against evidence.json.

@@ -77,10 +77,16 @@ type walker struct {
 	next        *statCache // for the next one
 	limit       int64
 	started     int64 // ns: when the walk began
-	files       map[string]TreeEntry
-	sizes       map[string]int64
+	files       map[string]walked
 	skipped     []Skipped
-	hashed      int // files read this time (the others came from the stat cache)
+	hashed      int  // files read this time (the others came from the stat cache)
+	dirty       bool // the stat cache gained or changed an entry
+}
+
+// walked is a file of the snapshot and its size.
+type walked struct {
+	TreeEntry
+	size int64
 }
 
 // Skipped is a worktree path a snapshot leaves out, and why.
@@ -91,9 +97,8 @@ type Skipped struct {
 
 func (w *walker) walk(root *os.File) (Hash, error) {
 	w.started = time.Now().UnixNano()
-	w.files = map[string]TreeEntry{}
-	w.sizes = map[string]int64{}
-	w.next = &statCache{entries: map[string]statEntry{}}
+	w.files = make(map[string]walked, len(w.base)+16)
+	w.next = &statCache{entries: make(map[string]statEntry, len(w.cache.entries))}
 	w.trackedDirs = map[string]bool{}
 	for p := range w.tracked {
 		for d := path.Dir(p); d != "."; d = path.Dir(d) {
@@ -152,7 +157,7 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 		isDir := typ == unix.S_IFDIR
 		if gl := w.tracked[p]; !gl.IsZero() && isDir {
 			entries = append(entries, TreeEntry{Name: name, Mode: modeGitlink, Hash: gl})
-			w.files[p] = entries[len(entries)-1]
+			w.files[p] = walked{TreeEntry: entries[len(entries)-1]}
 			continue
 		}
 		ign := ignored || w.rules.ignored(p, name, isDir)
@@ -163,6 +168,7 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 			}
 		}
 		var e TreeEntry
+		var size int64
 		switch typ {
 		case unix.S_IFDIR:
 			sub, err := openAt(f, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
@@ -186,8 +192,9 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 			if e, err = w.blob(p, name, modeSymlink, []byte(target)); err != nil {
 				return Hash{}, err
 			}
+			size = int64(len(target))
 		case unix.S_IFREG:
-			if e, err = w.regular(f, p, name, &st); err != nil {
+			if e, size, err = w.regular(f, p, name, &st); err != nil {
 				return Hash{}, err
 			}
 		default:
@@ -198,7 +205,7 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 		}
 		entries = append(entries, e)
 		if e.Mode != modeTree {
-			w.files[p] = e
+			w.files[p] = walked{e, size}
 		}
 	}
 	if len(entries) == 0 {
@@ -240,7 +247,6 @@ func (w *walker) blob(p, name string, mode uint32, data []byte) (TreeEntry, erro
 	if err != nil {
 		return TreeEntry{}, fmt.Errorf("%s: %w", p, err)
 	}
-	w.sizes[p] = int64(len(data))
 	if w.changed(p, mode, h) {
 		if err := w.store.writeKnown(h, typeBlob, data); err != nil {
 			return TreeEntry{}, err
@@ -260,19 +266,18 @@ func statEntryOf(st *unix.Stat_t) statEntry {
 	}
 }
 
-func (w *walker) regular(dir *os.File, p, name string, st *unix.Stat_t) (TreeEntry, error) {
+func (w *walker) regular(dir *os.File, p, name string, st *unix.Stat_t) (TreeEntry, int64, error) {
 	mode := modeFile
 	if st.Mode&0o100 != 0 {
 		mode = modeExec
 	}
-	w.sizes[p] = st.Size
 	want := statEntryOf(st)
 	if c, ok := w.cache.entries[p]; ok {
 		c2 := c
 		c2.Hash = Hash{}
 		if c2 == want && (!w.changed(p, mode, c.Hash) || w.store.has(c.Hash)) {
 			w.next.entries[p] = c
-			return TreeEntry{Name: name, Mode: mode, Hash: c.Hash}, nil
+			return TreeEntry{Name: name, Mode: mode, Hash: c.Hash}, want.Size, nil
 		}
 	}
 	var h Hash
@@ -285,19 +290,19 @@ func (w *walker) regular(dir *os.File, p, name string, st *unix.Stat_t) (TreeEnt
 		}
 		var st2 unix.Stat_t
 		if serr := unix.Fstatat(int(dir.Fd()), name, &st2, unix.AT_SYMLINK_NOFOLLOW); serr != nil || st2.Mode&unix.S_IFMT != unix.S_IFREG {
-			return TreeEntry{}, fmt.Errorf("%s: %w", p, errChanged)
+			return TreeEntry{}, 0, fmt.Errorf("%s: %w", p, errChanged)
 		}
 		want = statEntryOf(&st2)
-		w.sizes[p] = st2.Size
 	}
 	if err != nil {
-		return TreeEntry{}, fmt.Errorf("%s: %w", p, err)
+		return TreeEntry{}, 0, fmt.Errorf("%s: %w", p, err)
 	}
 	if want.Ctime < w.started-racyMargin && want.Mtime < w.started-racyMargin {
 		want.Hash = h
 		w.next.entries[p] = want
+		w.dirty = true
 	}
-	return TreeEntry{Name: name, Mode: mode, Hash: h}, nil
+	return TreeEntry{Name: name, Mode: mode, Hash: h}, want.Size, nil
 }
 
 // hashFile reads the file (opened without following a symlink, and
