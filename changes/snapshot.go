@@ -87,7 +87,9 @@ func (o *objects) load(h Hash, want string) ([]byte, error) {
 	typ, data, err := o.read(h)
 	if err != nil && !errors.Is(err, errTooLarge) && o.fallback != nil && !o.fellBack {
 		o.fellBack = true
-		if ferr := o.fallback(err); ferr == nil && o.store.has(h) {
+		if ferr := o.fallback(err); ferr != nil {
+			err = fmt.Errorf("%w; fetching the base from the session's repository failed too: %v", err, ferr)
+		} else if o.store.has(h) {
 			typ, data, err = o.store.read(h)
 		}
 	}
