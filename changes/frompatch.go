@@ -31,7 +31,7 @@ func (s *Service) CreateFromPatch(ctx context.Context, sess *store.Session, patc
 	if err != nil {
 		return nil, err
 	}
-	sn := &Snapshot{SessionID: sess.ID, RunID: sess.RunID, Repo: sess.Repo, Kind: KindPatch, Base: base, store: st}
+	sn := &Snapshot{SessionID: sess.ID, RunID: sess.RunID, Repo: sess.Repo, Kind: KindPatch, Base: base, store: st, pending: map[Want]*diff{}}
 	defer sn.Close()
 	files, err := baseFiles(st, base.String())
 	if err != nil {

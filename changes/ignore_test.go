@@ -66,7 +66,7 @@ func TestIgnoreRulesMatchGit(t *testing.T) {
 		}
 		sh = append(sh, printf([]byte(pick()), ".git/info/exclude"))
 		e.sh(s, strings.Join(sh, " && "))
-		sn, err := e.cr.Snapshot(ctx, s)
+		sn, err := e.cr.Snapshot(ctx, s, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

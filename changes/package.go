@@ -78,7 +78,7 @@ type CreateOptions struct {
 // empty change is refused (exit 4), and so is one larger than MaxBytes,
 // naming its largest files.
 func (s *Service) Create(ctx context.Context, sess *store.Session, o CreateOptions) (*Package, error) {
-	sn, err := s.Snapshot(ctx, sess)
+	sn, err := s.Snapshot(ctx, sess, WantPackage)
 	if err != nil {
 		return nil, err
 	}
@@ -97,14 +97,12 @@ func (s *Service) pack(ctx context.Context, sess *store.Session, sn *Snapshot, o
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	id := store.NewChangeID()
-	// The stat (one git run) and the evidence (the store, the step files)
-	// are gathered while the patch is written and proved.
-	var stat *Stat
+	// The evidence (the store, the step files) is gathered while the patch
+	// is written and proved.
 	var ev *Evidence
-	var statErr, evErr error
+	var evErr error
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); stat, statErr = sn.Stat(ctx) }()
+	wg.Add(1)
 	go func() { defer wg.Done(); ev, evErr = s.evidence(ctx, sess.RunID, now) }()
 	defer wg.Wait()
 
@@ -135,14 +133,11 @@ func (s *Service) pack(ctx context.Context, sess *store.Session, sn *Snapshot, o
 			pkgs.RemoveAll(tmp)
 		}
 	}()
-	patchHash, err := s.writePatch(ctx, sn, pkgs, tmp, filepath.Join(runDir, PackagesDir, tmp, PatchFile))
+	stat, patchHash, err := s.writePatch(ctx, sn, pkgs, tmp, filepath.Join(runDir, PackagesDir, tmp, PatchFile))
 	if err != nil {
 		return nil, err
 	}
 	wg.Wait()
-	if statErr != nil {
-		return nil, statErr
-	}
 	if evErr != nil {
 		return nil, evErr
 	}
@@ -209,14 +204,16 @@ func nonNil[T any](s []T) []T {
 // some rename patches git diff makes (a symlink renamed away whose path
 // becomes a directory); such a change is written without rename detection,
 // as deletions and additions.
-func (s *Service) writePatch(ctx context.Context, sn *Snapshot, pkgs *os.Root, tmp, path string) (FileHash, error) {
+func (s *Service) writePatch(ctx context.Context, sn *Snapshot, pkgs *os.Root, tmp, path string) (*Stat, FileHash, error) {
 	var sum FileHash
 	var why error
 	for _, renames := range []bool{true, false} {
 		pkgs.Remove(tmp + "/" + PatchFile)
+		var stat *Stat
 		err := writeFile(pkgs, tmp+"/"+PatchFile, func(w io.Writer) error {
 			lw := &limitWriter{w: w, left: s.MaxBytes}
-			if err := writeDiff(ctx, sn.store, lw, true, renames, sn.BaseTree, sn.Tree); err != nil {
+			var err error
+			if stat, err = sn.statAndPatch(ctx, lw, renames); err != nil {
 				if lw.over {
 					return s.tooLarge(sn, fmt.Sprintf("its patch is over %s", humanBytes(s.MaxBytes)))
 				}
@@ -225,18 +222,18 @@ func (s *Service) writePatch(ctx context.Context, sn *Snapshot, pkgs *os.Root, t
 			return nil
 		}, &sum)
 		if err != nil {
-			return sum, err
+			return nil, sum, err
 		}
 		got, err := applyPatch(ctx, sn.store, sn.base, []string{path}, nil, false)
 		if err == nil && got == sn.Tree {
-			return sum, nil
+			return stat, sum, nil
 		}
 		why = err
 		if err == nil {
 			why = fmt.Errorf("it gives tree %s", got)
 		}
 	}
-	return sum, fmt.Errorf("the patch git made does not reproduce the snapshot's tree %s (%v): please report this", sn.Tree, why)
+	return nil, sum, fmt.Errorf("the patch git made does not reproduce the snapshot's tree %s (%v): please report this", sn.Tree, why)
 }
 
 // checkSize refuses a change with a file, or files in total, larger than

@@ -120,7 +120,7 @@ func TestUntrustedWorktree(t *testing.T) {
 	e.sh(s, `printf 'change\n' >> README && printf 'new\n' > new.txt`)
 	e.sh(s, plantScript(h))
 
-	sn, err := e.cr.Snapshot(ctx, s)
+	sn, err := e.cr.Snapshot(ctx, s, changes.WantPatch|changes.WantStat)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,8 +50,9 @@ type Snapshot struct {
 	Warnings  []string
 	Hashed    int // files read and hashed; the others' hashes came from the stat cache
 
-	store *objectStore
-	base  map[string]TreeEntry // the base tree's files by path
+	store   *objectStore
+	base    map[string]TreeEntry // the base tree's files by path
+	pending map[Want]*diff       // git runs started for what the caller wants
 }
 
 // FileChange is one path that differs between the base and the snapshot
@@ -63,8 +64,14 @@ type FileChange struct {
 	NewSize  int64
 }
 
-// Close releases the object store.
-func (sn *Snapshot) Close() error { return sn.store.Close() }
+// Close releases the object store and ends git runs not asked for.
+func (sn *Snapshot) Close() error {
+	for _, d := range sn.pending {
+		d.abort()
+	}
+	sn.pending = nil
+	return sn.store.Close()
+}
 
 // Empty reports a snapshot identical to its base.
 func (sn *Snapshot) Empty() bool { return sn.Tree == sn.BaseTree }
@@ -200,8 +207,9 @@ func (o *objects) copyDelta(a, b Hash) error {
 
 // Snapshot freezes a session's worktree. It writes only into the run's
 // object store (runs/<run>/objects.git), never into the worktree or the
-// run's packages.
-func (s *Service) Snapshot(ctx context.Context, sess *store.Session) (*Snapshot, error) {
+// run's packages. want names the diffs the caller will ask for (0: none
+// yet), so git can start while the worktree is walked.
+func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) (*Snapshot, error) {
 	if sess.Status == store.StatusProvisioning {
 		return nil, fail.Refusedf("session %s is still provisioning: wait for `xmode sandbox create` to finish", sess.ID)
 	}
@@ -236,11 +244,16 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session) (*Snapshot,
 	if err != nil {
 		return nil, err
 	}
-	sn := &Snapshot{SessionID: sess.ID, RunID: sess.RunID, Repo: sess.Repo, Kind: dirs.kind, Base: base, store: st}
+	sn := &Snapshot{SessionID: sess.ID, RunID: sess.RunID, Repo: sess.Repo, Kind: dirs.kind, Base: base, store: st, pending: map[Want]*diff{}}
+	for _, k := range []Want{WantStat, WantPatch, WantPackage} {
+		if want&k != 0 {
+			sn.pending[k] = startDiff(ctx, st, k, true)
+		}
+	}
 	ok := false
 	defer func() {
 		if !ok {
-			st.Close()
+			sn.Close()
 		}
 	}()
 	if dirs.note != "" {

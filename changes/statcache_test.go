@@ -20,7 +20,7 @@ func TestStatCache(t *testing.T) {
 	s := e.create(sandbox.CreateOptions{})
 	snap := func() *changes.Snapshot {
 		t.Helper()
-		sn, err := e.cr.Snapshot(ctx, s)
+		sn, err := e.cr.Snapshot(ctx, s, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -97,7 +97,11 @@ func (a *App) runDiff(ctx context.Context, o diffOptions) error {
 	if err != nil {
 		return err
 	}
-	sn, err := cs.Snapshot(ctx, sess)
+	want := changes.WantPatch
+	if a.json || o.stat {
+		want = changes.WantStat
+	}
+	sn, err := cs.Snapshot(ctx, sess, want)
 	if err != nil {
 		return err
 	}
