@@ -147,9 +147,9 @@ func (d *gitDirs) packedRef(ref string) (Hash, error) {
 	return Hash{}, fs.ErrNotExist
 }
 
-// tracked returns the paths the index lists (git add -A keeps them even
-// when ignored) and the gitlinks among them with their commits.
-func (d *gitDirs) tracked() (map[string]Hash, error) {
+// index reads the record's index: the paths git add -A keeps even when
+// ignored, and the submodule pointers.
+func (d *gitDirs) index() ([]indexEntry, error) {
 	if d.record == nil {
 		return nil, errors.New("no repository")
 	}
@@ -157,19 +157,7 @@ func (d *gitDirs) tracked() (map[string]Hash, error) {
 	if err != nil {
 		return nil, err
 	}
-	es, err := parseIndex(b)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]Hash, len(es))
-	for _, e := range es {
-		h := Hash{}
-		if e.Mode == modeGitlink {
-			h = e.Hash
-		}
-		out[e.Path] = h
-	}
-	return out, nil
+	return parseIndex(b)
 }
 
 // exclude reads info/exclude of the common dir.

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/xmode/xmode/storage"
 )
@@ -31,6 +32,7 @@ type objectStore struct {
 	dir   string   // <root>/runs/<run>/objects.git
 	root  *os.Root // of dir
 	src   *objectSource
+	mu    sync.Mutex
 	known map[Hash]bool // objects seen in the store by this process
 }
 
@@ -111,14 +113,23 @@ func loosePath(h Hash) string {
 
 // has reports whether the store holds h.
 func (s *objectStore) has(h Hash) bool {
-	if s.known[h] {
+	s.mu.Lock()
+	known := s.known[h]
+	s.mu.Unlock()
+	if known {
 		return true
 	}
 	_, err := s.root.Lstat(loosePath(h))
 	if err == nil {
-		s.known[h] = true
+		s.markKnown(h)
 	}
 	return err == nil
+}
+
+func (s *objectStore) markKnown(h Hash) {
+	s.mu.Lock()
+	s.known[h] = true
+	s.mu.Unlock()
 }
 
 // write stores an object and returns its ID.
@@ -179,7 +190,7 @@ func (s *objectStore) writeStream(h Hash, typ string, size int64, r io.Reader) e
 	if err := s.root.Rename(tmp, loosePath(h)); err != nil {
 		return err
 	}
-	s.known[h] = true
+	s.markKnown(h)
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"runtime"
 	"sort"
 	"syscall"
 
@@ -280,21 +281,32 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 	}
 	sn.base = baseFiles
 
-	w := &walker{store: st, base: baseFiles, cache: loadStatCache(st), limit: s.MaxBytes}
-	w.tracked, err = dirs.tracked()
+	w := &walker{store: st, base: baseFiles, cache: loadStatCache(st), limit: s.MaxBytes, parallel: runtime.GOMAXPROCS(0)}
+	index, err := dirs.index()
 	indexRead := err == nil
-	if !indexRead {
-		w.tracked = map[string]Hash{}
-	}
-	for p, e := range baseFiles {
-		if _, ok := w.tracked[p]; !ok {
-			h := Hash{}
-			if e.Mode == modeGitlink && !indexRead {
-				h = e.Hash // no index: the base's submodule commits stand
-			}
-			w.tracked[p] = h
+	w.gitlinks = map[string]Hash{}
+	for _, e := range index {
+		if e.Mode == modeGitlink {
+			w.gitlinks[e.Path] = e.Hash
 		}
 	}
+	if !indexRead { // no index: the base's submodule commits stand
+		for p, e := range baseFiles {
+			if e.Mode == modeGitlink {
+				w.gitlinks[p] = e.Hash
+			}
+		}
+	}
+	w.tracked = &trackedSet{build: func() []string {
+		ps := make([]string, 0, len(index)+len(baseFiles))
+		for _, e := range index {
+			ps = append(ps, e.Path)
+		}
+		for p := range baseFiles {
+			ps = append(ps, p)
+		}
+		return ps
+	}}
 	w.rules.push(parseIgnore(dirs.exclude(), ""))
 	if sn.Tree, err = w.walk(wt); err != nil {
 		return nil, fail.Failedf("read the worktree of %s: %v", sess.ID, err)
@@ -305,7 +317,7 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 		}
 	}
 	sn.Skipped, sn.Hashed = w.skipped, w.hashed
-	_ = w.next.save(st, w.cache, w.dirty) // only a cache
+	_ = w.cache.save(st, w.added) // only a cache
 
 	if err := s.changes(obj, sn, baseFiles, w); err != nil {
 		return nil, err

@@ -17,8 +17,7 @@ import (
 // more than racyMargin old when it was hashed, so a change within the same
 // timestamp tick is not missed.
 type statCache struct {
-	entries map[string]statEntry
-	loaded  []byte // the file as read, to skip rewriting it unchanged
+	entries map[string]*statEntry
 }
 
 type statEntry struct {
@@ -26,6 +25,8 @@ type statEntry struct {
 	Ino, Dev           uint64
 	Mode               uint32
 	Hash               Hash
+	// seen: the walk met the file unchanged (the entry stays)
+	seen bool
 }
 
 const (
@@ -38,16 +39,16 @@ const (
 var racyMargin = int64(2e9)
 
 func loadStatCache(s *objectStore) *statCache {
-	c := &statCache{entries: map[string]statEntry{}}
+	c := &statCache{entries: map[string]*statEntry{}}
 	b, err := readRegular(s.root, statCacheName, 256<<20)
 	if err != nil || !bytes.HasPrefix(b, []byte(statCacheMagic)) {
 		return c
 	}
-	c.loaded = b
 	b = b[len(statCacheMagic):]
 	all := string(b) // one allocation; paths are slices of it
 	const fixed = 8*3 + 8*2 + 4 + 20
-	c.entries = make(map[string]statEntry, len(b)/80)
+	c.entries = make(map[string]*statEntry, len(b)/80)
+	all2 := make([]statEntry, 0, len(b)/66) // one allocation for the entries too
 	for off := 0; len(b) >= 2; {
 		n := int(binary.BigEndian.Uint16(b))
 		if len(b) < 2+n+fixed {
@@ -64,18 +65,19 @@ func loadStatCache(s *objectStore) *statCache {
 		e.Dev = binary.BigEndian.Uint64(r[32:])
 		e.Mode = binary.BigEndian.Uint32(r[40:])
 		copy(e.Hash[:], r[44:64])
-		c.entries[path] = e
+		all2 = append(all2, e)
+		c.entries[path] = &all2[len(all2)-1]
 		b = r[fixed:]
 	}
 	return c
 }
 
-func (c *statCache) encode() []byte {
+func encodeStatCache(entries map[string]*statEntry, keep func(*statEntry) bool) []byte {
 	var b bytes.Buffer
 	b.WriteString(statCacheMagic)
 	var buf [64]byte
-	for path, e := range c.entries {
-		if len(path) > 0xffff {
+	for path, e := range entries {
+		if len(path) > 0xffff || !keep(e) {
 			continue
 		}
 		binary.BigEndian.PutUint16(buf[:2], uint16(len(path)))
@@ -93,19 +95,30 @@ func (c *statCache) encode() []byte {
 	return b.Bytes()
 }
 
-// save replaces the cache file (written to a temporary name, then
-// renamed) unless it would hold what it holds: dirty says whether an entry
-// was added or changed, and a path gone shows in the count.
-func (c *statCache) save(s *objectStore, prev *statCache, dirty bool) error {
-	if !dirty && prev != nil && prev.loaded != nil && len(prev.entries) == len(c.entries) {
+// save writes the cache for the next walk: the entries the walk met
+// unchanged (seen) and those it added. Nothing is written when that is
+// what the file holds already.
+func (c *statCache) save(s *objectStore, added map[string]*statEntry) error {
+	unseen := 0
+	for _, e := range c.entries {
+		if !e.seen {
+			unseen++
+		}
+	}
+	if unseen == 0 && len(added) == 0 {
 		return nil
 	}
+	for p, e := range added {
+		e.seen = true
+		c.entries[p] = e
+	}
+	data := encodeStatCache(c.entries, func(e *statEntry) bool { return e.seen })
 	tmp := statCacheName + ".tmp"
 	f, err := s.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(c.encode())
+	_, err = f.Write(data)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -136,7 +149,7 @@ func loadBaseCache(s *objectStore, tree Hash) map[string]TreeEntry {
 	for i := 0; i < ntrees; i++ {
 		var h Hash
 		copy(h[:], b[i*20:])
-		s.known[h] = true
+		s.markKnown(h)
 	}
 	b = b[ntrees*20:]
 	files := map[string]TreeEntry{}

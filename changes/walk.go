@@ -9,6 +9,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -68,19 +69,19 @@ func openAt(dir *os.File, name string, flags int) (*os.File, error) {
 // symlink is recorded as a link. Blobs that differ from the base at their
 // path, and every tree, go into the object store.
 type walker struct {
-	store       *objectStore
-	base        map[string]TreeEntry // the base tree, flattened: path → entry
-	tracked     map[string]Hash      // index paths (zero) and gitlinks (their commit)
-	trackedDirs map[string]bool      // every directory holding a tracked path
-	rules       ignoreRules
-	cache       *statCache // from the last walk
-	next        *statCache // for the next one
-	limit       int64
-	started     int64 // ns: when the walk began
-	files       map[string]walked
-	skipped     []Skipped
-	hashed      int  // files read this time (the others came from the stat cache)
-	dirty       bool // the stat cache gained or changed an entry
+	store    *objectStore
+	base     map[string]TreeEntry // the base tree, flattened: path → entry
+	gitlinks map[string]Hash      // submodule pointers: path → commit
+	tracked  *trackedSet          // what git add -A keeps even when ignored
+	rules    ignoreRules
+	cache    *statCache            // from the last walk
+	added    map[string]*statEntry // hashed this walk, for the next one
+	limit    int64
+	started  int64 // ns: when the walk began
+	files    map[string]walked
+	skipped  []Skipped
+	hashed   int // files read this time (the others came from the stat cache)
+	parallel int // the root's subdirectories are walked by this many goroutines
 }
 
 // walked is a file of the snapshot and its size.
@@ -98,17 +99,96 @@ type Skipped struct {
 func (w *walker) walk(root *os.File) (Hash, error) {
 	w.started = time.Now().UnixNano()
 	w.files = make(map[string]walked, len(w.base)+16)
-	w.next = &statCache{entries: make(map[string]statEntry, len(w.cache.entries))}
-	w.trackedDirs = map[string]bool{}
-	for p := range w.tracked {
-		for d := path.Dir(p); d != "."; d = path.Dir(d) {
-			if w.trackedDirs[d] {
-				break
+	w.added = map[string]*statEntry{}
+	h, err := w.dir(root, "", false)
+	sort.Slice(w.skipped, func(i, j int) bool { return w.skipped[i].Path < w.skipped[j].Path })
+	return h, err
+}
+
+// trackedSet is the paths the index lists plus the base's, and the
+// directories holding them, built on first use: only ignored paths and
+// nested repositories ask, and most walks meet neither.
+type trackedSet struct {
+	once  sync.Once
+	build func() []string
+	paths map[string]bool
+	dirs  map[string]bool
+}
+
+func (t *trackedSet) init() {
+	t.once.Do(func() {
+		ps := t.build()
+		t.paths = make(map[string]bool, len(ps))
+		t.dirs = map[string]bool{}
+		for _, p := range ps {
+			t.paths[p] = true
+			for d := path.Dir(p); d != "."; d = path.Dir(d) {
+				if t.dirs[d] {
+					break
+				}
+				t.dirs[d] = true
 			}
-			w.trackedDirs[d] = true
 		}
+	})
+}
+
+func (t *trackedSet) has(p string) bool    { t.init(); return t.paths[p] }
+func (t *trackedSet) hasDir(d string) bool { t.init(); return t.dirs[d] }
+
+// shard is a walker for one subtree, sharing what is only read.
+func (w *walker) shard() *walker {
+	return &walker{
+		store: w.store, base: w.base, gitlinks: w.gitlinks, tracked: w.tracked,
+		rules: ignoreRules{patterns: append([]ignorePattern(nil), w.rules.patterns...)},
+		cache: w.cache, added: map[string]*statEntry{}, limit: w.limit, started: w.started,
+		files: map[string]walked{},
 	}
-	return w.dir(root, "", false)
+}
+
+func (w *walker) merge(s *walker) {
+	for p, f := range s.files {
+		w.files[p] = f
+	}
+	for p, e := range s.added {
+		w.added[p] = e
+	}
+	w.skipped = append(w.skipped, s.skipped...)
+	w.hashed += s.hashed
+}
+
+// subdir is a directory of the root whose subtree a shard walks.
+type subdir struct {
+	name, path string
+	ignored    bool
+	f          *os.File
+	shard      *walker
+	hash       Hash
+	err        error
+}
+
+// walkSubdirs walks the subtrees of the root's directories, w.parallel at
+// a time, and merges what they found.
+func (w *walker) walkSubdirs(subs []*subdir) error {
+	sem := make(chan struct{}, w.parallel)
+	var wg sync.WaitGroup
+	for _, d := range subs {
+		d.shard = w.shard()
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			d.hash, d.err = d.shard.dir(d.f, d.path, d.ignored)
+			d.f.Close()
+		}()
+	}
+	wg.Wait()
+	for _, d := range subs {
+		if d.err != nil {
+			return d.err
+		}
+		w.merge(d.shard)
+	}
+	return nil
 }
 
 func join(dir, name string) string {
@@ -124,9 +204,9 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 		return Hash{}, fmt.Errorf("read directory %s: %w", displayDir(rel), err)
 	}
 	sort.Strings(names)
-	if rel != "" && !w.trackedDirs[rel] {
+	if rel != "" {
 		for _, n := range names {
-			if strings.EqualFold(n, ".git") {
+			if strings.EqualFold(n, ".git") && !w.tracked.hasDir(rel) {
 				if !ignored {
 					w.skipped = append(w.skipped, Skipped{rel + "/", "a nested git repository"})
 				}
@@ -141,6 +221,14 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 		}
 	}
 	var entries []TreeEntry
+	var subs []*subdir
+	defer func() {
+		for _, d := range subs {
+			if d.shard == nil {
+				d.f.Close()
+			}
+		}
+	}()
 	for _, name := range names {
 		if strings.EqualFold(name, ".git") {
 			continue
@@ -155,15 +243,14 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 		}
 		typ := st.Mode & unix.S_IFMT
 		isDir := typ == unix.S_IFDIR
-		if gl := w.tracked[p]; !gl.IsZero() && isDir {
+		if gl := w.gitlinks[p]; !gl.IsZero() && isDir {
 			entries = append(entries, TreeEntry{Name: name, Mode: modeGitlink, Hash: gl})
 			w.files[p] = walked{TreeEntry: entries[len(entries)-1]}
 			continue
 		}
 		ign := ignored || w.rules.ignored(p, name, isDir)
 		if ign {
-			_, tracked := w.tracked[p]
-			if !tracked && !(isDir && w.trackedDirs[p]) {
+			if !w.tracked.has(p) && !(isDir && w.tracked.hasDir(p)) {
 				continue
 			}
 		}
@@ -174,6 +261,10 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 			sub, err := openAt(f, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
 			if err != nil {
 				return Hash{}, fmt.Errorf("open directory %s: %w", p, err)
+			}
+			if rel == "" && w.parallel > 1 {
+				subs = append(subs, &subdir{name: name, path: p, ignored: ign, f: sub})
+				continue
 			}
 			h, err := w.dir(sub, p, ign)
 			sub.Close()
@@ -206,6 +297,16 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 		entries = append(entries, e)
 		if e.Mode != modeTree {
 			w.files[p] = walked{e, size}
+		}
+	}
+	if len(subs) > 0 {
+		if err := w.walkSubdirs(subs); err != nil {
+			return Hash{}, err
+		}
+		for _, d := range subs {
+			if !d.hash.IsZero() {
+				entries = append(entries, TreeEntry{Name: d.name, Mode: modeTree, Hash: d.hash})
+			}
 		}
 	}
 	if len(entries) == 0 {
@@ -273,10 +374,9 @@ func (w *walker) regular(dir *os.File, p, name string, st *unix.Stat_t) (TreeEnt
 	}
 	want := statEntryOf(st)
 	if c, ok := w.cache.entries[p]; ok {
-		c2 := c
-		c2.Hash = Hash{}
-		if c2 == want && (!w.changed(p, mode, c.Hash) || w.store.has(c.Hash)) {
-			w.next.entries[p] = c
+		if c.Size == want.Size && c.Mtime == want.Mtime && c.Ctime == want.Ctime && c.Ino == want.Ino &&
+			c.Dev == want.Dev && c.Mode == want.Mode && (!w.changed(p, mode, c.Hash) || w.store.has(c.Hash)) {
+			c.seen = true // each path is met by one walker only
 			return TreeEntry{Name: name, Mode: mode, Hash: c.Hash}, want.Size, nil
 		}
 	}
@@ -299,8 +399,7 @@ func (w *walker) regular(dir *os.File, p, name string, st *unix.Stat_t) (TreeEnt
 	}
 	if want.Ctime < w.started-racyMargin && want.Mtime < w.started-racyMargin {
 		want.Hash = h
-		w.next.entries[p] = want
-		w.dirty = true
+		w.added[p] = &want
 	}
 	return TreeEntry{Name: name, Mode: mode, Hash: h}, want.Size, nil
 }
