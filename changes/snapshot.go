@@ -281,33 +281,7 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 	}
 	sn.base = baseFiles
 
-	w := &walker{store: st, base: baseFiles, cache: loadStatCache(st), limit: s.MaxBytes, parallel: runtime.GOMAXPROCS(0)}
-	index, err := dirs.index()
-	indexRead := err == nil
-	w.gitlinks = map[string]Hash{}
-	for _, e := range index {
-		if e.Mode == modeGitlink {
-			w.gitlinks[e.Path] = e.Hash
-		}
-	}
-	if !indexRead { // no index: the base's submodule commits stand
-		for p, e := range baseFiles {
-			if e.Mode == modeGitlink {
-				w.gitlinks[p] = e.Hash
-			}
-		}
-	}
-	w.tracked = &trackedSet{build: func() []string {
-		ps := make([]string, 0, len(index)+len(baseFiles))
-		for _, e := range index {
-			ps = append(ps, e.Path)
-		}
-		for p := range baseFiles {
-			ps = append(ps, p)
-		}
-		return ps
-	}}
-	w.rules.push(parseIgnore(dirs.exclude(), ""))
+	w := s.newWalker(st, dirs, baseFiles)
 	if sn.Tree, err = w.walk(wt); err != nil {
 		return nil, fail.Failedf("read the worktree of %s: %v", sess.ID, err)
 	}
@@ -319,13 +293,46 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 	sn.Skipped, sn.Hashed = w.skipped, w.hashed
 	_ = w.cache.save(st, w.added) // only a cache
 
-	if err := s.changes(obj, sn, baseFiles, w); err != nil {
+	if err := s.diffBase(obj, sn, baseFiles, w); err != nil {
 		return nil, err
 	}
 	obj.fallback = nil // the agent's commits are nowhere else
 	s.history(obj, dirs, sn)
 	ok = true
 	return sn, nil
+}
+
+// newWalker prepares the walk of a worktree: the base to compare with,
+// xmode's stat cache, the submodule pointers and tracked paths of the
+// sandbox's index (the base's when it has none), info/exclude.
+func (s *Service) newWalker(st *objectStore, dirs *gitDirs, base map[string]TreeEntry) *walker {
+	w := &walker{store: st, base: base, cache: loadStatCache(st), limit: s.MaxBytes, parallel: runtime.GOMAXPROCS(0)}
+	index, err := dirs.index()
+	w.gitlinks = map[string]Hash{}
+	for _, e := range index {
+		if e.Mode == modeGitlink {
+			w.gitlinks[e.Path] = e.Hash
+		}
+	}
+	if err != nil {
+		for p, e := range base {
+			if e.Mode == modeGitlink {
+				w.gitlinks[p] = e.Hash
+			}
+		}
+	}
+	w.tracked = &trackedSet{build: func() []string {
+		ps := make([]string, 0, len(index)+len(base))
+		for _, e := range index {
+			ps = append(ps, e.Path)
+		}
+		for p := range base {
+			ps = append(ps, p)
+		}
+		return ps
+	}}
+	w.rules.push(parseIgnore(dirs.exclude(), ""))
+	return w
 }
 
 // baseTree loads the base commit and every tree of it into the store (or
@@ -363,9 +370,9 @@ func fetchBase(ctx context.Context, st *objectStore, repo string, base Hash) err
 	return err
 }
 
-// changes lists what differs from the base and puts the base versions of
+// diffBase lists what differs from the base and puts the base versions of
 // changed files into the store (git needs them to diff and to apply).
-func (s *Service) changes(obj *objects, sn *Snapshot, base map[string]TreeEntry, w *walker) error {
+func (s *Service) diffBase(obj *objects, sn *Snapshot, base map[string]TreeEntry, w *walker) error {
 	for p, o := range base {
 		n, ok := w.files[p]
 		if ok && n.TreeEntry == o {

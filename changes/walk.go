@@ -233,70 +233,12 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 		if strings.EqualFold(name, ".git") {
 			continue
 		}
-		p := join(rel, name)
-		var st unix.Stat_t
-		if err := unix.Fstatat(int(f.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				continue // removed while we looked
-			}
-			return Hash{}, fmt.Errorf("lstat %s: %w", p, err)
+		e, ok, err := w.entry(f, rel, name, ignored, &subs)
+		if err != nil {
+			return Hash{}, err
 		}
-		typ := st.Mode & unix.S_IFMT
-		isDir := typ == unix.S_IFDIR
-		if gl := w.gitlinks[p]; !gl.IsZero() && isDir {
-			entries = append(entries, TreeEntry{Name: name, Mode: modeGitlink, Hash: gl})
-			w.files[p] = walked{TreeEntry: entries[len(entries)-1]}
-			continue
-		}
-		ign := ignored || w.rules.ignored(p, name, isDir)
-		if ign {
-			if !w.tracked.has(p) && !(isDir && w.tracked.hasDir(p)) {
-				continue
-			}
-		}
-		var e TreeEntry
-		var size int64
-		switch typ {
-		case unix.S_IFDIR:
-			sub, err := openAt(f, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
-			if err != nil {
-				return Hash{}, fmt.Errorf("open directory %s: %w", p, err)
-			}
-			if rel == "" && w.parallel > 1 {
-				subs = append(subs, &subdir{name: name, path: p, ignored: ign, f: sub})
-				continue
-			}
-			h, err := w.dir(sub, p, ign)
-			sub.Close()
-			if err != nil {
-				return Hash{}, err
-			}
-			if h.IsZero() {
-				continue // git keeps no empty directory
-			}
-			e = TreeEntry{Name: name, Mode: modeTree, Hash: h}
-		case unix.S_IFLNK:
-			target, err := readlinkAt(f, name)
-			if err != nil {
-				return Hash{}, fmt.Errorf("read symlink %s: %w", p, err)
-			}
-			if e, err = w.blob(p, name, modeSymlink, []byte(target)); err != nil {
-				return Hash{}, err
-			}
-			size = int64(len(target))
-		case unix.S_IFREG:
-			if e, size, err = w.regular(f, p, name, &st); err != nil {
-				return Hash{}, err
-			}
-		default:
-			if !ign {
-				w.skipped = append(w.skipped, Skipped{p, "not a regular file, directory or symlink"})
-			}
-			continue
-		}
-		entries = append(entries, e)
-		if e.Mode != modeTree {
-			w.files[p] = walked{e, size}
+		if ok {
+			entries = append(entries, e)
 		}
 	}
 	if len(subs) > 0 {
@@ -319,6 +261,67 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 		return Hash{}, err
 	}
 	return h, w.store.writeKnown(h, typeTree, data)
+}
+
+// entry turns one name of the directory f (at rel) into a tree entry;
+// ok is false for what the snapshot leaves out. The root's subdirectories
+// are queued on subs for the parallel walk instead.
+func (w *walker) entry(f *os.File, rel, name string, ignored bool, subs *[]*subdir) (e TreeEntry, ok bool, err error) {
+	p := join(rel, name)
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(f.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return e, false, nil // removed while we looked
+		}
+		return e, false, fmt.Errorf("lstat %s: %w", p, err)
+	}
+	typ := st.Mode & unix.S_IFMT
+	isDir := typ == unix.S_IFDIR
+	if gl := w.gitlinks[p]; !gl.IsZero() && isDir {
+		e = TreeEntry{Name: name, Mode: modeGitlink, Hash: gl}
+		w.files[p] = walked{TreeEntry: e}
+		return e, true, nil
+	}
+	ign := ignored || w.rules.ignored(p, name, isDir)
+	if ign && !w.tracked.has(p) && !(isDir && w.tracked.hasDir(p)) {
+		return e, false, nil
+	}
+	var size int64
+	switch typ {
+	case unix.S_IFDIR:
+		sub, err := openAt(f, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+		if err != nil {
+			return e, false, fmt.Errorf("open directory %s: %w", p, err)
+		}
+		if rel == "" && w.parallel > 1 {
+			*subs = append(*subs, &subdir{name: name, path: p, ignored: ign, f: sub})
+			return e, false, nil
+		}
+		h, err := w.dir(sub, p, ign)
+		sub.Close()
+		// git keeps no empty directory
+		return TreeEntry{Name: name, Mode: modeTree, Hash: h}, !h.IsZero(), err
+	case unix.S_IFLNK:
+		target, err := readlinkAt(f, name)
+		if err != nil {
+			return e, false, fmt.Errorf("read symlink %s: %w", p, err)
+		}
+		if e, err = w.blob(p, name, modeSymlink, []byte(target)); err != nil {
+			return e, false, err
+		}
+		size = int64(len(target))
+	case unix.S_IFREG:
+		if e, size, err = w.regular(f, p, name, &st); err != nil {
+			return e, false, err
+		}
+	default:
+		if !ign {
+			w.skipped = append(w.skipped, Skipped{p, "not a regular file, directory or symlink"})
+		}
+		return e, false, nil
+	}
+	w.files[p] = walked{e, size}
+	return e, true, nil
 }
 
 func displayDir(rel string) string {
