@@ -54,8 +54,16 @@ func startDiff(ctx context.Context, st *objectStore, kind Want, renames bool) *d
 	}
 	pr, pw := io.Pipe()
 	d := &diff{kind: kind, in: pw, out: &echoSkipper{}, done: make(chan error, 1)}
+	// Started here, not in the goroutine: a goroutine may not run before
+	// the walk that keeps every P busy is over.
+	wait, err := gitcli.StartOwned(ctx, gitcli.Owned{GitDir: st.dir, Stdin: pr, Stdout: d.out}, args...)
+	if err != nil {
+		pr.Close()
+		d.done <- err
+		return d
+	}
 	go func() {
-		_, err := gitcli.RunOwned(ctx, gitcli.Owned{GitDir: st.dir, Stdin: pr, Stdout: d.out}, args...)
+		_, err := wait()
 		pr.Close()
 		d.done <- err
 	}()

