@@ -160,15 +160,16 @@ func (w *walker) merge(s *walker) {
 type subdir struct {
 	name, path string
 	ignored    bool
-	f          *os.File
 	shard      *walker
 	hash       Hash
 	err        error
 }
 
 // walkSubdirs walks the subtrees of the root's directories, w.parallel at
-// a time, and merges what they found.
-func (w *walker) walkSubdirs(subs []*subdir) error {
+// a time (each opened only when its turn comes, so a root with thousands
+// of directories does not hold thousands of descriptors), and merges what
+// they found.
+func (w *walker) walkSubdirs(parent *os.File, subs []*subdir) error {
 	sem := make(chan struct{}, w.parallel)
 	var wg sync.WaitGroup
 	for _, d := range subs {
@@ -177,8 +178,13 @@ func (w *walker) walkSubdirs(subs []*subdir) error {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			d.hash, d.err = d.shard.dir(d.f, d.path, d.ignored)
-			d.f.Close()
+			f, err := openAt(parent, d.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+			if err != nil {
+				d.err = fmt.Errorf("open directory %s: %w", d.path, err)
+				return
+			}
+			d.hash, d.err = d.shard.dir(f, d.path, d.ignored)
+			f.Close()
 		}()
 	}
 	wg.Wait()
@@ -222,13 +228,6 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 	}
 	var entries []TreeEntry
 	var subs []*subdir
-	defer func() {
-		for _, d := range subs {
-			if d.shard == nil {
-				d.f.Close()
-			}
-		}
-	}()
 	for _, name := range names {
 		if strings.EqualFold(name, ".git") {
 			continue
@@ -242,7 +241,7 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 		}
 	}
 	if len(subs) > 0 {
-		if err := w.walkSubdirs(subs); err != nil {
+		if err := w.walkSubdirs(f, subs); err != nil {
 			return Hash{}, err
 		}
 		for _, d := range subs {
@@ -289,13 +288,13 @@ func (w *walker) entry(f *os.File, rel, name string, ignored bool, subs *[]*subd
 	var size int64
 	switch typ {
 	case unix.S_IFDIR:
+		if rel == "" && w.parallel > 1 {
+			*subs = append(*subs, &subdir{name: name, path: p, ignored: ign})
+			return e, false, nil
+		}
 		sub, err := openAt(f, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
 		if err != nil {
 			return e, false, fmt.Errorf("open directory %s: %w", p, err)
-		}
-		if rel == "" && w.parallel > 1 {
-			*subs = append(*subs, &subdir{name: name, path: p, ignored: ign, f: sub})
-			return e, false, nil
 		}
 		h, err := w.dir(sub, p, ign)
 		sub.Close()
