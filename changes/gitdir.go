@@ -148,16 +148,13 @@ func (d *gitDirs) packedRef(ref string) (Hash, error) {
 }
 
 // index reads the record's index: the paths git add -A keeps even when
-// ignored, and the submodule pointers.
-func (d *gitDirs) index() ([]indexEntry, error) {
+// ignored, and the submodule pointers. It is returned raw: callers parse
+// what they need (parseIndexOf).
+func (d *gitDirs) index() ([]byte, error) {
 	if d.record == nil {
 		return nil, errors.New("no repository")
 	}
-	b, err := readRegular(d.record, "index", 256<<20)
-	if err != nil {
-		return nil, err
-	}
-	return parseIndex(b)
+	return readRegular(d.record, "index", 256<<20)
 }
 
 // exclude reads info/exclude of the common dir.

@@ -23,6 +23,12 @@ type indexEntry struct {
 // count the file claims. Extensions are ignored; the trailing checksum is
 // not checked (the content is a claim either way).
 func parseIndex(b []byte) ([]indexEntry, error) {
+	return parseIndexOf(b, nil)
+}
+
+// parseIndexOf is parseIndex keeping only the entries whose mode keep
+// accepts (nil: all); the others' paths are not even made into strings.
+func parseIndexOf(b []byte, keep func(mode uint32) bool) ([]indexEntry, error) {
 	bad := func(what string) error { return fmt.Errorf("index: %s", what) }
 	if len(b) < 12 || string(b[:4]) != "DIRC" {
 		return nil, bad("no DIRC header")
@@ -50,7 +56,9 @@ func parseIndex(b []byte) ([]indexEntry, error) {
 			}
 			n = 64
 		}
+		wanted := keep == nil || keep(e.Mode)
 		if version == 4 {
+			// v4 paths build on the previous one: every path is made
 			strip, m := gitVarint(rest[n:])
 			if m <= 0 || strip > uint64(len(prev)) {
 				return nil, bad("path prefix")
@@ -62,23 +70,30 @@ func parseIndex(b []byte) ([]indexEntry, error) {
 			}
 			e.Path = prev[:len(prev)-int(strip)] + string(rest[n:n+nul])
 			n += nul + 1
+			prev = e.Path
 		} else {
 			nul := bytes.IndexByte(rest[n:], 0)
 			if nul < 0 {
 				return nil, bad("unterminated path")
 			}
-			e.Path = string(rest[n : n+nul])
+			if nul == 0 {
+				return nil, bad("empty path")
+			}
+			if wanted {
+				e.Path = string(rest[n : n+nul])
+			}
 			n += nul + 1
 			n = (n + 7) &^ 7 // padded to 8 bytes with NULs
 			if n > len(rest) {
 				return nil, bad("truncated padding")
 			}
 		}
-		if e.Path == "" {
+		if version == 4 && e.Path == "" {
 			return nil, bad("empty path")
 		}
-		prev = e.Path
-		out = append(out, e)
+		if wanted {
+			out = append(out, e)
+		}
 		rest = rest[n:]
 	}
 	return out, nil

@@ -307,12 +307,14 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 // sandbox's index (the base's when it has none), info/exclude.
 func (s *Service) newWalker(st *objectStore, dirs *gitDirs, base map[string]TreeEntry) *walker {
 	w := &walker{store: st, base: base, cache: loadStatCache(st), limit: s.MaxBytes, parallel: runtime.GOMAXPROCS(0)}
-	index, err := dirs.index()
+	raw, err := dirs.index()
+	var links []indexEntry
+	if err == nil {
+		links, err = parseIndexOf(raw, func(m uint32) bool { return m == modeGitlink })
+	}
 	w.gitlinks = map[string]Hash{}
-	for _, e := range index {
-		if e.Mode == modeGitlink {
-			w.gitlinks[e.Path] = e.Hash
-		}
+	for _, e := range links {
+		w.gitlinks[e.Path] = e.Hash
 	}
 	if err != nil {
 		for p, e := range base {
@@ -322,6 +324,7 @@ func (s *Service) newWalker(st *objectStore, dirs *gitDirs, base map[string]Tree
 		}
 	}
 	w.tracked = &trackedSet{build: func() []string {
+		index, _ := parseIndex(raw) // an index that does not parse tracks nothing
 		ps := make([]string, 0, len(index)+len(base))
 		for _, e := range index {
 			ps = append(ps, e.Path)
