@@ -174,13 +174,20 @@ func TestUntrustedWorktree(t *testing.T) {
 		t.Fatalf("verify: %v %+v", err, rep)
 	}
 
-	// The control: git itself, working in that worktree, runs them.
-	gitTry(e.worktree(s), nil, "status")
-	gitTry(e.worktree(s), nil, "diff", "HEAD")
-	if m := h.markersLeft(t); len(m) == 0 {
-		t.Fatalf("the planted programs did not run under git either: the test proves nothing")
-	} else {
-		t.Logf("git itself ran: %v", m)
+	// The control: git itself, working in that worktree (GIT_WORK_TREE
+	// overriding core.worktree, so it looks at the files), runs every kind
+	// of plant.
+	wt := e.worktree(s)
+	os.Remove(filepath.Join(wt, ".git", "info", "exclude")) // else everything is ignored
+	os.Remove(filepath.Join(wt, "pipe"))
+	for _, args := range [][]string{{"status"}, {"diff", "HEAD"}, {"add", "-A"}, {"commit", "-qm", "control"}} {
+		gitTry(wt, []string{"GIT_WORK_TREE=" + wt, "GIT_AUTHOR_NAME=c", "GIT_AUTHOR_EMAIL=c@x", "GIT_COMMITTER_NAME=c", "GIT_COMMITTER_EMAIL=c@x"}, args...)
+	}
+	fired := strings.Join(h.markersLeft(t), " ")
+	for _, want := range []string{"filter", "fsmonitor", "extdiff", "hookspath-pre-commit"} {
+		if !strings.Contains(fired, want) {
+			t.Fatalf("the planted %s did not run under git either (%s): the test proves nothing for it", want, fired)
+		}
 	}
 }
 
