@@ -377,7 +377,7 @@ func fetchBase(ctx context.Context, st *objectStore, repo string, base Hash) err
 // changed files into the store (git needs them to diff and to apply).
 func (s *Service) diffBase(obj *objects, sn *Snapshot, base map[string]TreeEntry, w *walker) error {
 	for p, o := range base {
-		n, ok := w.files[p]
+		n, ok := w.file(p)
 		if ok && n.TreeEntry == o {
 			continue
 		}
@@ -403,11 +403,11 @@ func (s *Service) diffBase(obj *objects, sn *Snapshot, base map[string]TreeEntry
 		}
 		sn.Changes = append(sn.Changes, c)
 	}
-	for p, n := range w.files {
+	w.eachFile(func(p string, n walked) {
 		if _, ok := base[p]; !ok {
 			sn.Changes = append(sn.Changes, FileChange{Path: p, New: n.TreeEntry, NewSize: n.size})
 		}
-	}
+	})
 	sort.Slice(sn.Changes, func(i, j int) bool { return sn.Changes[i].Path < sn.Changes[j].Path })
 	return nil
 }

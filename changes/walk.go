@@ -79,6 +79,7 @@ type walker struct {
 	limit    int64
 	started  int64 // ns: when the walk began
 	files    map[string]walked
+	shards   []map[string]walked // the files the shards found
 	skipped  []Skipped
 	hashed   int // files read this time (the others came from the stat cache)
 	parallel int // the root's subdirectories are walked by this many goroutines
@@ -98,7 +99,7 @@ type Skipped struct {
 
 func (w *walker) walk(root *os.File) (Hash, error) {
 	w.started = time.Now().UnixNano()
-	w.files = make(map[string]walked, len(w.base)+16)
+	w.files = make(map[string]walked, len(w.base)/max(w.parallel, 1)+16)
 	w.added = map[string]*statEntry{}
 	h, err := w.dir(root, "", false)
 	sort.Slice(w.skipped, func(i, j int) bool { return w.skipped[i].Path < w.skipped[j].Path })
@@ -146,14 +147,37 @@ func (w *walker) shard() *walker {
 }
 
 func (w *walker) merge(s *walker) {
-	for p, f := range s.files {
-		w.files[p] = f
-	}
+	w.shards = append(w.shards, s.files) // not copied: lookups try each
 	for p, e := range s.added {
 		w.added[p] = e
 	}
 	w.skipped = append(w.skipped, s.skipped...)
 	w.hashed += s.hashed
+}
+
+// file returns what the walk found at p.
+func (w *walker) file(p string) (walked, bool) {
+	if f, ok := w.files[p]; ok {
+		return f, true
+	}
+	for _, m := range w.shards {
+		if f, ok := m[p]; ok {
+			return f, true
+		}
+	}
+	return walked{}, false
+}
+
+// eachFile calls fn for every file the walk found.
+func (w *walker) eachFile(fn func(p string, f walked)) {
+	for p, f := range w.files {
+		fn(p, f)
+	}
+	for _, m := range w.shards {
+		for p, f := range m {
+			fn(p, f)
+		}
+	}
 }
 
 // subdir is a directory of the root whose subtree a shard walks.
