@@ -57,6 +57,7 @@ type Config struct {
 	MinFree            int64
 	ProjectMachines    bool
 	ProjectCacheMount  string
+	CRMaxBytes         int64 // largest change request accepted
 	CloudStatusCommand string
 
 	// Values lists every setting in table order with its raw value and source.
@@ -339,6 +340,17 @@ var settings = []setting{
 			return fmt.Errorf("%q must be an absolute path other than /", v)
 		}
 		c.ProjectCacheMount = filepath.Clean(v)
+		return nil
+	}},
+	{name: "XMODE_CR_MAX_BYTES", def: lit("100m"), apply: func(c *Config, v string) error {
+		n, err := ParseSize(v)
+		if err != nil {
+			return err
+		}
+		if n <= 0 {
+			return fmt.Errorf("%q must be larger than zero", v)
+		}
+		c.CRMaxBytes = n
 		return nil
 	}},
 	{name: "CODEX_CLOUD_STATUS_COMMAND", def: lit("codex cloud status {task_id}"), apply: func(c *Config, v string) error {

@@ -73,6 +73,7 @@ func TestBadValuesNameTheirSource(t *testing.T) {
 		"XMODE_PROJECT_CACHE_MOUNT":     "/",
 		"XMODE_USER":                    "two words",
 		"XMODE_SANDBOX_STORAGE_VOLUME":  "../x",
+		"XMODE_CR_MAX_BYTES":            "0",
 	}
 	for name, val := range cases {
 		_, err := Load(envOf(map[string]string{"HOME": "/h", name: val}), nil)

@@ -93,11 +93,29 @@ func Run(ctx context.Context, progress io.Writer, dir string, args ...string) (s
 	if dir != "" {
 		argv = append(argv, "-C", dir)
 	}
-	argv = append(argv, args...)
+	return run(ctx, progress, env(progress != nil), nil, nil, append(argv, args...), args)
+}
+
+// run runs git with argv and env; stdin and out (instead of capturing
+// stdout) may be nil. args is what an Error reports.
+func run(ctx context.Context, progress io.Writer, env []string, stdin io.Reader, out io.Writer, argv, args []string) (string, error) {
+	wait, err := start(ctx, progress, env, stdin, out, argv, args)
+	if err != nil {
+		return "", err
+	}
+	return wait()
+}
+
+// start starts git as run does and returns the function that waits for it.
+func start(ctx context.Context, progress io.Writer, env []string, stdin io.Reader, out io.Writer, argv, args []string) (func() (string, error), error) {
 	c := exec.CommandContext(ctx, "git", argv...)
-	c.Env = env(progress != nil)
+	c.Env = env
+	c.Stdin = stdin
 	var stdout, stderr bytes.Buffer
 	c.Stdout = &stdout
+	if out != nil {
+		c.Stdout = out
+	}
 	c.Stderr = &stderr
 	if progress != nil {
 		c.Stderr = io.MultiWriter(&stderr, progress)
@@ -105,18 +123,26 @@ func Run(ctx context.Context, progress io.Writer, dir string, args ...string) (s
 	c.Cancel = func() error { return c.Process.Signal(syscall.SIGTERM) }
 	c.WaitDelay = waitDelay
 	dieWithParent(c)
-	if err := c.Run(); err != nil {
+	failed := func(err error) error {
 		if ctx.Err() != nil {
-			return "", ctx.Err()
+			return ctx.Err()
 		}
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) {
 			// git did not start (not installed?): say so, not "exit status".
-			return "", fmt.Errorf("run git %s: %w", strings.Join(args, " "), err)
+			return fmt.Errorf("run git %s: %w", strings.Join(args, " "), err)
 		}
-		return "", &Error{Args: args, Err: err, Stderr: lastLines(stderr.String(), 5)}
+		return &Error{Args: args, Err: err, Stderr: lastLines(stderr.String(), 5)}
 	}
-	return strings.TrimSpace(stdout.String()), nil
+	if err := c.Start(); err != nil {
+		return nil, failed(err)
+	}
+	return func() (string, error) {
+		if err := c.Wait(); err != nil {
+			return "", failed(err)
+		}
+		return strings.TrimSpace(stdout.String()), nil
+	}, nil
 }
 
 // lastLines keeps the end of git's stderr for an error message, without

@@ -15,7 +15,8 @@ import (
 // test when git fails.
 func Git(t testing.TB, dir string, args ...string) string {
 	t.Helper()
-	c := exec.Command("git", append([]string{"-C", dir}, args...)...)
+	// safe.directory: a test inspects worktrees a docker sandbox's user owns.
+	c := exec.Command("git", append([]string{"-c", "safe.directory=*", "-C", dir}, args...)...)
 	c.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com",
 		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com", "GIT_CONFIG_NOSYSTEM=1")
 	out, err := c.CombinedOutput()

@@ -1,0 +1,152 @@
+package changes
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/xmode/xmode/store"
+)
+
+// Evidence is evidence.json: every step of the run when the change request
+// was made — what a reviewer needs to see whether the checks passed — with
+// the sha256 of each finished step's logs, so a log changed later shows.
+type Evidence struct {
+	RunID       string         `json:"run_id"`
+	GeneratedAt time.Time      `json:"generated_at"`
+	Steps       []StepEvidence `json:"steps"`
+}
+
+// StepEvidence is one step: the store's record, what command.json asked
+// for, and the agent summary result.json holds for agent steps.
+type StepEvidence struct {
+	Seq        int        `json:"seq"`
+	Name       string     `json:"name"`
+	SessionID  string     `json:"session_id"`
+	Argv       []string   `json:"argv"`
+	Status     string     `json:"status"` // passed, failed, timed_out, oom_killed, killed, running
+	ExitCode   *int       `json:"exit_code"`
+	Signal     string     `json:"signal"`
+	TimedOut   bool       `json:"timed_out"`
+	OOMKilled  bool       `json:"oom_killed"`
+	StartedAt  time.Time  `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+	DurationMS int64      `json:"duration_ms"`
+	Workdir    string     `json:"workdir"`
+	Engine     string     `json:"engine"`
+	TimeoutMS  int64      `json:"timeout_ms"`
+	Dir        string     `json:"dir"`
+	StdoutPath string     `json:"stdout_path"`
+	StderrPath string     `json:"stderr_path"`
+	Stdout     *FileHash  `json:"stdout,omitempty"` // finished steps only
+	Stderr     *FileHash  `json:"stderr,omitempty"`
+	// Agent is result.json's "agent" object, as the agent runtime wrote it.
+	Agent json.RawMessage `json:"agent,omitempty"`
+}
+
+// FileHash is a file's sha256 and size.
+type FileHash struct {
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+}
+
+// Passed reports a step that finished with status 0.
+func (s StepEvidence) Passed() bool { return s.Status == "passed" }
+
+func stepStatus(r store.StepRow) string {
+	switch {
+	case r.State != "finished" || r.ExitCode == nil:
+		return "running"
+	case r.TimedOut:
+		return "timed_out"
+	case r.OOMKilled:
+		return "oom_killed"
+	case r.Signal != "":
+		return "killed"
+	case *r.ExitCode == 0:
+		return "passed"
+	}
+	return "failed"
+}
+
+// evidence collects the run's steps. Step directories are derived from the
+// run and the step (never taken from the row) and read through an os.Root
+// of the run directory, without following links out of it.
+func (s *Service) evidence(ctx context.Context, runID string, now time.Time) (*Evidence, error) {
+	rows, err := s.Store.Steps(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	runDir, err := s.Guard.RunDir(runID)
+	if err != nil {
+		return nil, err
+	}
+	ev := &Evidence{RunID: runID, GeneratedAt: now, Steps: []StepEvidence{}}
+	root, err := os.OpenRoot(runDir)
+	if err != nil {
+		return nil, fmt.Errorf("open run directory: %w", err)
+	}
+	defer root.Close()
+	for _, r := range rows {
+		rel := fmt.Sprintf("steps/%04d-%s", r.Seq, r.Name)
+		se := StepEvidence{
+			Seq: r.Seq, Name: r.Name, SessionID: r.SessionID, Argv: r.Argv, Status: stepStatus(r),
+			ExitCode: r.ExitCode, Signal: r.Signal, TimedOut: r.TimedOut, OOMKilled: r.OOMKilled,
+			StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
+			Dir: runDir + "/" + rel, StdoutPath: runDir + "/" + rel + "/stdout.log", StderrPath: runDir + "/" + rel + "/stderr.log",
+		}
+		if se.Argv == nil {
+			se.Argv = []string{}
+		}
+		if r.FinishedAt != nil {
+			se.DurationMS = r.FinishedAt.Sub(r.StartedAt).Milliseconds()
+		}
+		var cmd struct {
+			Workdir   string `json:"workdir"`
+			Engine    string `json:"engine"`
+			TimeoutMS int64  `json:"timeout_ms"`
+		}
+		if b, err := readRegular(root, rel+"/command.json", 1<<20); err == nil {
+			_ = json.Unmarshal(b, &cmd)
+		}
+		se.Workdir, se.Engine, se.TimeoutMS = cmd.Workdir, cmd.Engine, cmd.TimeoutMS
+		var res struct {
+			DurationMS int64           `json:"duration_ms"`
+			Agent      json.RawMessage `json:"agent"`
+		}
+		if b, err := readRegular(root, rel+"/result.json", 1<<20); err == nil && json.Unmarshal(b, &res) == nil {
+			if len(res.Agent) > 0 && string(res.Agent) != "null" {
+				se.Agent = res.Agent
+			}
+			if res.DurationMS > 0 {
+				se.DurationMS = res.DurationMS
+			}
+		}
+		if se.Status != "running" {
+			se.Stdout, _ = hashFileIn(root, rel+"/stdout.log")
+			se.Stderr, _ = hashFileIn(root, rel+"/stderr.log")
+		}
+		ev.Steps = append(ev.Steps, se)
+	}
+	return ev, nil
+}
+
+// hashFileIn is the sha256 and size of a regular file under root.
+func hashFileIn(root *os.Root, name string) (*FileHash, error) {
+	f, _, err := openRegular(root, name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return nil, err
+	}
+	return &FileHash{SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}, nil
+}

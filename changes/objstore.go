@@ -1,0 +1,263 @@
+package changes
+
+import (
+	"bytes"
+	"compress/zlib"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/xmode/xmode/storage"
+)
+
+// StoreDirName is the run's object store: <root>/runs/<run>/objects.git, a
+// bare repository xmode creates and alone writes (a sandbox never sees it),
+// holding what change requests and diffs of the run need — the snapshot's
+// blobs, trees and commit, the agent's commits, and the base's trees and
+// the base versions of changed files. git runs only on this repository,
+// with gitcli.Owned's configuration.
+const StoreDirName = "objects.git"
+
+// objectStore is a run's object store.
+type objectStore struct {
+	dir   string   // <root>/runs/<run>/objects.git
+	root  *os.Root // of dir
+	src   *objectSource
+	mu    sync.Mutex
+	known map[Hash]bool // objects seen in the store by this process
+}
+
+// openStore opens the run's object store, creating it on first use. The
+// directory is made here, owner-only, and must be a real directory: a
+// symlink planted in its place is refused.
+func openStore(g storage.Guard, runID string) (*objectStore, error) {
+	runDir, err := g.RunDir(runID)
+	if err != nil {
+		return nil, err
+	}
+	run, err := os.OpenRoot(runDir)
+	if err != nil {
+		return nil, fmt.Errorf("open run directory %s: %w", runDir, err)
+	}
+	defer run.Close()
+	if err := mkdirReal(run, StoreDirName); err != nil {
+		return nil, err
+	}
+	root, err := run.OpenRoot(StoreDirName)
+	if err != nil {
+		return nil, fmt.Errorf("open object store of %s: %w", runID, err)
+	}
+	s := &objectStore{dir: filepath.Join(runDir, StoreDirName), root: root, known: map[Hash]bool{}}
+	for _, d := range []string{"objects", "refs", "refs/heads"} {
+		if err := mkdirReal(root, d); err != nil {
+			root.Close()
+			return nil, err
+		}
+	}
+	for name, content := range map[string]string{
+		"HEAD":   "ref: refs/heads/main\n",
+		"config": "[core]\n\trepositoryformatversion = 0\n\tbare = true\n",
+	} {
+		f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			root.Close()
+			return nil, fmt.Errorf("create object store of %s: %w", runID, err)
+		}
+		_, err = f.WriteString(content)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			root.Close()
+			return nil, fmt.Errorf("create object store of %s: %w", runID, err)
+		}
+	}
+	return s, nil
+}
+
+// mkdirReal makes dir (0700) under root, or checks that the existing one is
+// a directory and not a symlink.
+func mkdirReal(root *os.Root, dir string) error {
+	err := root.Mkdir(dir, 0o700)
+	if err == nil || !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	st, err := root.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s exists and is not a directory: refusing to use it", dir)
+	}
+	return nil
+}
+
+func (s *objectStore) Close() error { return s.root.Close() }
+
+func loosePath(h Hash) string {
+	x := h.String()
+	return "objects/" + x[:2] + "/" + x[2:]
+}
+
+// has reports whether the store holds h.
+func (s *objectStore) has(h Hash) bool {
+	s.mu.Lock()
+	known := s.known[h]
+	s.mu.Unlock()
+	if known {
+		return true
+	}
+	_, err := s.root.Lstat(loosePath(h))
+	if err == nil {
+		s.markKnown(h)
+	}
+	return err == nil
+}
+
+func (s *objectStore) markKnown(h Hash) {
+	s.mu.Lock()
+	s.known[h] = true
+	s.mu.Unlock()
+}
+
+// write stores an object and returns its ID.
+func (s *objectStore) write(typ string, data []byte) (Hash, error) {
+	h, err := hashObject(typ, data)
+	if err != nil {
+		return h, err
+	}
+	return h, s.writeKnown(h, typ, data)
+}
+
+// writeKnown stores an object whose ID the caller computed from data.
+func (s *objectStore) writeKnown(h Hash, typ string, data []byte) error {
+	if s.has(h) {
+		return nil
+	}
+	return s.writeStream(h, typ, int64(len(data)), bytes.NewReader(data))
+}
+
+// writeStream stores size bytes of r as object h of typ, checking that
+// they hash to h (the reader may be a file still being written to).
+func (s *objectStore) writeStream(h Hash, typ string, size int64, r io.Reader) error {
+	x := h.String()
+	if err := mkdirReal(s.root, "objects/"+x[:2]); err != nil {
+		return err
+	}
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	tmp := "objects/" + x[:2] + "/tmp_obj_" + hex.EncodeToString(rnd[:])
+	f, err := s.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if err != nil {
+		return fmt.Errorf("write object %s: %w", x, err)
+	}
+	defer s.root.Remove(tmp) //nolint:errcheck // gone after the rename
+	hh := newHasher(typ, size)
+	zw, _ := zlib.NewWriterLevel(f, zlib.BestSpeed)
+	fmt.Fprintf(zw, "%s %d\x00", typ, size)
+	n, err := io.Copy(io.MultiWriter(zw, hh), io.LimitReader(r, size+1))
+	if err == nil && n != size {
+		err = errChanged
+	}
+	if err == nil {
+		err = zw.Close()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write object %s: %w", x, err)
+	}
+	got, err := hh.sum()
+	if err != nil {
+		return err
+	}
+	if got != h {
+		return fmt.Errorf("write object %s: %w", x, errChanged)
+	}
+	if err := s.root.Rename(tmp, loosePath(h)); err != nil {
+		return err
+	}
+	s.markKnown(h)
+	return nil
+}
+
+// read returns a stored object, verified like any other.
+func (s *objectStore) read(h Hash) (string, []byte, error) {
+	if s.src == nil {
+		s.src = &objectSource{root: s.root, name: "the run's object store", limit: 1 << 40}
+	}
+	typ, data, err := s.src.loose(loosePath(h))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil, fmt.Errorf("object %s: %w in the run's object store", h, errNotFound)
+	}
+	if err != nil {
+		return "", nil, err
+	}
+	if got, err := hashObject(typ, data); err != nil || got != h {
+		return "", nil, fmt.Errorf("object %s in the run's object store is corrupt", h)
+	}
+	return typ, data, nil
+}
+
+// size returns the size of a stored object from its header, without
+// inflating the rest.
+func (s *objectStore) size(h Hash) (int64, error) {
+	if s.src == nil {
+		s.src = &objectSource{root: s.root, name: "the run's object store", limit: 1 << 40}
+	}
+	f, _, err := openRegular(s.root, loosePath(h))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	zr, err := s.src.zlib(f)
+	if err != nil {
+		return 0, err
+	}
+	var hdr [32]byte
+	n, _ := io.ReadAtLeast(zr, hdr[:], 1)
+	nul := bytes.IndexByte(hdr[:n], 0)
+	_, size, ok := strings.Cut(string(hdr[:max(nul, 0)]), " ")
+	v, err := strconv.ParseInt(size, 10, 64)
+	if nul < 0 || !ok || err != nil {
+		return 0, fmt.Errorf("object %s in the run's object store is corrupt", h)
+	}
+	return v, nil
+}
+
+// setRef points refs/<name> at h.
+func (s *objectStore) setRef(name string, h Hash) error {
+	dir := ""
+	for _, part := range strings.Split(path.Dir(name), "/") {
+		dir = path.Join(dir, part)
+		if err := mkdirReal(s.root, dir); err != nil {
+			return err
+		}
+	}
+	tmp := name + ".lock"
+	f, err := s.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(h.String() + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return s.root.Rename(tmp, name)
+}

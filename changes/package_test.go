@@ -1,0 +1,341 @@
+package changes_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/xmode/xmode/changes"
+	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/sandbox"
+	"github.com/xmode/xmode/store"
+)
+
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+func fileSHA(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sha(b)
+}
+
+// agentWork is a session where the agent made two commits and left more
+// uncommitted, and its change request.
+func agentWork(t *testing.T, e *env) (*store.Session, *changes.Package) {
+	t.Helper()
+	e.makeRepo(map[string]string{"README": "hello\n", "src/a.go": "package a\n"})
+	s := e.create(sandbox.CreateOptions{})
+	e.sh(s, `printf 'one\n' >> README && git commit -qam 'first: README' && printf 'package b\n' > src/b.go && git add -A && git commit -qm 'second: b.go
+
+with a body'`)
+	e.sh(s, `printf 'uncommitted\n' > notes.txt && exit 0`)
+	p, err := e.cr.Create(context.Background(), s, changes.CreateOptions{Title: "Agent work", Message: "two commits and a note"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, p
+}
+
+// TestExport: the branch holds the agent's commits as it made them (same
+// IDs, messages), then one commit with the rest, and its tree is the
+// manifest's; the user's checked-out branch, index and working tree are
+// untouched, and an existing branch is refused.
+func TestExport(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	s, p := agentWork(t, e)
+
+	// the user's repository, mid-work: a change staged, another not
+	user := e.repo
+	write(t, filepath.Join(user, "README"), "the user's own edit\n")
+	write(t, filepath.Join(user, "staged.txt"), "staged\n")
+	git(t, user, "add", "staged.txt")
+	before := map[string]string{
+		"head":   git(t, user, "rev-parse", "HEAD"),
+		"branch": git(t, user, "symbolic-ref", "HEAD"),
+		"status": git(t, user, "status", "--porcelain"),
+		"index":  fileSHA(t, filepath.Join(user, ".git", "index")),
+		"readme": fileSHA(t, filepath.Join(user, "README")),
+	}
+	out, err := e.cr.Export(ctx, p, user, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Branch != "xmode/"+p.ID || out.Commits != 3 || out.Tree != p.Tree {
+		t.Fatalf("export: %+v", out)
+	}
+	after := map[string]string{
+		"head":   git(t, user, "rev-parse", "HEAD"),
+		"branch": git(t, user, "symbolic-ref", "HEAD"),
+		"status": git(t, user, "status", "--porcelain"),
+		"index":  fileSHA(t, filepath.Join(user, ".git", "index")),
+		"readme": fileSHA(t, filepath.Join(user, "README")),
+	}
+	for k := range before {
+		if before[k] != after[k] {
+			t.Errorf("export changed the user's %s: %q → %q", k, before[k], after[k])
+		}
+	}
+	if got := git(t, user, "rev-parse", out.Branch+"^{tree}"); got != p.Tree {
+		t.Fatalf("branch tree %s, manifest %s", got, p.Tree)
+	}
+	log := strings.Split(git(t, user, "log", "--format=%H %s", p.BaseCommit+".."+out.Branch), "\n")
+	agent := strings.Split(gitOutEnv(t, e.worktree(s), nil, "log", "--format=%H %s", p.BaseCommit+"..HEAD"), "\n")
+	if len(log) != 3 || log[1] != agent[0] || log[2] != agent[1] {
+		t.Fatalf("exported commits\n%s\nwant on top of the agent's own\n%s", strings.Join(log, "\n"), strings.Join(agent, "\n"))
+	}
+	if !strings.HasSuffix(log[0], " Agent work") {
+		t.Fatalf("top commit %q, want the change request's title", log[0])
+	}
+	if body := git(t, user, "log", "-1", "--format=%B", out.Branch); !strings.Contains(body, "two commits and a note") || !strings.Contains(body, p.ID) {
+		t.Fatalf("top commit message %q", body)
+	}
+
+	_, err = e.cr.Export(ctx, p, user, "")
+	if fail.KindOf(err) != fail.Refused || !strings.Contains(err.Error(), "already exists") {
+		t.Fatalf("second export: %v, want refused (exit 4)", err)
+	}
+	if _, err := e.cr.Export(ctx, p, user, "bad..name"); fail.KindOf(err) != fail.Usage {
+		t.Fatalf("bad branch: %v, want a usage error", err)
+	}
+	if _, err := e.cr.Export(ctx, p, t.TempDir(), ""); fail.KindOf(err) != fail.Usage {
+		t.Fatalf("not a repository: %v, want a usage error", err)
+	}
+	other := filepath.Join(t.TempDir(), "other")
+	git(t, e.dir, "init", "-q", other)
+	if _, err := e.cr.Export(ctx, p, other, ""); err == nil || !strings.Contains(err.Error(), "fetch it first") {
+		t.Fatalf("repository without the base: %v", err)
+	}
+}
+
+// TestVerify: every hash and the tree are recomputed; each kind of
+// tampering is named.
+func TestVerify(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	_, p := agentWork(t, e)
+	intact := func() *changes.Report {
+		t.Helper()
+		r, err := e.cr.Verify(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := intact(); !r.Intact {
+		t.Fatalf("a fresh package: %+v", r)
+	}
+	file := func(name string) string { return filepath.Join(p.Dir, name) }
+	restore := func(name string) func() {
+		b, _ := os.ReadFile(file(name))
+		return func() { os.WriteFile(file(name), b, 0o600) }
+	}
+	named := func(what, want string) {
+		t.Helper()
+		r := intact()
+		for _, pr := range r.Problems {
+			if pr.File == want {
+				return
+			}
+		}
+		t.Fatalf("%s: problems %+v, want one naming %s", what, r.Problems, want)
+	}
+
+	undo := restore(changes.PatchFile)
+	os.WriteFile(file(changes.PatchFile), []byte("not a patch\n"), 0o600)
+	named("patch replaced", changes.PatchFile)
+	undo()
+
+	undo = restore(changes.EvidenceFile)
+	b, _ := os.ReadFile(file(changes.EvidenceFile))
+	os.WriteFile(file(changes.EvidenceFile), []byte(strings.Replace(string(b), `"failed"`, `"passed"`, 1)+" "), 0o600)
+	named("evidence edited", changes.EvidenceFile)
+	undo()
+
+	undo = restore(changes.ManifestFile)
+	b, _ = os.ReadFile(file(changes.ManifestFile))
+	os.WriteFile(file(changes.ManifestFile), []byte(strings.Replace(string(b), "Agent work", "Harmless", 1)), 0o600)
+	named("manifest edited", changes.ManifestFile)
+	undo()
+
+	os.WriteFile(file("extra.sh"), []byte("#!/bin/sh\n"), 0o600)
+	named("file added", "extra.sh")
+	os.Remove(file("extra.sh"))
+
+	log := filepath.Join(e.root, "runs", p.RunID, "steps", "0001-sh", "stdout.log")
+	lb, _ := os.ReadFile(log)
+	os.WriteFile(log, append(lb, "rewritten\n"...), 0o644)
+	named("log edited", "steps/0001-sh/stdout.log")
+	os.WriteFile(log, lb, 0o644)
+
+	// A consistent forgery: a new patch, its hash in the manifest and the
+	// manifest's hash in the store. Only the tree recomputation finds it.
+	undoP, undoM := restore(changes.PatchFile), restore(changes.ManifestFile)
+	pb, _ := os.ReadFile(file(changes.PatchFile))
+	forged := strings.Replace(string(pb), "+package b", "+package evil", 1)
+	os.WriteFile(file(changes.PatchFile), []byte(forged), 0o600)
+	var m map[string]any
+	mb, _ := os.ReadFile(file(changes.ManifestFile))
+	json.Unmarshal(mb, &m)
+	m["files"].(map[string]any)[changes.PatchFile] = map[string]any{"sha256": sha([]byte(forged)), "size": len(forged)}
+	mb, _ = json.MarshalIndent(m, "", "  ")
+	os.WriteFile(file(changes.ManifestFile), mb, 0o600)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(e.root, store.FileName)+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	old := p.ManifestSHA256
+	if _, err := db.Exec(`UPDATE change_requests SET manifest_sha256 = ? WHERE id = ?`, sha(mb), p.ID); err != nil {
+		t.Fatal(err)
+	}
+	p.ManifestSHA256 = sha(mb)
+	r := intact()
+	if r.Intact || len(r.Problems) != 1 || !strings.Contains(r.Problems[0].Problem, "gives tree") {
+		t.Fatalf("a consistent forgery: %+v, want the tree named", r)
+	}
+	undoP()
+	undoM()
+	p.ManifestSHA256 = old
+	db.Exec(`UPDATE change_requests SET manifest_sha256 = ? WHERE id = ?`, old, p.ID)
+	if r := intact(); !r.Intact {
+		t.Fatalf("restored: %+v", r)
+	}
+}
+
+// TestReview: every decision is kept in order; the status is the latest;
+// an approval of a tampered package is refused.
+func TestReview(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	_, p := agentWork(t, e)
+	if err := e.cr.Review(ctx, p, store.ChangeRejected, "needs tests"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cr.Review(ctx, p, store.ChangeApproved, "tests added"); err != nil {
+		t.Fatal(err)
+	}
+	c, err := e.st.GetChange(ctx, p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Status != store.ChangeApproved || len(c.Reviews) != 2 || c.Reviews[0].Decision != store.ChangeRejected ||
+		c.Reviews[0].Note != "needs tests" || c.Reviews[1].Reviewer != "tester" || c.Reviews[1].DecidedAt.IsZero() {
+		t.Fatalf("after reject then approve: %+v", c)
+	}
+	os.WriteFile(filepath.Join(p.Dir, changes.PatchFile), []byte("x"), 0o600)
+	if err := e.cr.Review(ctx, p, store.ChangeApproved, ""); err == nil || !strings.Contains(err.Error(), "fails verification") {
+		t.Fatalf("approving a tampered package: %v", err)
+	}
+}
+
+// TestCreateRefusals: an empty change and one over XMODE_CR_MAX_BYTES are
+// refused (exit 4), the latter naming its largest files; nothing is left
+// behind.
+func TestCreateRefusals(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	e.makeRepo(map[string]string{"README": "hello\n"})
+	s := e.create(sandbox.CreateOptions{})
+	e.sh(s, `printf 'x\n' > .git/info/exclude && printf 'ignored' > x`)
+	_, err := e.cr.Create(ctx, s, changes.CreateOptions{})
+	if fail.KindOf(err) != fail.Refused || !strings.Contains(err.Error(), "nothing to package") {
+		t.Fatalf("empty change: %v", err)
+	}
+	e.sh(s, `head -c 3000 /dev/zero > big.bin && head -c 1000 /dev/zero > mid.bin && printf 'small\n' > small.txt`)
+	e.cr.MaxBytes = 2048
+	_, err = e.cr.Create(ctx, s, changes.CreateOptions{})
+	if fail.KindOf(err) != fail.Refused || !strings.Contains(err.Error(), "XMODE_CR_MAX_BYTES") ||
+		!strings.Contains(err.Error(), "big.bin (2.9 KiB)") || !strings.Contains(err.Error(), "mid.bin") {
+		t.Fatalf("too large: %v", err)
+	}
+	if es, _ := os.ReadDir(filepath.Join(e.root, "runs", s.RunID, changes.PackagesDir)); len(es) != 0 {
+		t.Fatalf("a refused change request left %v", es)
+	}
+	if list, _ := e.st.ListChanges(ctx, store.ChangeFilter{}); len(list) != 0 {
+		t.Fatalf("a refused change request was recorded: %+v", list)
+	}
+}
+
+// TestEvidence: evidence.json holds every step with its outcome, its log
+// hashes, and the agent summary a step's result.json carries.
+func TestEvidence(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	e.makeRepo(map[string]string{"README": "hello\n"})
+	s := e.create(sandbox.CreateOptions{})
+	e.sh(s, `printf 'x\n' >> README && echo built`)
+	res, err := e.svc.Exec(ctx, s, sandbox.ExecOptions{Argv: []string{"sh", "-c", "echo broke >&2; exit 3"}, Name: "test"})
+	if err != nil || res.ExitCode != 3 {
+		t.Fatal(err, res)
+	}
+	// an agent step's result.json carries an "agent" object (contract §7)
+	rj := filepath.Join(res.Dir, "result.json")
+	b, _ := os.ReadFile(rj)
+	os.WriteFile(rj, []byte(strings.Replace(string(b), "{", `{"agent":{"kind":"codex","final_message":"done"},`, 1)), 0o644)
+	p, err := e.cr.Create(ctx, s, changes.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := e.cr.Evidence(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ev.Steps) != 2 {
+		t.Fatalf("steps %+v", ev.Steps)
+	}
+	built, broke := ev.Steps[0], ev.Steps[1]
+	if built.Status != "passed" || broke.Status != "failed" || *broke.ExitCode != 3 || broke.Name != "test" ||
+		broke.Stderr == nil || broke.Stderr.Size != 6 || !strings.HasSuffix(broke.StderrPath, "/steps/0002-test/stderr.log") {
+		t.Fatalf("steps %+v %+v", built, broke)
+	}
+	var agent map[string]string
+	if json.Unmarshal(broke.Agent, &agent) != nil || agent["kind"] != "codex" || agent["final_message"] != "done" {
+		t.Fatalf("agent summary %s", broke.Agent)
+	}
+}
+
+// TestCreateFromPatch: a patch made elsewhere (a cloud task's diff),
+// applied to the session's base, packaged like any change: the package's
+// tree is the patch's, and it verifies.
+func TestCreateFromPatch(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	e.makeRepo(map[string]string{"README": "hello\n", "gone.txt": "bye\n"})
+	s := e.create(sandbox.CreateOptions{})
+	// the change, made in another clone
+	other := filepath.Join(t.TempDir(), "other")
+	git(t, e.dir, "clone", "-q", e.repo, other)
+	write(t, filepath.Join(other, "README"), "hello\ncloud\n")
+	write(t, filepath.Join(other, "bin.dat"), "\x00\x01\x02binary")
+	os.Remove(filepath.Join(other, "gone.txt"))
+	git(t, other, "add", "-A")
+	want := git(t, other, "write-tree")
+	patch := gitOutEnv(t, other, nil, "diff", "--cached", "--binary") + "\n"
+
+	p, err := e.cr.CreateFromPatch(ctx, s, []byte(patch), changes.CreateOptions{Title: "cloud task"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Tree != want || p.Manifest.Worktree != changes.KindPatch || p.Manifest.Stat.Files != 3 {
+		t.Fatalf("from a patch: tree %s (want %s), %+v", p.Tree, want, p.Manifest.Stat)
+	}
+	if r, err := e.cr.Verify(ctx, p); err != nil || !r.Intact {
+		t.Fatalf("verify: %v %+v", err, r)
+	}
+	if _, err := e.cr.CreateFromPatch(ctx, s, []byte("diff --git a/nope b/nope\n--- a/nope\n+++ b/nope\n@@ -1 +1 @@\n-x\n+y\n"), changes.CreateOptions{}); fail.KindOf(err) != fail.Usage {
+		t.Fatalf("a patch that does not apply: %v", err)
+	}
+}

@@ -1,0 +1,191 @@
+package changes
+
+import (
+	"bytes"
+	"compress/zlib"
+	"crypto/sha1"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xmode/xmode/gitcli/gittest"
+)
+
+func deflate(b []byte) []byte {
+	var out bytes.Buffer
+	zw := zlib.NewWriter(&out)
+	zw.Write(b)
+	zw.Close()
+	return out.Bytes()
+}
+
+func openTestSource(t *testing.T, gitDir string, limit int64) *objectSource {
+	t.Helper()
+	root, err := os.OpenRoot(gitDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := openSource(root, "test", limit)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// A real repository's packs, deltas included, read back object by object:
+// every object git lists is found and hashes to its ID.
+func TestSourceReadsGitPacks(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "repo")
+	gittest.Git(t, ".", "init", "-q", "-b", "main", dir)
+	body := strings.Repeat("a line that repeats so git deltas it\n", 200)
+	for i := 0; i < 6; i++ {
+		body += "one more line\n"
+		os.WriteFile(filepath.Join(dir, "f.txt"), []byte(body), 0o644)
+		gittest.Git(t, dir, "add", ".")
+		gittest.Git(t, dir, "commit", "-qm", "v")
+	}
+	gittest.Git(t, dir, "gc", "-q", "--aggressive")
+	s := openTestSource(t, filepath.Join(dir, ".git"), 1<<30)
+	if s.openPacks(); len(s.packs) == 0 {
+		t.Fatal("no pack")
+	}
+	list := gittest.Git(t, dir, "cat-file", "--batch-all-objects", "--batch-check=%(objectname) %(objecttype) %(deltabase)")
+	deltas := 0
+	for _, line := range strings.Split(list, "\n") {
+		f := strings.Fields(line)
+		h, _ := ParseHash(f[0])
+		typ, _, err := s.read(h)
+		if err != nil || typ != f[1] {
+			t.Fatalf("%s: %s, %v; want a %s", f[0], typ, err, f[1])
+		}
+		if f[2] != strings.Repeat("0", 40) {
+			deltas++
+		}
+	}
+	if deltas == 0 {
+		t.Fatal("the pack holds no delta: the test reads no delta chain")
+	}
+}
+
+// A loose object whose content does not hash to its name is refused, and
+// so is one whose header claims more than the limit (before any of it is
+// inflated).
+func TestSourceRefusesForgedAndHugeLooseObjects(t *testing.T) {
+	gitDir := t.TempDir()
+	real, _ := hashObject(typeBlob, []byte("real\n"))
+	x := real.String()
+	os.MkdirAll(filepath.Join(gitDir, "objects", x[:2]), 0o755)
+	os.WriteFile(filepath.Join(gitDir, "objects", x[:2], x[2:]), deflate([]byte("blob 7\x00forged\n")), 0o644)
+	s := openTestSource(t, gitDir, 1<<20)
+	if _, _, err := s.read(real); err == nil || !strings.Contains(err.Error(), "tampered or corrupt") {
+		t.Fatalf("forged object: %v", err)
+	}
+
+	huge, _ := hashObject(typeBlob, []byte("huge"))
+	y := huge.String()
+	os.MkdirAll(filepath.Join(gitDir, "objects", y[:2]), 0o755)
+	os.WriteFile(filepath.Join(gitDir, "objects", y[:2], y[2:]), deflate([]byte("blob 99999999999\x00huge")), 0o644)
+	if _, _, err := s.read(huge); !errors.Is(err, errTooLarge) {
+		t.Fatalf("huge header: %v, want errTooLarge", err)
+	}
+}
+
+// A FIFO where an object should be does not block the reader.
+func TestSourceDoesNotBlockOnFIFO(t *testing.T) {
+	gitDir := t.TempDir()
+	h, _ := hashObject(typeBlob, []byte("x"))
+	x := h.String()
+	os.MkdirAll(filepath.Join(gitDir, "objects", x[:2]), 0o755)
+	if err := syscall.Mkfifo(filepath.Join(gitDir, "objects", x[:2], x[2:]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := openTestSource(t, gitDir, 1<<20)
+	done := make(chan error, 1)
+	go func() { _, _, err := s.read(h); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a FIFO read as an object")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("reading a FIFO blocked")
+	}
+}
+
+// packWithSelfDelta is a pack whose one object is a ref-delta against
+// itself, and its v2 index.
+func packWithSelfDelta(t *testing.T, dir string) Hash {
+	var h Hash
+	copy(h[:], bytes.Repeat([]byte{0xab}, 20))
+	delta := deflate([]byte{1, 1, 0x91, 0, 1}) // src 1, dst 1, copy 1 byte
+	var pack bytes.Buffer
+	pack.WriteString("PACK")
+	binary.Write(&pack, binary.BigEndian, uint32(2))
+	binary.Write(&pack, binary.BigEndian, uint32(1))
+	pack.WriteByte(byte(packRefDelta<<4) | 5) // size 5
+	pack.Write(h[:])
+	pack.Write(delta)
+	sum := sha1.Sum(pack.Bytes())
+	pack.Write(sum[:])
+
+	var idx bytes.Buffer
+	idx.Write([]byte{0xff, 't', 'O', 'c', 0, 0, 0, 2})
+	for i := 0; i < 256; i++ {
+		n := uint32(0)
+		if i >= int(h[0]) {
+			n = 1
+		}
+		binary.Write(&idx, binary.BigEndian, n)
+	}
+	idx.Write(h[:])
+	binary.Write(&idx, binary.BigEndian, uint32(0))  // crc
+	binary.Write(&idx, binary.BigEndian, uint32(12)) // offset
+	idx.Write(sum[:])
+	isum := sha1.Sum(idx.Bytes())
+	idx.Write(isum[:])
+	os.MkdirAll(filepath.Join(dir, "objects", "pack"), 0o755)
+	os.WriteFile(filepath.Join(dir, "objects", "pack", "pack-x.pack"), pack.Bytes(), 0o644)
+	os.WriteFile(filepath.Join(dir, "objects", "pack", "pack-x.idx"), idx.Bytes(), 0o644)
+	return h
+}
+
+// A delta whose base is itself ends in an error, not in endless recursion.
+func TestSourceStopsDeltaCycles(t *testing.T) {
+	gitDir := t.TempDir()
+	h := packWithSelfDelta(t, gitDir)
+	s := openTestSource(t, gitDir, 1<<20)
+	if s.openPacks(); len(s.packs) != 1 {
+		t.Fatalf("the hand-made pack was not opened")
+	}
+	if _, _, err := s.read(h); err == nil || !strings.Contains(err.Error(), "delta cycle") {
+		t.Fatalf("self-delta: %v, want a delta cycle", err)
+	}
+}
+
+func TestApplyDeltaBounds(t *testing.T) {
+	base := []byte("0123456789")
+	if out, err := applyDelta(base, []byte{10, 4, 0x91, 2, 4}, 100); err != nil || string(out) != "2345" {
+		t.Fatalf("copy: %q %v", out, err)
+	}
+	if out, err := applyDelta(base, []byte{10, 3, 3, 'a', 'b', 'c'}, 100); err != nil || string(out) != "abc" {
+		t.Fatalf("insert: %q %v", out, err)
+	}
+	for name, d := range map[string][]byte{
+		"copy past the base":       {10, 4, 0x91, 8, 4},
+		"more than the target":     {10, 2, 3, 'a', 'b', 'c'},
+		"wrong base size":          {9, 1, 1, 'a'},
+		"insert past the delta":    {10, 3, 3, 'a'},
+		"reserved opcode zero":     {10, 1, 0},
+		"target shorter than said": {10, 5, 1, 'a'},
+	} {
+		if _, err := applyDelta(base, d, 100); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := applyDelta(base, []byte{10, 0xe8, 0x07}, 100); !errors.Is(err, errTooLarge) {
+		t.Errorf("a target over the limit: %v", err)
+	}
+}

@@ -1,0 +1,514 @@
+package changes
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// openWorktree opens the worktree directory without following a symlink
+// in its place.
+func openWorktree(dir string) (*os.File, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: dir, Err: err}
+	}
+	return os.NewFile(uintptr(fd), dir), nil
+}
+
+// openSubdirRoot opens name, a directory directly inside the directory
+// parent, as an os.Root, refusing a symlink in its place: the root must be
+// the very directory an lstat of the name saw.
+func openSubdirRoot(parent *os.File, name string) (*os.Root, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(parent.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return nil, errors.New("not a directory")
+	}
+	root, err := os.OpenRoot(path.Join(parent.Name(), name))
+	if err != nil {
+		return nil, err
+	}
+	var got unix.Stat_t
+	f, err := root.Open(".")
+	if err == nil {
+		err = unix.Fstat(int(f.Fd()), &got)
+		f.Close()
+	}
+	if err != nil || got.Ino != st.Ino || got.Dev != st.Dev {
+		root.Close()
+		return nil, errors.New("replaced while being opened")
+	}
+	return root, nil
+}
+
+func openAt(dir *os.File, name string, flags int) (*os.File, error) {
+	fd, err := unix.Openat(int(dir.Fd()), name, flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path.Join(dir.Name(), name)), nil
+}
+
+// walker turns a worktree into tree objects, as `git add -A` would stage
+// it: every file not ignored, every tracked file even when ignored, nothing
+// under an ignored directory that holds no tracked file, no .git, no empty
+// directory. Every name is opened relative to its directory's descriptor
+// with O_NOFOLLOW, so nothing outside the worktree is ever reached; a
+// symlink is recorded as a link. Blobs that differ from the base at their
+// path, and every tree, go into the object store.
+type walker struct {
+	store    *objectStore
+	base     map[string]TreeEntry // the base tree, flattened: path → entry
+	gitlinks map[string]Hash      // submodule pointers: path → commit
+	tracked  *trackedSet          // what git add -A keeps even when ignored
+	rules    ignoreRules
+	cache    *statCache            // from the last walk
+	added    map[string]*statEntry // hashed this walk, for the next one
+	limit    int64
+	started  int64 // ns: when the walk began
+	files    map[string]walked
+	shards   []map[string]walked // the files the shards found
+	skipped  []Skipped
+	hashed   int // files read this time (the others came from the stat cache)
+	parallel int // the root's subdirectories are walked by this many goroutines
+}
+
+// walked is a file of the snapshot and its size.
+type walked struct {
+	TreeEntry
+	size int64
+}
+
+// Skipped is a worktree path a snapshot leaves out, and why.
+type Skipped struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+func (w *walker) walk(root *os.File) (Hash, error) {
+	w.started = time.Now().UnixNano()
+	w.files = make(map[string]walked, len(w.base)/max(w.parallel, 1)+16)
+	w.added = map[string]*statEntry{}
+	h, err := w.dir(root, "", false)
+	sort.Slice(w.skipped, func(i, j int) bool { return w.skipped[i].Path < w.skipped[j].Path })
+	return h, err
+}
+
+// trackedSet is the paths the index lists plus the base's, and the
+// directories holding them, built on first use: only ignored paths and
+// nested repositories ask, and most walks meet neither.
+type trackedSet struct {
+	once  sync.Once
+	build func() []string
+	paths map[string]bool
+	dirs  map[string]bool
+}
+
+func (t *trackedSet) init() {
+	t.once.Do(func() {
+		ps := t.build()
+		t.paths = make(map[string]bool, len(ps))
+		t.dirs = map[string]bool{}
+		for _, p := range ps {
+			t.paths[p] = true
+			for d := path.Dir(p); d != "."; d = path.Dir(d) {
+				if t.dirs[d] {
+					break
+				}
+				t.dirs[d] = true
+			}
+		}
+	})
+}
+
+func (t *trackedSet) has(p string) bool    { t.init(); return t.paths[p] }
+func (t *trackedSet) hasDir(d string) bool { t.init(); return t.dirs[d] }
+
+// shard is a walker for one subtree, sharing what is only read.
+func (w *walker) shard() *walker {
+	return &walker{
+		store: w.store, base: w.base, gitlinks: w.gitlinks, tracked: w.tracked,
+		rules: ignoreRules{patterns: append([]ignorePattern(nil), w.rules.patterns...)},
+		cache: w.cache, added: map[string]*statEntry{}, limit: w.limit, started: w.started,
+		files: map[string]walked{},
+	}
+}
+
+func (w *walker) merge(s *walker) {
+	w.shards = append(w.shards, s.files) // not copied: lookups try each
+	for p, e := range s.added {
+		w.added[p] = e
+	}
+	w.skipped = append(w.skipped, s.skipped...)
+	w.hashed += s.hashed
+}
+
+// file returns what the walk found at p.
+func (w *walker) file(p string) (walked, bool) {
+	if f, ok := w.files[p]; ok {
+		return f, true
+	}
+	for _, m := range w.shards {
+		if f, ok := m[p]; ok {
+			return f, true
+		}
+	}
+	return walked{}, false
+}
+
+// eachFile calls fn for every file the walk found.
+func (w *walker) eachFile(fn func(p string, f walked)) {
+	for p, f := range w.files {
+		fn(p, f)
+	}
+	for _, m := range w.shards {
+		for p, f := range m {
+			fn(p, f)
+		}
+	}
+}
+
+// subdir is a directory of the root whose subtree a shard walks.
+type subdir struct {
+	name, path string
+	ignored    bool
+	shard      *walker
+	hash       Hash
+	err        error
+}
+
+// walkSubdirs walks the subtrees of the root's directories, w.parallel at
+// a time (each opened only when its turn comes, so a root with thousands
+// of directories does not hold thousands of descriptors), and merges what
+// they found.
+func (w *walker) walkSubdirs(parent *os.File, subs []*subdir) error {
+	sem := make(chan struct{}, w.parallel)
+	var wg sync.WaitGroup
+	for _, d := range subs {
+		d.shard = w.shard()
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			f, err := openAt(parent, d.name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+			if err != nil {
+				d.err = fmt.Errorf("open directory %s: %w", d.path, err)
+				return
+			}
+			d.hash, d.err = d.shard.dir(f, d.path, d.ignored)
+			f.Close()
+		}()
+	}
+	wg.Wait()
+	for _, d := range subs {
+		if d.err != nil {
+			return d.err
+		}
+		w.merge(d.shard)
+	}
+	return nil
+}
+
+func join(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
+	names, err := f.Readdirnames(-1)
+	if err != nil {
+		return Hash{}, fmt.Errorf("read directory %s: %w", displayDir(rel), err)
+	}
+	sort.Strings(names)
+	if rel != "" {
+		for _, n := range names {
+			if strings.EqualFold(n, ".git") && !w.tracked.hasDir(rel) {
+				if !ignored {
+					w.skipped = append(w.skipped, Skipped{rel + "/", "a nested git repository"})
+				}
+				return Hash{}, nil
+			}
+		}
+	}
+	if !ignored {
+		if b, err := readFileAt(f, ".gitignore", 1<<20); err == nil {
+			n := w.rules.push(parseIgnore(b, dirBase(rel)))
+			defer w.rules.pop(n)
+		}
+	}
+	var entries []TreeEntry
+	var subs []*subdir
+	for _, name := range names {
+		if strings.EqualFold(name, ".git") {
+			continue
+		}
+		e, ok, err := w.entry(f, rel, name, ignored, &subs)
+		if err != nil {
+			return Hash{}, err
+		}
+		if ok {
+			entries = append(entries, e)
+		}
+	}
+	if len(subs) > 0 {
+		if err := w.walkSubdirs(f, subs); err != nil {
+			return Hash{}, err
+		}
+		for _, d := range subs {
+			if !d.hash.IsZero() {
+				entries = append(entries, TreeEntry{Name: d.name, Mode: modeTree, Hash: d.hash})
+			}
+		}
+	}
+	if len(entries) == 0 {
+		return Hash{}, nil
+	}
+	sortTree(entries)
+	data := encodeTree(entries)
+	h, err := hashObject(typeTree, data)
+	if err != nil {
+		return Hash{}, err
+	}
+	return h, w.store.writeKnown(h, typeTree, data)
+}
+
+// entry turns one name of the directory f (at rel) into a tree entry;
+// ok is false for what the snapshot leaves out. The root's subdirectories
+// are queued on subs for the parallel walk instead.
+func (w *walker) entry(f *os.File, rel, name string, ignored bool, subs *[]*subdir) (e TreeEntry, ok bool, err error) {
+	p := join(rel, name)
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(f.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return e, false, nil // removed while we looked
+		}
+		return e, false, fmt.Errorf("lstat %s: %w", p, err)
+	}
+	typ := st.Mode & unix.S_IFMT
+	isDir := typ == unix.S_IFDIR
+	if gl := w.gitlinks[p]; !gl.IsZero() && isDir {
+		e = TreeEntry{Name: name, Mode: modeGitlink, Hash: gl}
+		w.files[p] = walked{TreeEntry: e}
+		return e, true, nil
+	}
+	ign := ignored || w.rules.ignored(p, name, isDir)
+	if ign && !w.tracked.has(p) && !(isDir && w.tracked.hasDir(p)) {
+		return e, false, nil
+	}
+	var size int64
+	switch typ {
+	case unix.S_IFDIR:
+		if rel == "" && w.parallel > 1 {
+			*subs = append(*subs, &subdir{name: name, path: p, ignored: ign})
+			return e, false, nil
+		}
+		sub, err := openAt(f, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW)
+		if err != nil {
+			return e, false, fmt.Errorf("open directory %s: %w", p, err)
+		}
+		h, err := w.dir(sub, p, ign)
+		sub.Close()
+		// git keeps no empty directory
+		return TreeEntry{Name: name, Mode: modeTree, Hash: h}, !h.IsZero(), err
+	case unix.S_IFLNK:
+		target, err := readlinkAt(f, name)
+		if err != nil {
+			return e, false, fmt.Errorf("read symlink %s: %w", p, err)
+		}
+		if e, err = w.blob(p, name, modeSymlink, []byte(target)); err != nil {
+			return e, false, err
+		}
+		size = int64(len(target))
+	case unix.S_IFREG:
+		if e, size, err = w.regular(f, p, name, &st); err != nil {
+			return e, false, err
+		}
+	default:
+		if !ign {
+			w.skipped = append(w.skipped, Skipped{p, "not a regular file, directory or symlink"})
+		}
+		return e, false, nil
+	}
+	w.files[p] = walked{e, size}
+	return e, true, nil
+}
+
+func displayDir(rel string) string {
+	if rel == "" {
+		return "the worktree"
+	}
+	return rel
+}
+
+func dirBase(rel string) string {
+	if rel == "" {
+		return ""
+	}
+	return rel + "/"
+}
+
+// changed reports whether an entry differs from the base at its path.
+func (w *walker) changed(p string, mode uint32, h Hash) bool {
+	b, ok := w.base[p]
+	return !ok || b.Mode != mode || b.Hash != h
+}
+
+// blob records a small blob (a symlink target), storing it when it
+// differs from the base.
+func (w *walker) blob(p, name string, mode uint32, data []byte) (TreeEntry, error) {
+	h, err := hashObject(typeBlob, data)
+	if err != nil {
+		return TreeEntry{}, fmt.Errorf("%s: %w", p, err)
+	}
+	if w.changed(p, mode, h) {
+		if err := w.store.writeKnown(h, typeBlob, data); err != nil {
+			return TreeEntry{}, err
+		}
+	}
+	return TreeEntry{Name: name, Mode: mode, Hash: h}, nil
+}
+
+// inMemory is the largest file read whole to hash and store it; larger
+// ones are streamed twice.
+const inMemory = 32 << 20
+
+func statEntryOf(st *unix.Stat_t) statEntry {
+	return statEntry{
+		Size: st.Size, Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(),
+		Ino: uint64(st.Ino), Dev: uint64(st.Dev), Mode: uint32(st.Mode),
+	}
+}
+
+func (w *walker) regular(dir *os.File, p, name string, st *unix.Stat_t) (TreeEntry, int64, error) {
+	mode := modeFile
+	if st.Mode&0o100 != 0 {
+		mode = modeExec
+	}
+	want := statEntryOf(st)
+	if c, ok := w.cache.entries[p]; ok {
+		if c.Size == want.Size && c.Mtime == want.Mtime && c.Ctime == want.Ctime && c.Ino == want.Ino &&
+			c.Dev == want.Dev && c.Mode == want.Mode && (!w.changed(p, mode, c.Hash) || w.store.has(c.Hash)) {
+			c.seen = true // each path is met by one walker only
+			return TreeEntry{Name: name, Mode: mode, Hash: c.Hash}, want.Size, nil
+		}
+	}
+	var h Hash
+	var err error
+	w.hashed++
+	for attempt := 0; ; attempt++ {
+		h, err = w.hashFile(dir, p, name, mode, want)
+		if !errors.Is(err, errChanged) || attempt == 2 {
+			break
+		}
+		var st2 unix.Stat_t
+		if serr := unix.Fstatat(int(dir.Fd()), name, &st2, unix.AT_SYMLINK_NOFOLLOW); serr != nil || st2.Mode&unix.S_IFMT != unix.S_IFREG {
+			return TreeEntry{}, 0, fmt.Errorf("%s: %w", p, errChanged)
+		}
+		want = statEntryOf(&st2)
+	}
+	if err != nil {
+		return TreeEntry{}, 0, fmt.Errorf("%s: %w", p, err)
+	}
+	if want.Ctime < w.started-racyMargin && want.Mtime < w.started-racyMargin {
+		want.Hash = h
+		w.added[p] = &want
+	}
+	return TreeEntry{Name: name, Mode: mode, Hash: h}, want.Size, nil
+}
+
+// hashFile reads the file (opened without following a symlink, and
+// without blocking on a FIFO swapped in), hashes it and stores it when it
+// differs from the base. The file must still have the lstat data want
+// after the read, else it changed meanwhile (errChanged).
+func (w *walker) hashFile(dir *os.File, p, name string, mode uint32, want statEntry) (Hash, error) {
+	f, err := openAt(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOENT) {
+			return Hash{}, errChanged
+		}
+		return Hash{}, err
+	}
+	defer f.Close()
+	same := func() bool {
+		var st unix.Stat_t
+		return unix.Fstat(int(f.Fd()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && statEntryOf(&st) == want
+	}
+	if !same() {
+		return Hash{}, errChanged
+	}
+	var h Hash
+	if want.Size <= inMemory {
+		data, err := readExactly(f, want.Size)
+		if err != nil {
+			return Hash{}, errChanged
+		}
+		if h, err = hashObject(typeBlob, data); err != nil {
+			return Hash{}, err
+		}
+		if !same() {
+			return Hash{}, errChanged
+		}
+		if w.changed(p, mode, h) {
+			if err := w.store.writeKnown(h, typeBlob, data); err != nil {
+				return Hash{}, err
+			}
+		}
+		return h, nil
+	}
+	if h, err = hashReader(typeBlob, want.Size, f); err != nil {
+		return Hash{}, err
+	}
+	if !same() {
+		return Hash{}, errChanged
+	}
+	if w.changed(p, mode, h) && want.Size <= w.limit && !w.store.has(h) {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return Hash{}, err
+		}
+		if err := w.store.writeStream(h, typeBlob, want.Size, f); err != nil {
+			return Hash{}, err
+		}
+	}
+	return h, nil
+}
+
+func readlinkAt(dir *os.File, name string) (string, error) {
+	buf := make([]byte, 4096)
+	n, err := unix.Readlinkat(int(dir.Fd()), name, buf)
+	if err != nil {
+		return "", err
+	}
+	if n >= len(buf) {
+		return "", errors.New("symlink target too long")
+	}
+	return string(buf[:n]), nil
+}
+
+// readFileAt reads a regular file (not a symlink: git does not follow a
+// symlinked .gitignore either) of at most max bytes in dir.
+func readFileAt(dir *os.File, name string, max int64) ([]byte, error) {
+	f, err := openAt(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() || st.Size() > max {
+		return nil, fmt.Errorf("%s is not a regular file of at most %d bytes", name, max)
+	}
+	return io.ReadAll(io.LimitReader(f, max))
+}

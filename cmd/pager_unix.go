@@ -1,0 +1,8 @@
+package cmd
+
+import (
+	"errors"
+	"syscall"
+)
+
+func isEPIPE(err error) bool { return errors.Is(err, syscall.EPIPE) }
