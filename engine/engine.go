@@ -35,6 +35,9 @@ type Spec struct {
 	CacheMount  string
 	// Env is KEY=VALUE for every step of the sandbox (the cache locations).
 	Env []string
+	// Network is the session's docker network (sandbox create --network);
+	// "" leaves it to the provider's configuration.
+	Network string
 }
 
 // GitDirIn is where a sandbox that sees the worktree at containerWorktree

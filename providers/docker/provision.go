@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -217,7 +218,7 @@ func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img st
 	cc.User = p.sandboxUser(spec.Worktree)
 	pids := p.cfg.PidsLimit
 	hc.Mounts = mounts
-	hc.NetworkMode = p.cfg.Network
+	hc.NetworkMode = cmp.Or(spec.Network, p.cfg.Network)
 	hc.CapDrop = []string{"ALL"}
 	hc.SecurityOpt = []string{"no-new-privileges"}
 	hc.ReadonlyRootfs = p.cfg.ReadonlyRoot
