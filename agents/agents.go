@@ -136,7 +136,8 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 			"{worktree}": dir, "{prompt_file}": pf.inSandbox, "{session}": sess.ID, "{run}": sess.RunID,
 		})
 	}
-	o.Agent = func(events io.Writer) sandbox.AgentStream { return newParser(req.Kind, dir, events) }
+	missing := r.missing(sess, req.Kind, o.Argv[0])
+	o.Agent = func(events io.Writer) sandbox.AgentStream { return newParser(req.Kind, dir, missing, events) }
 
 	if req.Kind == Codex && !hasKey(sess, secretEnv) {
 		res, err := r.codexLogin(ctx, req, secretEnv)
@@ -145,14 +146,12 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 		}
 	}
 	res, err := r.Svc.Exec(ctx, sess, o)
-	if res != nil && res.ExitCode == 127 {
-		hint := r.missing(sess, req.Kind, o.Argv[0])
-		r.note("%s", hint)
-		if res.Agent != nil && res.Agent.Error == "" {
-			res.Agent.Error = hint
+	if res != nil && res.Agent != nil && res.Agent.Error != "" && res.ExitCode != 0 {
+		if res.Agent.Error == missing {
+			r.note("%s", missing)
+		} else {
+			r.note("the %s agent failed: %s", req.Kind, res.Agent.Error)
 		}
-	} else if res != nil && res.Agent != nil && res.Agent.Error != "" && res.ExitCode != 0 {
-		r.note("the %s agent failed: %s", req.Kind, res.Agent.Error)
 	}
 	return res, err
 }

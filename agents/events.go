@@ -32,10 +32,11 @@ type parser struct {
 	sum       evidence.Agent
 	seenFile  map[string]bool
 	lastError string
+	missing   string // the agent's error when its CLI is not found (127)
 }
 
-func newParser(kind, dir string, events io.Writer) *parser {
-	return &parser{kind: kind, dir: dir, events: events, seenFile: map[string]bool{},
+func newParser(kind, dir, missing string, events io.Writer) *parser {
+	return &parser{kind: kind, dir: dir, missing: missing, events: events, seenFile: map[string]bool{},
 		sum: evidence.Agent{Kind: kind, Commands: []string{}, FilesChanged: []string{}}}
 }
 
@@ -91,11 +92,15 @@ func (p *parser) Summary(st engine.Status) *evidence.Agent {
 		p.line = p.line[:0]
 	}
 	s := p.sum
-	if st.ExitCode != 0 && s.Error == "" {
+	switch {
+	case st.ExitCode == 127 && s.Events == 0:
+		s.Error = p.missing
+	case st.TimedOut && p.lastError != "":
+		s.Error = "stopped by --timeout; its last error: " + p.lastError
+	case st.TimedOut:
+		s.Error = "stopped by --timeout"
+	case st.ExitCode != 0 && s.Error == "":
 		s.Error = p.lastError
-	}
-	if st.TimedOut && s.Error == "" {
-		s.Error = "the agent was stopped by --timeout"
 	}
 	return &s
 }
