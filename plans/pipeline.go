@@ -144,9 +144,11 @@ func (r *Runner) Run(ctx context.Context, sess *store.Session, p *Plan, o Option
 				}
 			}
 			if ctx.Err() != nil {
-				// Ctrl-C: the step was ended and recorded; nothing more runs.
+				// Ctrl-C: the step was ended and recorded; nothing more runs,
+				// and the plan's status is the interrupt's (130), unless an
+				// earlier step had already failed it.
 				stop, rep.Interrupted = true, true
-				if rep.ExitCode == 0 {
+				if rep.ExitCode == 0 || rep.Failed == s.Name {
 					rep.ExitCode, rep.Failed = 130, s.Name
 				}
 			}
