@@ -2,7 +2,7 @@ package config
 
 import (
 	"fmt"
-	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -10,8 +10,6 @@ import (
 // agent runtime fills them in after the template is split, so a value never
 // becomes more than the one argument it sits in.
 var TemplatePlaceholders = []string{"{worktree}", "{prompt_file}", "{session}", "{run}"}
-
-var placeholderRE = regexp.MustCompile(`\{[a-z_]+\}`)
 
 // SplitTemplate splits an argv template into its elements the way a shell
 // splits words, and does nothing else a shell does: whitespace separates,
@@ -71,12 +69,8 @@ func SplitTemplate(s string) ([]string, error) {
 		return nil, fmt.Errorf("%q names no command", s)
 	}
 	for _, a := range argv {
-		for _, p := range placeholderRE.FindAllString(a, -1) {
-			known := false
-			for _, k := range TemplatePlaceholders {
-				known = known || p == k
-			}
-			if !known {
+		for _, p := range placeholders(a) {
+			if !slices.Contains(TemplatePlaceholders, p) {
 				return nil, fmt.Errorf("%q: unknown placeholder %s: use %s", s, p, strings.Join(TemplatePlaceholders, ", "))
 			}
 		}
@@ -84,10 +78,37 @@ func SplitTemplate(s string) ([]string, error) {
 	return argv, nil
 }
 
-var envNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+// placeholders lists the {word}s of s, a word being [a-z_]+; other braces
+// are left alone (JSON in an argument, say). No regexp: compiling one at
+// init would cost every xmode command.
+func placeholders(s string) []string {
+	var out []string
+	for i := 0; i < len(s); i++ {
+		if s[i] != '{' {
+			continue
+		}
+		j := i + 1
+		for j < len(s) && (s[j] >= 'a' && s[j] <= 'z' || s[j] == '_') {
+			j++
+		}
+		if j > i+1 && j < len(s) && s[j] == '}' {
+			out = append(out, s[i:j+1])
+			i = j
+		}
+	}
+	return out
+}
 
-// ValidEnvName reports whether s can name an environment variable.
-func ValidEnvName(s string) bool { return envNameRE.MatchString(s) }
+// ValidEnvName reports whether s can name an environment variable:
+// [A-Za-z_][A-Za-z0-9_]*.
+func ValidEnvName(s string) bool {
+	for i, c := range s {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
 
 // ParseEnvNames reads a comma-separated list of variable names ("" is none).
 func ParseEnvNames(v string) ([]string, error) {

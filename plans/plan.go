@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
@@ -125,7 +124,16 @@ func readCapped(r io.Reader, name string) ([]byte, error) {
 	return b, nil
 }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,39}$`)
+// validName: 1 to 40 of [A-Za-z0-9._-], starting with a letter or digit.
+func validName(s string) bool {
+	for i, c := range s {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-') {
+			return false
+		}
+	}
+	return s != "" && len(s) <= 40
+}
 
 // planError is a plan error naming the file, the line and the field.
 func planError(file string, n *yaml.Node, field, format string, args ...any) error {
@@ -225,7 +233,7 @@ func parseStep(file, field string, n *yaml.Node) (Step, error) {
 		var err error
 		switch key {
 		case "name":
-			if s.Name, err = scalar(file, v, f); err == nil && !nameRE.MatchString(s.Name) {
+			if s.Name, err = scalar(file, v, f); err == nil && !validName(s.Name) {
 				err = planError(file, v, f, "%q is not a step name: 1 to 40 letters, digits, '.', '_' or '-', starting with a letter or digit", s.Name)
 			}
 		case "agent":
