@@ -49,6 +49,24 @@ func CheckKind(kind string) error {
 	return nil
 }
 
+// Preflight refuses, before any session exists, an agent that cannot run
+// with this configuration (exit 2).
+func Preflight(cfg *config.Config, kind, model string) error {
+	if err := CheckKind(kind); err != nil {
+		return err
+	}
+	if kind != Command {
+		return nil
+	}
+	if model != "" {
+		return fail.Usagef("--model is for the codex and claude agents; a command agent takes what it needs in XMODE_AGENT_COMMAND_TEMPLATE")
+	}
+	if len(cfg.AgentCommandTemplate) == 0 {
+		return fail.Usagef("XMODE_AGENT_COMMAND_TEMPLATE is not set: the command agent runs it, e.g. XMODE_AGENT_COMMAND_TEMPLATE='sh /usr/local/share/xmode/examples/agent.sh {prompt_file}'")
+	}
+	return nil
+}
+
 // Runner runs agent steps in sessions of one storage root.
 type Runner struct {
 	Svc *sandbox.Service
@@ -121,11 +139,8 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 		o.Argv = claudeArgv(cfg.ClaudeBin, req.Model)
 		o.Stdin = strings.NewReader(req.Prompt)
 	case Command:
-		if req.Model != "" {
-			return nil, fail.Usagef("--model is for the codex and claude agents; a command agent takes what it needs in XMODE_AGENT_COMMAND_TEMPLATE")
-		}
-		if len(cfg.AgentCommandTemplate) == 0 {
-			return nil, fail.Usagef("XMODE_AGENT_COMMAND_TEMPLATE is not set: the command agent runs it, e.g. XMODE_AGENT_COMMAND_TEMPLATE='sh /usr/local/share/xmode/examples/agent.sh {prompt_file}'")
+		if err := Preflight(cfg, req.Kind, req.Model); err != nil {
+			return nil, err
 		}
 		pf, err := r.writePrompt(sess, dir, req.Prompt)
 		if err != nil {

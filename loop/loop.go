@@ -6,6 +6,7 @@
 package loop
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -130,12 +131,19 @@ func (l *Loop) Run(ctx context.Context, o Options) (*Result, error) {
 			return nil, err
 		}
 	}
+	// What can be known to fail is refused before a session exists.
+	for _, s := range l.knownAgents(plan, o.Agent) {
+		if err := agents.Preflight(l.Svc.Cfg, s.Agent, s.Model); err != nil {
+			return nil, err
+		}
+	}
 	o.Create.Loop = &store.NewLoop{Objective: o.Objective}
 	sess, err := l.Svc.Create(ctx, o.Create)
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{RunID: sess.RunID, SessionID: sess.ID, Kept: o.Keep}
+	res := &Result{RunID: sess.RunID, SessionID: sess.ID, Kept: o.Keep, Steps: []plans.Outcome{}}
+	ran := false // the plan ran (some of) its steps
 	l.note("run %s: session %s (%s engine), %s at %s", sess.RunID, sess.ID, sess.Engine, sess.Repo, shortSHA(sess.BaseCommit))
 
 	loopErr := func() error {
@@ -150,7 +158,7 @@ func (l *Loop) Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		rep, err := l.Plans.Run(ctx, sess, plan, l.planOptions(o))
 		if rep != nil {
-			res.Steps, res.ExitCode = rep.Steps, rep.ExitCode
+			res.Steps, res.ExitCode, ran = rep.Steps, rep.ExitCode, true
 		}
 		if err != nil {
 			return err
@@ -161,10 +169,10 @@ func (l *Loop) Run(ctx context.Context, o Options) (*Result, error) {
 		return nil
 	}()
 
-	// The change request is built whatever the checks said; not after
-	// Ctrl-C, which asks xmode to stop.
+	// The change request is built whatever the checks said; not when the
+	// plan never ran, nor after Ctrl-C, which asks xmode to stop.
 	end := context.WithoutCancel(ctx)
-	if !errors.Is(loopErr, errInterrupted) && ctx.Err() == nil {
+	if ran && !errors.Is(loopErr, errInterrupted) && ctx.Err() == nil {
 		cr, err := l.CR.Create(ctx, sess, title(o.Objective), message(o.Objective, sess.RunID, res.Steps))
 		if err != nil {
 			loopErr = errors.Join(loopErr, fmt.Errorf("build the change request: %w", err))
@@ -197,6 +205,22 @@ func (l *Loop) Run(ctx context.Context, o Options) (*Result, error) {
 		return res, loopErr
 	}
 	return res, nil
+}
+
+// knownAgents are the agent steps known before the session exists: the
+// plan's, or the default step's when the plan is the repository's.
+func (l *Loop) knownAgents(plan *plans.Plan, kind string) []plans.Step {
+	if plan == nil {
+		return []plans.Step{{Agent: cmp.Or(kind, DefaultAgent)}}
+	}
+	var out []plans.Step
+	for _, s := range plan.Steps {
+		if s.IsAgent() {
+			s.Agent = cmp.Or(kind, s.Agent)
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 var errInterrupted = fail.Failedf("interrupted: the running step was ended and its evidence kept")
