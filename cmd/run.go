@@ -93,6 +93,12 @@ EXIT STATUS
 				fmt.Fprintln(a.Out)
 				a.outcomeTable(res.Steps)
 			}
+			// The run's exit status is decided by the loop (a failing
+			// step's, or its own failure's); its error is only said.
+			if err != nil && res.ExitCode != 0 {
+				a.printError(err, res.ExitCode)
+				return exitStatus(res.ExitCode)
+			}
 			if err != nil {
 				return err
 			}
