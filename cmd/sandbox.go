@@ -280,6 +280,9 @@ func (a *App) newShow() *cobra.Command {
 			if s.ContainerID != "" {
 				kv.row("Container:", shortSHA(s.ContainerID)+" ("+s.MountMode+", "+s.Image+")")
 			}
+			if s.Network != "" {
+				kv.row("Network:", s.Network)
+			}
 			if s.Error != "" {
 				kv.row("Error:", clean(s.Error))
 			}
