@@ -10,8 +10,12 @@ GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
 build:
 	CGO_ENABLED=0 go build $(GOFLAGS_BUILD) -o bin/xmode ./cmd/xmode
 
+# The stand-in agent and the sample plan go beside it, for the README's
+# first `xmode run` (no account needed).
 install: build
 	install -D -m 0755 bin/xmode $(DESTDIR)$(PREFIX)/bin/xmode
+	install -D -m 0755 examples/agent.sh $(DESTDIR)$(PREFIX)/share/xmode/examples/agent.sh
+	install -D -m 0644 examples/xmode.yaml $(DESTDIR)$(PREFIX)/share/xmode/examples/xmode.yaml
 
 # The whole suite, race detector on, against the real git binary, real
 # processes and (providers/docker) a real Docker daemon.

@@ -68,6 +68,10 @@ type Package struct {
 	Manifest *Manifest `json:"-"`
 }
 
+// ErrEmpty is in the error of Create for a worktree with nothing to
+// package.
+var ErrEmpty = errors.New("empty change")
+
 // CreateOptions are `cr create`'s inputs.
 type CreateOptions struct {
 	Title   string
@@ -90,7 +94,7 @@ func (s *Service) Create(ctx context.Context, sess *store.Session, o CreateOptio
 // packages, moved to its number in the transaction that records it.
 func (s *Service) pack(ctx context.Context, sess *store.Session, sn *Snapshot, o CreateOptions) (*Package, error) {
 	if sn.Empty() {
-		return nil, fail.Refusedf("nothing to package: the worktree of %s holds exactly its base commit %s (no commits, and no changed, new or deleted files outside the ignore rules)", sess.ID, shortHash(sn.Base))
+		return nil, fail.Refusedf("nothing to package: the worktree of %s holds exactly its base commit %s (no commits, and no changed, new or deleted files outside the ignore rules): %w", sess.ID, shortHash(sn.Base), ErrEmpty)
 	}
 	if err := s.checkSize(sn); err != nil {
 		return nil, err

@@ -9,6 +9,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/fatih/color"
+
 	"github.com/xmode/xmode/store"
 )
 
@@ -122,4 +124,27 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return string([]rune(s)[:n-1]) + "…"
+}
+
+// stepTable prints a run's steps, as `sandbox show` and `run show` list them.
+func (a *App) stepTable(steps []store.StepRow) error {
+	t := newTable(a.Out, "STEP", "SESSION", "COMMAND", "EXIT", "DURATION")
+	for _, st := range steps {
+		exit, dur := "running", "-"
+		if st.State == "lost" {
+			exit = a.paint(color.FgRed, "lost")
+		}
+		if st.ExitCode != nil {
+			exit = fmt.Sprint(*st.ExitCode)
+			if st.TimedOut {
+				exit += " (timeout)"
+			}
+			if st.OOMKilled {
+				exit += " (oom)"
+			}
+			dur = st.FinishedAt.Sub(st.StartedAt).Round(time.Millisecond).String()
+		}
+		t.row(fmt.Sprintf("%04d-%s", st.Seq, st.Name), st.SessionID, truncate(clean(strings.Join(st.Argv, " ")), 50), exit, dur)
+	}
+	return t.flush()
 }

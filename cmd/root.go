@@ -151,6 +151,7 @@ with evidence for every step that outlives the sandbox.` + exitStatusHelp,
 	sb.AddCommand(a.newDiff())
 	root.AddCommand(sb, a.newMachine(), a.newConfig(), a.newDoctor(), a.newVersion(), a.newReap("reap"))
 	root.AddCommand(a.newCR())
+	root.AddCommand(a.newAgent(), a.newPipeline(), a.newRunCmd())
 	return root
 }
 

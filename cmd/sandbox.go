@@ -2,7 +2,6 @@ package cmd
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/fatih/color"
@@ -27,12 +26,8 @@ worktree behind and the session ends as failed (provision_failed).` + exitStatus
   id=$(xmode sandbox create --repo . -q)`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ov := map[string]config.Flag{}
-			flagOverride(cmd, ov, "user", "XMODE_USER")
-			flagOverride(cmd, ov, "ttl", "XMODE_SANDBOX_TTL")
-			flagOverride(cmd, ov, "runner-mode", "XMODE_RUNNER_MODE")
-			flagOverride(cmd, ov, "image", "XMODE_SANDBOX_IMAGE")
-			svc, err := a.service(cmd.Context(), ov)
+			o.NetworkSet = cmd.Flags().Changed("network")
+			svc, err := a.service(cmd.Context(), createOverrides(cmd))
 			if err != nil {
 				return err
 			}
@@ -49,17 +44,35 @@ worktree behind and the session ends as failed (provision_failed).` + exitStatus
 			return nil
 		},
 	}
+	addCreateFlags(cmd, &o)
+	cmd.Flags().StringVar(&o.RunID, "run", "", "share this run's worktree instead of cloning")
+	return cmd
+}
+
+// addCreateFlags adds the flags that say what session to create (sandbox
+// create, run).
+func addCreateFlags(cmd *cobra.Command, o *sandbox.CreateOptions) {
 	f := cmd.Flags()
 	f.StringVar(&o.Repo, "repo", "", "repository to check out: URL, file:// URL or local path")
 	f.StringVar(&o.Ref, "ref", "", "branch, tag or commit (default: the remote's HEAD)")
 	f.StringVar(&o.Project, "project", "", "project ID")
-	f.StringVar(&o.RunID, "run", "", "share this run's worktree instead of cloning")
 	f.BoolVar(&o.Refresh, "refresh", false, "fetch the project machine before branching the worktree (XMODE_PROJECT_MACHINES=1)")
 	f.String("user", "", "owner (default $XMODE_USER, else the OS user)")
 	f.String("ttl", "", "lifetime (default $XMODE_SANDBOX_TTL, else 2h)")
 	f.String("runner-mode", "", "local_worktree, cloud_worker or cloud_subscription")
 	f.String("image", "", "sandbox image (docker engine)")
-	return cmd
+	f.String("network", "", "docker network of this session (volume mode; default $XMODE_SANDBOX_NETWORK, else none)")
+}
+
+// createOverrides are addCreateFlags' flags that override variables.
+func createOverrides(cmd *cobra.Command) map[string]config.Flag {
+	ov := map[string]config.Flag{}
+	flagOverride(cmd, ov, "user", "XMODE_USER")
+	flagOverride(cmd, ov, "ttl", "XMODE_SANDBOX_TTL")
+	flagOverride(cmd, ov, "runner-mode", "XMODE_RUNNER_MODE")
+	flagOverride(cmd, ov, "image", "XMODE_SANDBOX_IMAGE")
+	flagOverride(cmd, ov, "network", "XMODE_SANDBOX_NETWORK")
+	return ov
 }
 
 func (a *App) newExec() *cobra.Command {
@@ -267,6 +280,9 @@ func (a *App) newShow() *cobra.Command {
 			if s.ContainerID != "" {
 				kv.row("Container:", shortSHA(s.ContainerID)+" ("+s.MountMode+", "+s.Image+")")
 			}
+			if s.Network != "" {
+				kv.row("Network:", s.Network)
+			}
 			if s.Error != "" {
 				kv.row("Error:", clean(s.Error))
 			}
@@ -278,25 +294,7 @@ func (a *App) newShow() *cobra.Command {
 				return err
 			}
 			fmt.Fprintln(a.Out)
-			t := newTable(a.Out, "STEP", "SESSION", "COMMAND", "EXIT", "DURATION")
-			for _, st := range steps {
-				exit, dur := "running", "-"
-				if st.State == "lost" {
-					exit = a.paint(color.FgRed, "lost")
-				}
-				if st.ExitCode != nil {
-					exit = fmt.Sprint(*st.ExitCode)
-					if st.TimedOut {
-						exit += " (timeout)"
-					}
-					if st.OOMKilled {
-						exit += " (oom)"
-					}
-					dur = st.FinishedAt.Sub(st.StartedAt).Round(time.Millisecond).String()
-				}
-				t.row(fmt.Sprintf("%04d-%s", st.Seq, st.Name), st.SessionID, truncate(clean(strings.Join(st.Argv, " ")), 50), exit, dur)
-			}
-			return t.flush()
+			return a.stepTable(steps)
 		},
 	}
 }

@@ -60,6 +60,11 @@ type Config struct {
 	CRMaxBytes         int64 // largest change request accepted
 	CloudStatusCommand string
 
+	// Agents (contract §7).
+	AgentCommandTemplate []string // XMODE_AGENT_COMMAND_TEMPLATE split into argv elements; nil when unset
+	AgentEnv             []string // variable names passed to agent steps
+	CodexBin, ClaudeBin  string
+
 	// Values lists every setting in table order with its raw value and source.
 	Values []Value
 }
@@ -352,6 +357,30 @@ var settings = []setting{
 		}
 		c.CRMaxBytes = n
 		return nil
+	}},
+	// Agents (contract §7): the command agent's argv template, the host
+	// variables agent steps get by name, and the agent CLIs.
+	{name: "XMODE_AGENT_COMMAND_TEMPLATE", def: lit(""), apply: func(c *Config, v string) error {
+		if strings.TrimSpace(v) == "" {
+			c.AgentCommandTemplate = nil
+			return nil
+		}
+		argv, err := SplitTemplate(v)
+		c.AgentCommandTemplate = argv
+		return err
+	}},
+	{name: "XMODE_AGENT_ENV", def: lit("OPENAI_API_KEY,CODEX_API_KEY,ANTHROPIC_API_KEY"), apply: func(c *Config, v string) error {
+		names, err := ParseEnvNames(v)
+		c.AgentEnv = names
+		return err
+	}},
+	{name: "XMODE_CODEX_BIN", def: lit("codex"), apply: func(c *Config, v string) error {
+		c.CodexBin = v
+		return checkBin(v)
+	}},
+	{name: "XMODE_CLAUDE_BIN", def: lit("claude"), apply: func(c *Config, v string) error {
+		c.ClaudeBin = v
+		return checkBin(v)
 	}},
 	{name: "CODEX_CLOUD_STATUS_COMMAND", def: lit("codex cloud status {task_id}"), apply: func(c *Config, v string) error {
 		if strings.TrimSpace(v) == "" {

@@ -52,6 +52,28 @@ type Result struct {
 	// EvidenceIncomplete: some evidence could not be written (a full disk);
 	// the status above is still the command's.
 	EvidenceIncomplete bool `json:"evidence_incomplete,omitempty"`
+	// Agent summarises an agent step's event stream (contract §7).
+	Agent *Agent `json:"agent,omitempty"`
+}
+
+// Agent is the agent object of an agent step's result.json: what the
+// agent's CLI reported, where it reported it (events.jsonl beside it has
+// the whole stream).
+type Agent struct {
+	Kind         string   `json:"kind"`
+	FinalMessage string   `json:"final_message"`
+	Commands     []string `json:"commands"`
+	FilesChanged []string `json:"files_changed"`
+	Tokens       *Tokens  `json:"tokens"` // null when the CLI reported none
+	Events       int      `json:"events"` // JSON events seen on stdout
+	// Error is why the agent failed, in its CLI's words where it said so.
+	Error string `json:"error,omitempty"`
+}
+
+// Tokens is an agent's token usage.
+type Tokens struct {
+	Input  int64 `json:"input"`
+	Output int64 `json:"output"`
 }
 
 // command is command.json: what was asked, before it ran.
@@ -80,6 +102,8 @@ type Step struct {
 	runs           *os.Root // <root>/runs
 	rel            string   // the step directory, relative to runs
 	stdout, stderr *capLog
+	extra          []*capLog // AddLog's
+	maxLog         int64
 	Stdout         io.Writer
 	Stderr         io.Writer
 	started        time.Time
@@ -166,6 +190,7 @@ func (s *Step) open(runDir string, req Request, now time.Time) error {
 	if max <= 0 {
 		max = DefaultMaxLogBytes
 	}
+	s.maxLog = max
 	for _, l := range []struct {
 		name string
 		log  **capLog
@@ -185,6 +210,34 @@ func (s *Step) open(runDir string, req Request, now time.Time) error {
 func (s *Step) create(name string) (*os.File, error) {
 	return s.runs.OpenFile(filepath.Join(s.rel, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 }
+
+// AddLog creates one more file in the step directory (an agent step's
+// events.jsonl, its prompt) and returns a writer for it that behaves like
+// the two logs: created exclusively through the confined root, capped at
+// XMODE_EVIDENCE_MAX_BYTES, never failing the writer; Finish closes it and
+// records what it lost.
+func (s *Step) AddLog(name string) (io.Writer, error) {
+	switch name {
+	case "", ".", "..", "command.json", "stdout.log", "stderr.log", "result.json":
+		return nil, fmt.Errorf("evidence: %q is not a name for another file of the step", name)
+	}
+	if filepath.Base(name) != name {
+		return nil, fmt.Errorf("evidence: %q is not a plain file name", name)
+	}
+	f, err := s.create(name)
+	if err != nil {
+		return nil, storage.WriteError(s.guard.Root, fmt.Errorf("create %s: %w", name, err))
+	}
+	l := &capLog{f: f, max: s.maxLog, stream: name}
+	s.extra = append(s.extra, l)
+	return l, nil
+}
+
+// SetAgent puts the agent summary into result.json (call before Finish).
+func (s *Step) SetAgent(a *Agent) { s.res.Agent = a }
+
+// Dir is the step directory.
+func (s *Step) Dir() string { return s.res.Dir }
 
 // Seq is the step's number in its run.
 func (s *Step) Seq() int { return s.res.Seq }
@@ -222,6 +275,12 @@ func (s *Step) Finish(ctx context.Context, status engine.Status) (*Result, error
 	for _, l := range []*capLog{s.stdout, s.stderr} {
 		if err := l.close(); err != nil {
 			lose(fmt.Sprintf("%s.log stops after %d bytes", l.stream, l.n), err)
+		}
+		s.res.Truncated = s.res.Truncated || l.truncated
+	}
+	for _, l := range s.extra {
+		if err := l.close(); err != nil {
+			lose(fmt.Sprintf("%s stops after %d bytes", l.stream, l.n), err)
 		}
 		s.res.Truncated = s.res.Truncated || l.truncated
 	}

@@ -6,13 +6,16 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/redact"
 	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
@@ -30,6 +33,25 @@ type ExecOptions struct {
 	// writers mean logs only (--json). A live stream that stalls or closes
 	// never holds up the step or its evidence (see liveWriter).
 	LiveStdout, LiveStderr io.Writer
+	// SecretEnv is KEY=VALUE for the command like Env, but each value is a
+	// secret (--env-pass, XMODE_AGENT_ENV): recorded as KEY=*** and masked
+	// in the logs, the live streams and everything else the step records.
+	// Env entries whose names look secret (redact.SecretName) are treated
+	// the same.
+	SecretEnv []string
+	// Prompt is kept as prompt.txt in the step directory: what an agent
+	// step was asked.
+	Prompt string
+	// Agent makes this an agent step: it gets the step's events.jsonl and
+	// follows its stdout, and its summary becomes result.json's "agent".
+	Agent func(events io.Writer) AgentStream
+}
+
+// AgentStream follows an agent step's stdout as it happens (secrets
+// already masked) and summarises it once the command has ended.
+type AgentStream interface {
+	io.Writer
+	Summary(engine.Status) *evidence.Agent
 }
 
 // Exec runs one step in an open session and records its evidence. An error
@@ -45,9 +67,10 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	}
 	for _, kv := range o.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return nil, fail.Usagef("--env %q must be KEY=VALUE", kv)
+			return nil, fail.Usagef("--env %s must be KEY=VALUE", redact.Mask)
 		}
 	}
+	secrets, recordEnv := s.secrets(o)
 	if err := store.CheckOpen(sess, time.Now()); err != nil {
 		return nil, err
 	}
@@ -68,24 +91,42 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 		return nil, err
 	}
 	tag := newTag()
+	// What is recorded has the secrets masked: the argv and the step name
+	// derived from it too.
 	step, err := evidence.Begin(ctx, s.Store, s.Guard, evidence.Request{
-		Session: sess, Name: o.Name, Argv: o.Argv, Env: o.Env, Workdir: rel, Timeout: o.Timeout,
+		Session: sess, Name: o.Name, Argv: secrets.Strings(o.Argv), Env: recordEnv, Workdir: rel, Timeout: o.Timeout,
 		Tag: tag, MaxLogBytes: s.Cfg.EvidenceMaxBytes,
 	})
 	if err != nil {
 		return nil, err
 	}
+	agent, err := s.agentEvidence(step, o, secrets)
+	if err != nil {
+		// Nothing ran: recorded like any failure of xmode's own (125).
+		fmt.Fprintf(step.Stderr, "xmode: %v\n", err)
+		_, _ = step.Finish(context.WithoutCancel(ctx), engine.Status{ExitCode: 125})
+		return nil, err
+	}
 	sb := sess.Sandbox()
 	sb.Worktree = worktree
-	stdout, stderr := newLive(o.LiveStdout), newLive(o.LiveStderr)
+	liveOut, liveErr := newLive(o.LiveStdout), newLive(o.LiveStderr)
+	// Masking comes first, so the log, the terminal and the agent's events
+	// all see the same masked stream.
+	stdout := redact.NewWriter(tee(step.Stdout, liveOut, agent), secrets)
+	stderr := redact.NewWriter(tee(step.Stderr, liveErr), secrets)
 	stopBeat := s.heartbeat(ctx, sess.RunID, step.Seq())
 	status, runErr := adapter.Exec(ctx, sb, engine.ExecRequest{
-		Argv: o.Argv, Env: o.Env, Workdir: rel, Timeout: o.Timeout, Grace: o.Grace, Stdin: o.Stdin, Tag: tag,
-		Stdout: tee(step.Stdout, stdout), Stderr: tee(step.Stderr, stderr),
+		Argv: o.Argv, Env: append(slices.Clone(o.Env), o.SecretEnv...), Workdir: rel, Timeout: o.Timeout, Grace: o.Grace,
+		Stdin: o.Stdin, Tag: tag, Stdout: stdout, Stderr: stderr,
 	})
 	stopBeat()
-	stdout.close()
-	stderr.close()
+	redact.Flush(stdout)
+	redact.Flush(stderr)
+	liveOut.close()
+	liveErr.close()
+	if agent != nil && runErr == nil {
+		step.SetAgent(agent.Summary(status))
+	}
 	if runErr != nil {
 		// The command never ran: the step's evidence says why, as 125.
 		fmt.Fprintf(step.Stderr, "xmode: %v\n", runErr)
@@ -137,12 +178,73 @@ func (s *Service) heartbeat(ctx context.Context, runID string, seq int) (stop fu
 	}
 }
 
-// tee writes to the log and to the live stream. Neither can fail or block
-// the step: the log keeps what it can, the live stream drops what it
-// cannot deliver.
-func tee(log io.Writer, live *liveWriter) io.Writer {
-	if live == nil {
+// tee writes to the log, the live stream and an agent's event parser. None
+// can fail or block the step: the log keeps what it can, the live stream
+// drops what it cannot deliver, the parser only reads.
+func tee(log io.Writer, live *liveWriter, more ...AgentStream) io.Writer {
+	ws := []io.Writer{log}
+	if live != nil {
+		ws = append(ws, live)
+	}
+	for _, m := range more {
+		if m != nil {
+			ws = append(ws, m)
+		}
+	}
+	if len(ws) == 1 {
 		return log
 	}
-	return io.MultiWriter(log, live)
+	return io.MultiWriter(ws...)
+}
+
+// secrets is what a step must not record: the values of SecretEnv, of Env
+// entries with secret-looking names, and of the host's variables that are
+// secrets (XMODE_AGENT_ENV's, and any with a secret-looking name: host
+// steps inherit them). recordEnv is Env and SecretEnv as command.json
+// keeps them, secret values replaced by ***.
+func (s *Service) secrets(o ExecOptions) (*redact.Set, []string) {
+	set := redact.NewSet()
+	recordEnv := make([]string, 0, len(o.Env)+len(o.SecretEnv))
+	for _, kv := range o.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		if redact.SecretName(k) {
+			set.Add(v)
+			kv = k + "=" + redact.Mask
+		}
+		recordEnv = append(recordEnv, kv)
+	}
+	for _, kv := range o.SecretEnv {
+		k, v, _ := strings.Cut(kv, "=")
+		set.Add(v)
+		recordEnv = append(recordEnv, k+"="+redact.Mask)
+	}
+	for _, name := range s.Cfg.AgentEnv {
+		set.Add(os.Getenv(name))
+	}
+	for _, kv := range os.Environ() {
+		if k, v, _ := strings.Cut(kv, "="); redact.SecretName(k) {
+			set.Add(v)
+		}
+	}
+	return set, recordEnv
+}
+
+// agentEvidence writes an agent step's prompt.txt and opens its
+// events.jsonl; nil for other steps.
+func (s *Service) agentEvidence(step *evidence.Step, o ExecOptions, secrets *redact.Set) (AgentStream, error) {
+	if o.Prompt != "" {
+		w, err := step.AddLog("prompt.txt")
+		if err != nil {
+			return nil, err
+		}
+		_, _ = io.WriteString(w, secrets.String(o.Prompt))
+	}
+	if o.Agent == nil {
+		return nil, nil
+	}
+	events, err := step.AddLog("events.jsonl")
+	if err != nil {
+		return nil, err
+	}
+	return o.Agent(events), nil
 }

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -40,6 +42,11 @@ type CreateOptions struct {
 	// Refresh fetches the project machine before branching the worktree
 	// (project machines only).
 	Refresh bool
+	// NetworkSet: --network was given (its value is Cfg.Network). It only
+	// means something for a volume-mode docker session.
+	NetworkSet bool
+	// Loop makes the new run a run of the governed loop (xmode run).
+	Loop *store.NewLoop
 }
 
 // Machines is the project machines of this storage root.
@@ -75,6 +82,15 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	}
 	if engineName == "docker" {
 		sess.Image = s.Cfg.Image
+	}
+	// The network the container gets, as the docker engine decides it
+	// (bind mode leaves docker's default unless one was set explicitly).
+	switch mode := engine.MountMode(adapter); {
+	case mode == "bind" && s.Cfg.BindLeaves("XMODE_SANDBOX_NETWORK"):
+	case mode != "":
+		sess.Network = s.Cfg.Network
+	case o.NetworkSet:
+		return nil, fail.Usagef("--network applies to docker sandboxes; this session runs on the host (%s engine), in the host's network", engineName)
 	}
 	var tgt target
 	var co *machines.Checkout // the worktree comes from a project machine
@@ -131,13 +147,21 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 			return nil, fail.NotFoundf("run %s has no worktree at %s", o.RunID, sess.WorktreePath)
 		}
 	}
-	if err := s.Store.CreateSession(ctx, store.NewSession{Session: sess, NewRun: newRun, MaxOpen: s.Cfg.MaxOpen}); err != nil {
+	if o.Loop != nil && !newRun {
+		return nil, fail.Usagef("a run of the loop needs a new run, not --run")
+	}
+	if err := s.Store.CreateSession(ctx, store.NewSession{Session: sess, NewRun: newRun, MaxOpen: s.Cfg.MaxOpen, Loop: o.Loop}); err != nil {
 		return nil, err
 	}
 	created, err := s.provision(ctx, &sess, newRun, tgt, co, engineName, adapter)
 	if err != nil {
 		// Clean up with a context the user's Ctrl-C has not cancelled.
 		cleanup := context.WithoutCancel(ctx)
+		if o.Loop != nil {
+			_ = s.Store.FinishLoopRun(cleanup, sess.RunID, store.LoopEnd{
+				Status: store.RunFailed, ExitCode: fail.ExitCode(err), Error: err.Error(), Finished: time.Now(),
+			})
+		}
 		if _, terr := s.reaper().Teardown(cleanup, &sess, store.StatusFailed, store.ReasonProvisionFailed, err.Error()); terr != nil {
 			return nil, fmt.Errorf("%w (and cleaning up failed: %v)", err, terr)
 		}
@@ -269,4 +293,23 @@ func (s *Service) MeasureWorktrees(sessions []*store.Session) {
 		})
 	}
 	wg.Wait()
+}
+
+// WorktreeInSandbox is the session's worktree as its steps see it
+// (contract §5): the path itself for host steps, /workspace in a bind-mode
+// container, <XMODE_SANDBOX_STORAGE_MOUNT>/runs/<run>/worktree in a
+// volume-mode one. Agents are pointed at it (codex -C, {worktree}).
+func (s *Service) WorktreeInSandbox(sess *store.Session) (string, error) {
+	switch {
+	case sess.Engine != "docker":
+		return s.Guard.CheckWorktree(sess.RunID, sess.WorktreePath)
+	case sess.MountMode == "bind":
+		return "/workspace", nil
+	case sess.MountMode == "volume":
+		if !storage.ValidID("run_", sess.RunID) {
+			return "", fail.Refusedf("run id %q is malformed", sess.RunID)
+		}
+		return path.Join(filepath.ToSlash(s.Cfg.StorageMount), "runs", sess.RunID, "worktree"), nil
+	}
+	return "", fmt.Errorf("session %s: docker session with unknown mount mode %q", sess.ID, sess.MountMode)
 }

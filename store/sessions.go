@@ -48,6 +48,9 @@ type Session struct {
 	MountMode    string     `json:"mount_mode"`
 	Image        string     `json:"image"`
 	Volumes      []string   `json:"-"`
+	// Network is the docker network of a volume-mode session ("" when the
+	// session's network is not xmode's to choose: host steps, bind mode).
+	Network string `json:"network"`
 	// WorktreeBytes is the worktree's size on disk: measured at teardown
 	// for an ended session, live (by the caller) for an open one.
 	WorktreeBytes *int64 `json:"worktree_bytes"`
@@ -63,7 +66,7 @@ func (s *Session) Expired(now time.Time) bool { return !now.Before(s.ExpiresAt) 
 
 const sessionCols = `id, run_id, user, project, runner_mode, engine, status, end_reason, error,
 	created_at, expires_at, ended_at, worktree_path, repo, ref, base_commit,
-	container_id, mount_mode, image, volumes, worktree_bytes`
+	container_id, mount_mode, image, volumes, worktree_bytes, network`
 
 type scanner interface{ Scan(...any) error }
 
@@ -75,7 +78,7 @@ func (st *Store) scanSession(row scanner) (*Session, error) {
 	var size sql.NullInt64
 	if err := row.Scan(&s.ID, &s.RunID, &s.User, &s.Project, &s.RunnerMode, &s.Engine, &s.Status,
 		&s.EndReason, &s.Error, &created, &expires, &ended, &s.WorktreePath, &s.Repo, &s.Ref,
-		&s.BaseCommit, &s.ContainerID, &s.MountMode, &s.Image, &volumes, &size); err != nil {
+		&s.BaseCommit, &s.ContainerID, &s.MountMode, &s.Image, &volumes, &size, &s.Network); err != nil {
 		return nil, err
 	}
 	if size.Valid {
@@ -110,6 +113,8 @@ type NewSession struct {
 	NewRun bool
 	// MaxOpen limits the user's open, unexpired sessions (0: unlimited).
 	MaxOpen int
+	// Loop makes the new run a run of the governed loop (xmode run).
+	Loop *NewLoop
 }
 
 // CreateSession inserts a session in status provisioning, with its run when
@@ -147,6 +152,11 @@ func (s *Store) CreateSession(ctx context.Context, n NewSession) error {
 				n.RunID, now, n.Repo, n.Ref, n.Project); err != nil {
 				return fmt.Errorf("insert run: %w", err)
 			}
+			if n.Loop != nil {
+				if err := startLoop(ctx, tx, n.RunID, *n.Loop); err != nil {
+					return err
+				}
+			}
 		} else {
 			var reclaimed sql.NullInt64
 			err := tx.QueryRowContext(ctx, `SELECT reclaimed_at FROM runs WHERE id = ?`, n.RunID).Scan(&reclaimed)
@@ -159,10 +169,10 @@ func (s *Store) CreateSession(ctx context.Context, n NewSession) error {
 		}
 		vols, _ := json.Marshal(nonNil(n.Volumes))
 		_, err := tx.ExecContext(ctx, `INSERT INTO sessions (`+sessionCols+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, '', '', ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, NULL)`,
+			VALUES (?, ?, ?, ?, ?, ?, ?, '', '', ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)`,
 			n.ID, n.RunID, n.User, n.Project, n.RunnerMode, n.Engine, StatusProvisioning,
 			now, millis(n.ExpiresAt), n.WorktreePath, n.Repo, n.Ref, n.BaseCommit,
-			n.ContainerID, n.MountMode, n.Image, string(vols))
+			n.ContainerID, n.MountMode, n.Image, string(vols), n.Network)
 		if err != nil {
 			return fmt.Errorf("insert session: %w", err)
 		}

@@ -65,6 +65,9 @@ func setupScript(env *testscript.Env) error {
 	env.Setenv("GIT_CONFIG_NOSYSTEM", "1")
 	// a race-built xmode would otherwise sleep a second at every exit
 	env.Setenv("GORACE", "atexit_sleep_ms=0")
+	if examples, err := filepath.Abs(filepath.Join("..", "..", "examples")); err == nil {
+		env.Setenv("EXAMPLES", examples)
+	}
 	for _, k := range []string{"XDG_DATA_HOME", "DOCKER_HOST", "CI"} {
 		env.Setenv(k, "")
 	}

@@ -1,0 +1,306 @@
+// Package agents runs coding agents bound to a sandbox (contract §7): the
+// codex and claude CLIs, and the command agent of
+// XMODE_AGENT_COMMAND_TEMPLATE, each as one step through the engine seam
+// (sandbox.Service.Exec), working in the session's worktree as the engine
+// sees it. It builds each CLI's argv, hands the prompt over without a shell
+// ever seeing it, passes credentials by name, refuses what cannot work
+// before starting it, and summarises the agent's event stream into the
+// step's result.json.
+package agents
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/evidence"
+	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/sandbox"
+	"github.com/xmode/xmode/store"
+)
+
+// The agent kinds.
+const (
+	Codex   = "codex"
+	Claude  = "claude"
+	Command = "command"
+)
+
+// Kinds lists the kinds in the order the help shows them.
+var Kinds = []string{Codex, Claude, Command}
+
+// DefaultTimeout bounds an agent step given no --timeout: an agent CLI that
+// waits for a network that never answers must not hold a sandbox for ever.
+const DefaultTimeout = time.Hour
+
+// loginTimeout bounds `codex login status`, which answers at once.
+const loginTimeout = 30 * time.Second
+
+// CheckKind refuses an unknown kind (exit 2).
+func CheckKind(kind string) error {
+	if !slices.Contains(Kinds, kind) {
+		return fail.Usagef("--agent %q is not an agent: use codex, claude or command", kind)
+	}
+	return nil
+}
+
+// Preflight refuses, before any session exists, an agent that cannot run
+// with this configuration (exit 2).
+func Preflight(cfg *config.Config, kind, model string) error {
+	if err := CheckKind(kind); err != nil {
+		return err
+	}
+	if kind != Command {
+		return nil
+	}
+	if model != "" {
+		return fail.Usagef("--model is for the codex and claude agents; a command agent takes what it needs in XMODE_AGENT_COMMAND_TEMPLATE")
+	}
+	if len(cfg.AgentCommandTemplate) == 0 {
+		return fail.Usagef("XMODE_AGENT_COMMAND_TEMPLATE is not set: the command agent runs it, e.g. XMODE_AGENT_COMMAND_TEMPLATE='sh /usr/local/share/xmode/examples/agent.sh {prompt_file}'")
+	}
+	return nil
+}
+
+// Runner runs agent steps in sessions of one storage root.
+type Runner struct {
+	Svc *sandbox.Service
+	// Notes receives xmode's own words about a step it ran for the agent or
+	// a failure it recognised (a missing CLI, no login); nil for none.
+	Notes io.Writer
+}
+
+// Request is one agent step.
+type Request struct {
+	Session *store.Session
+	Kind    string
+	Prompt  string
+	Model   string
+	Timeout time.Duration // 0: DefaultTimeout
+	// Env is KEY=VALUE for the agent (a plan step's env).
+	Env []string
+	// EnvPass names host variables to pass to the step, besides
+	// XMODE_AGENT_ENV's; their values are secrets.
+	EnvPass []string
+	// Name is the step's name; "" is agent-<kind>.
+	Name                   string
+	LiveStdout, LiveStderr io.Writer
+}
+
+// Run runs the agent as one step and returns its result. As with
+// sandbox.Service.Exec, an error with a nil result means xmode refused or
+// failed before anything ran. A codex step whose login check failed
+// returns that check's result: it is the step that says why.
+func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error) {
+	if err := CheckKind(req.Kind); err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(req.Prompt) == "" {
+		return nil, fail.Usagef("the prompt is empty: give --prompt TEXT, --prompt-file FILE or - for standard input")
+	}
+	if req.Timeout < 0 {
+		return nil, fail.Usagef("--timeout %s must be positive", req.Timeout)
+	}
+	if req.Timeout == 0 {
+		req.Timeout = DefaultTimeout
+	}
+	if req.Name == "" {
+		req.Name = "agent-" + req.Kind
+	}
+	sess, cfg := req.Session, r.Svc.Cfg
+	if err := store.CheckOpen(sess, time.Now()); err != nil {
+		return nil, err
+	}
+	if req.Kind != Command && sess.Engine == "docker" && sess.Network == "none" {
+		return nil, fail.Refusedf("session %s has no network (network none), and the %s agent needs it to reach its model: create the session with `xmode sandbox create --network bridge` (or set XMODE_SANDBOX_NETWORK=bridge)", sess.ID, req.Kind)
+	}
+	secretEnv, err := passEnv(cfg.AgentEnv, req.EnvPass)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := r.Svc.WorktreeInSandbox(sess)
+	if err != nil {
+		return nil, err
+	}
+	o := sandbox.ExecOptions{
+		Name: req.Name, Timeout: req.Timeout, Env: req.Env, SecretEnv: secretEnv, Prompt: req.Prompt,
+		LiveStdout: req.LiveStdout, LiveStderr: req.LiveStderr,
+	}
+	switch req.Kind {
+	case Codex:
+		o.Argv = codexArgv(cfg.CodexBin, dir, req.Model)
+		o.Stdin = strings.NewReader(req.Prompt)
+	case Claude:
+		o.Argv = claudeArgv(cfg.ClaudeBin, req.Model)
+		o.Stdin = strings.NewReader(req.Prompt)
+	case Command:
+		if err := Preflight(cfg, req.Kind, req.Model); err != nil {
+			return nil, err
+		}
+		pf, err := r.writePrompt(sess, dir, req.Prompt)
+		if err != nil {
+			return nil, err
+		}
+		defer pf.remove()
+		o.Argv = expand(cfg.AgentCommandTemplate, map[string]string{
+			"{worktree}": dir, "{prompt_file}": pf.inSandbox, "{session}": sess.ID, "{run}": sess.RunID,
+		})
+	}
+	missing := r.missing(sess, req.Kind, o.Argv[0])
+	o.Agent = func(events io.Writer) sandbox.AgentStream { return newParser(req.Kind, dir, missing, events) }
+
+	if req.Kind == Codex && !hasKey(sess, secretEnv) {
+		res, err := r.codexLogin(ctx, req, secretEnv)
+		if res == nil || res.ExitCode != 0 {
+			return res, err
+		}
+	}
+	res, err := r.Svc.Exec(ctx, sess, o)
+	if res != nil && res.Agent != nil && res.Agent.Error != "" && res.ExitCode != 0 {
+		if res.Agent.Error == missing {
+			r.note("%s", missing)
+		} else {
+			r.note("the %s agent failed: %s", req.Kind, res.Agent.Error)
+		}
+	}
+	return res, err
+}
+
+// codexLogin runs `codex login status` as a step of its own: without an
+// account or a key, `codex exec` waits for the network for ever, where the
+// login check answers at once (facts.md).
+func (r *Runner) codexLogin(ctx context.Context, req Request, secretEnv []string) (*evidence.Result, error) {
+	bin := r.Svc.Cfg.CodexBin
+	res, err := r.Svc.Exec(ctx, req.Session, sandbox.ExecOptions{
+		Name: req.Name + "-login", Argv: []string{bin, "login", "status"}, Timeout: loginTimeout, SecretEnv: secretEnv,
+		LiveStderr: req.LiveStderr,
+	})
+	if res == nil {
+		return nil, err
+	}
+	switch {
+	case res.ExitCode == 127:
+		r.note("%s", r.missing(req.Session, Codex, bin))
+	case res.ExitCode != 0:
+		msg := lastLine(res.StderrPath)
+		if msg == "" {
+			msg = lastLine(res.StdoutPath)
+		}
+		r.note("codex is not signed in where the session runs (`codex login status`: %q, exit %d): run `codex login` there, or pass a key with --env-pass OPENAI_API_KEY (XMODE_AGENT_ENV passes it by default when it is set)", msg, res.ExitCode)
+	}
+	return res, err
+}
+
+// missing says how to make the agent's CLI available where the session runs.
+func (r *Runner) missing(sess *store.Session, kind, bin string) string {
+	pkg, variable := "", ""
+	switch kind {
+	case Codex:
+		pkg, variable = "@openai/codex", "XMODE_CODEX_BIN"
+	case Claude:
+		pkg, variable = "@anthropic-ai/claude-code", "XMODE_CLAUDE_BIN"
+	default:
+		return fmt.Sprintf("%q was not found where session %s runs: XMODE_AGENT_COMMAND_TEMPLATE must name a program the sandbox has", bin, sess.ID)
+	}
+	if sess.Engine == "docker" {
+		return fmt.Sprintf("%s (%q) is not installed in the sandbox image %s: add it to the image (e.g. `RUN npm install -g %s`), or point %s at it, then create a new session", kind, bin, sess.Image, pkg, variable)
+	}
+	return fmt.Sprintf("%s (%q) is not on the host's PATH: install it (`npm install -g %s`) or point %s at it", kind, bin, pkg, variable)
+}
+
+func (r *Runner) note(format string, args ...any) {
+	if r.Notes != nil {
+		fmt.Fprintf(r.Notes, "xmode: "+format+"\n", args...)
+	}
+}
+
+func codexArgv(bin, dir, model string) []string {
+	argv := []string{bin, "exec", "-C", dir, "--json", "-s", "workspace-write"}
+	if model != "" {
+		argv = append(argv, "-m", model)
+	}
+	// "-": the prompt comes on standard input (it never shows in ps).
+	return append(argv, "-")
+}
+
+func claudeArgv(bin, model string) []string {
+	argv := []string{bin, "-p", "--output-format", "stream-json", "--verbose", "--permission-mode", "acceptEdits"}
+	if model != "" {
+		argv = append(argv, "--model", model)
+	}
+	return argv
+}
+
+// expand fills the placeholders into each element of an argv template.
+// Each element stays one argument, whatever the values hold, and a value
+// is never expanded again (strings.Replacer does one pass).
+func expand(template []string, values map[string]string) []string {
+	var pairs []string
+	for k, v := range values {
+		pairs = append(pairs, k, v)
+	}
+	rep := strings.NewReplacer(pairs...)
+	out := make([]string, len(template))
+	for i, a := range template {
+		out[i] = rep.Replace(a)
+	}
+	return out
+}
+
+// passEnv is NAME=value of every variable named by XMODE_AGENT_ENV (when
+// set on the host) and by --env-pass (which must be set).
+func passEnv(agentEnv, pass []string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, n := range pass {
+		if !config.ValidEnvName(n) {
+			return nil, fail.Usagef("--env-pass %q is not a variable name", n)
+		}
+		if _, ok := os.LookupEnv(n); !ok {
+			return nil, fail.Usagef("--env-pass %s: %s is not set in xmode's environment", n, n)
+		}
+	}
+	for _, n := range append(slices.Clone(agentEnv), pass...) {
+		if v := os.Getenv(n); v != "" && !seen[n] {
+			seen[n] = true
+			out = append(out, n+"="+v)
+		}
+	}
+	return out, nil
+}
+
+// hasKey reports whether codex gets an API key: passed by name, or
+// inherited by a host step.
+func hasKey(sess *store.Session, secretEnv []string) bool {
+	for _, kv := range secretEnv {
+		if strings.HasPrefix(kv, "OPENAI_API_KEY=") || strings.HasPrefix(kv, "CODEX_API_KEY=") {
+			return true
+		}
+	}
+	return sess.Engine != "docker" && (os.Getenv("OPENAI_API_KEY") != "" || os.Getenv("CODEX_API_KEY") != "")
+}
+
+// lastLine is the last non-empty line of a log (at most its last 4 KB).
+func lastLine(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	off := max(st.Size()-4096, 0)
+	b := make([]byte, st.Size()-off)
+	if _, err := f.ReadAt(b, off); err != nil && err != io.EOF {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}

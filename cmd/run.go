@@ -1,0 +1,327 @@
+package cmd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fatih/color"
+	"github.com/spf13/cobra"
+
+	"github.com/xmode/xmode/changes"
+	"github.com/xmode/xmode/loop"
+	"github.com/xmode/xmode/plans"
+	"github.com/xmode/xmode/sandbox"
+	"github.com/xmode/xmode/store"
+)
+
+// changeRequests builds a run's change request with the changes package
+// and tells its review state from the store.
+func changeRequests(svc *sandbox.Service) crs {
+	return crs{&changes.Service{Store: svc.Store, Guard: svc.Guard, MaxBytes: svc.Cfg.CRMaxBytes, User: svc.Cfg.User, Cfg: svc.Cfg}}
+}
+
+type crs struct{ svc *changes.Service }
+
+// Create freezes the session's worktree; a worktree the plan left as it
+// found it has no change to review, which is no failure of the loop.
+func (c crs) Create(ctx context.Context, sess *store.Session, title, message string) (string, error) {
+	p, err := c.svc.Create(ctx, sess, changes.CreateOptions{Title: title, Message: message})
+	if errors.Is(err, changes.ErrEmpty) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return p.ID, nil
+}
+
+// Decision is the change request's latest review: open, approved, rejected.
+func (c crs) Decision(ctx context.Context, id string) (string, error) {
+	ch, err := c.svc.Store.GetChange(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	return ch.Status, nil
+}
+
+// runStatus is a run's status with its change request's review applied.
+func runStatus(ctx context.Context, svc *sandbox.Service, r *store.LoopRun) string {
+	st, _ := loop.Status(ctx, r, changeRequests(svc))
+	return st
+}
+
+func (a *App) newRunCmd() *cobra.Command {
+	var o loop.Options
+	cmd := &cobra.Command{
+		Use:   "run --objective TEXT (--repo URL|PATH | --project P) [--ref REF] [--agent KIND] [-f PLAN] [--keep]",
+		Short: "The governed loop in one command: objective → plan → sandbox → evidence → change request",
+		Long: `Create a session, run the plan in it, build a change request from what the
+sandbox ended with (whatever the checks said: the evidence shows it), and
+stop the session unless --keep. The plan is -f PLAN; else the repository's
+xmode.yaml if it has agent steps of its own; else an agent step (--agent,
+default codex) with the objective as its prompt, followed by the steps of
+the repository's xmode.yaml if it has one. "{objective}" in a prompt is the
+objective.
+
+Prints the run ID, the change request's ID and a table of the steps on
+stdout; the steps' output streams to stderr. Ctrl-C ends the running step
+(its evidence is kept) and the session, unless --keep. ` + "`xmode run list`" + ` and
+` + "`xmode run show RUN`" + ` show runs: objective, plan, status (running, review,
+failed, approved, rejected), sessions, steps, change requests.
+
+EXIT STATUS
+  the first failing required step's status (0 when every one passed; 130
+  after Ctrl-C); 1 the loop failed (the change request could not be built);
+  2 bad flag or plan, 3 not found, 4 refused, 5 engine unavailable.`,
+		Example: `  xmode run --repo . --objective "fix the flaky test" --agent codex
+  XMODE_AGENT_COMMAND_TEMPLATE='sh /usr/local/share/xmode/examples/agent.sh {prompt_file}' \
+    xmode run --repo . --objective "add a NOTES.md" --agent command`,
+		Args: exactArgs(0, "no arguments (list and show are subcommands)"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Create.NetworkSet = cmd.Flags().Changed("network")
+			svc, err := a.service(cmd.Context(), createOverrides(cmd))
+			if err != nil {
+				return err
+			}
+			l := &loop.Loop{Svc: svc, Plans: &plans.Runner{Svc: svc, Agents: a.agents(svc)}, CR: changeRequests(svc)}
+			if !a.json && !a.quiet {
+				l.Notes, l.LiveStdout, l.LiveStderr = a.Err, a.Err, a.Err
+			}
+			res, err := l.Run(cmd.Context(), o)
+			if res == nil {
+				return err
+			}
+			switch {
+			case a.json:
+				_ = a.printJSON(res)
+			case a.quiet:
+				fmt.Fprintln(a.Out, res.RunID)
+			default:
+				kv := newTable(a.Out)
+				kv.row("run:", res.RunID)
+				session := res.SessionID + " (stopped)"
+				if res.Kept {
+					session = res.SessionID + " (kept open: stop it with `xmode sandbox stop " + res.SessionID + "`)"
+				}
+				kv.row("session:", session)
+				kv.row("cr:", orDash(res.CR))
+				kv.row("status:", a.runStatusColor(res.Status))
+				kv.row("plan:", res.PlanSource)
+				_ = kv.flush()
+				fmt.Fprintln(a.Out)
+				a.outcomeTable(res.Steps)
+			}
+			// The run's exit status is decided by the loop (a failing
+			// step's, or its own failure's); its error is only said.
+			if err != nil && res.ExitCode != 0 {
+				a.printError(err, res.ExitCode)
+				return exitStatus(res.ExitCode)
+			}
+			if err != nil {
+				return err
+			}
+			if res.ExitCode != 0 {
+				return exitStatus(res.ExitCode)
+			}
+			return nil
+		},
+	}
+	addCreateFlags(cmd, &o.Create)
+	f := cmd.Flags()
+	f.StringVar(&o.Objective, "objective", "", "what the agent is to do (the prompt of the default agent step)")
+	f.StringVar(&o.Agent, "agent", "", "codex, claude or command (default codex; replaces the plan's agents when given)")
+	f.StringVarP(&o.PlanFile, "file", "f", "", "the plan (default: the repository's xmode.yaml behind an agent step)")
+	f.BoolVar(&o.Keep, "keep", false, "leave the session open when the run ends")
+	f.StringArrayVar(&o.EnvPass, "env-pass", nil, "pass this host variable to agent steps by name (repeatable)")
+	cmd.AddCommand(a.newRunList(), a.newRunShow())
+	return cmd
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func (a *App) runStatusColor(s string) string {
+	switch s {
+	case store.RunReview, store.RunApproved:
+		return a.paint(color.FgGreen, s)
+	case store.RunFailed, store.RunRejected:
+		return a.paint(color.FgRed, s)
+	case store.RunRunning:
+		return a.paint(color.FgCyan, s)
+	}
+	return orDash(s)
+}
+
+func (a *App) newRunList() *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List the runs of the loop, newest first (--all adds the runs of plain sandboxes)",
+		Args:    exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			svc, err := a.service(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			runs, err := svc.Store.ListRuns(cmd.Context(), all)
+			if err != nil {
+				return err
+			}
+			for _, r := range runs {
+				r.Status = runStatus(cmd.Context(), svc, r)
+			}
+			if a.json {
+				if runs == nil {
+					runs = []*store.LoopRun{}
+				}
+				return a.printJSON(runs)
+			}
+			if a.quiet {
+				for _, r := range runs {
+					fmt.Fprintln(a.Out, r.ID)
+				}
+				return nil
+			}
+			now := time.Now()
+			t := newTable(a.Out, "RUN", "STATUS", "EXIT", "CR", "CREATED", "OBJECTIVE")
+			for _, r := range runs {
+				exit := "-"
+				if r.ExitCode != nil {
+					exit = fmt.Sprint(*r.ExitCode)
+				}
+				t.row(r.ID, a.runStatusColor(r.Status), exit, orDash(r.CR), ago(r.CreatedAt, now), truncate(clean(firstLine(r.Objective)), 50))
+			}
+			return t.flush()
+		},
+	}
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "include runs without an objective (made by sandbox create)")
+	return cmd
+}
+
+// runView is `run show --json`.
+type runView struct {
+	*store.LoopRun
+	Plan           json.RawMessage  `json:"plan"`
+	Sessions       []*store.Session `json:"sessions"`
+	Steps          []stepView       `json:"steps"`
+	ChangeRequests []string         `json:"change_requests"`
+}
+
+type stepView struct {
+	Seq        int        `json:"seq"`
+	Name       string     `json:"name"`
+	SessionID  string     `json:"session_id"`
+	Argv       []string   `json:"argv"`
+	State      string     `json:"state"`
+	ExitCode   *int       `json:"exit_code"`
+	TimedOut   bool       `json:"timed_out"`
+	StartedAt  time.Time  `json:"started_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+	Dir        string     `json:"dir"`
+}
+
+func (a *App) newRunShow() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show RUN",
+		Short: "Show a run: objective, plan, status, sessions, steps and change requests",
+		Args:  exactArgs(1, "one run"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			svc, err := a.service(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			r, err := svc.Store.ResolveRun(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			r.Status = runStatus(cmd.Context(), svc, r)
+			sessions, err := svc.Store.RunSessions(cmd.Context(), r.ID)
+			if err != nil {
+				return err
+			}
+			steps, err := svc.Store.Steps(cmd.Context(), r.ID)
+			if err != nil {
+				return err
+			}
+			var plan plans.Plan
+			if r.Plan != "" {
+				_ = json.Unmarshal([]byte(r.Plan), &plan)
+			}
+			if a.json {
+				v := runView{LoopRun: r, Plan: json.RawMessage("null"), Sessions: sessions, Steps: []stepView{}, ChangeRequests: []string{}}
+				if r.Plan != "" {
+					v.Plan = json.RawMessage(r.Plan)
+				}
+				if v.Sessions == nil {
+					v.Sessions = []*store.Session{}
+				}
+				for _, s := range steps {
+					v.Steps = append(v.Steps, stepView{Seq: s.Seq, Name: s.Name, SessionID: s.SessionID, Argv: s.Argv, State: s.State,
+						ExitCode: s.ExitCode, TimedOut: s.TimedOut, StartedAt: s.StartedAt, FinishedAt: s.FinishedAt, Dir: s.Dir})
+				}
+				if r.CR != "" {
+					v.ChangeRequests = append(v.ChangeRequests, r.CR)
+				}
+				return a.printJSON(v)
+			}
+			kv := newTable(a.Out)
+			kv.row("Run:", r.ID)
+			kv.row("Objective:", clean(firstLine(r.Objective)))
+			kv.row("Status:", a.runStatusColor(r.Status))
+			if r.ExitCode != nil {
+				kv.row("Exit:", fmt.Sprint(*r.ExitCode))
+			}
+			kv.row("Repo:", clean(r.Repo)+" "+clean(r.Ref)+" "+shortSHA(r.BaseCommit))
+			if len(plan.Steps) > 0 {
+				names := make([]string, len(plan.Steps))
+				for i, s := range plan.Steps {
+					names[i] = s.Name
+					if s.Agent != "" {
+						names[i] += " (" + s.Agent + ")"
+					}
+				}
+				kv.row("Plan:", clean(r.PlanSource)+": "+clean(strings.Join(names, ", ")))
+			}
+			kv.row("Change request:", orDash(r.CR))
+			kv.row("Created:", r.CreatedAt.Local().Format(time.DateTime))
+			if r.FinishedAt != nil {
+				kv.row("Finished:", r.FinishedAt.Local().Format(time.DateTime))
+			}
+			if r.Error != "" {
+				kv.row("Error:", clean(r.Error))
+			}
+			if err := kv.flush(); err != nil {
+				return err
+			}
+			if len(sessions) > 0 {
+				fmt.Fprintln(a.Out)
+				t := newTable(a.Out, "SESSION", "STATUS", "ENGINE", "CREATED")
+				for _, s := range sessions {
+					t.row(s.ID, a.status(s), s.Engine, s.CreatedAt.Local().Format(time.DateTime))
+				}
+				if err := t.flush(); err != nil {
+					return err
+				}
+			}
+			if len(steps) > 0 {
+				fmt.Fprintln(a.Out)
+				return a.stepTable(steps)
+			}
+			return nil
+		},
+	}
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return l
+}

@@ -1,0 +1,177 @@
+package plans
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/xmode/xmode/agents"
+	"github.com/xmode/xmode/evidence"
+	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/sandbox"
+	"github.com/xmode/xmode/store"
+)
+
+// Outcome statuses of a plan step.
+const (
+	Passed         = "passed"
+	Failed         = "failed"
+	AllowedFailure = "failed (allowed)"
+	Skipped        = "skipped" // before --from
+	NotRun         = "not run" // after a failure, or an interruption
+)
+
+// Outcome is how one step of a plan went.
+type Outcome struct {
+	Step       string `json:"step"`
+	Status     string `json:"status"`
+	ExitCode   *int   `json:"exit_code"`
+	TimedOut   bool   `json:"timed_out,omitempty"`
+	Seq        int    `json:"seq,omitempty"`
+	DurationMS int64  `json:"duration_ms"`
+	Dir        string `json:"dir,omitempty"`
+}
+
+// Report is a pipeline's outcome. ExitCode is the status of the first
+// failing required step (0 when none failed); Failed names it.
+type Report struct {
+	Steps       []Outcome `json:"steps"`
+	ExitCode    int       `json:"exit_code"`
+	Failed      string    `json:"failed_step,omitempty"`
+	Interrupted bool      `json:"interrupted,omitempty"`
+}
+
+// Options are a pipeline's inputs besides the plan.
+type Options struct {
+	From      string // start at this step
+	KeepGoing bool   // run the remaining steps after a required step failed
+	// Objective fills "{objective}" in agent prompts.
+	Objective string
+	// Agent, when set, replaces the kind of every agent step (xmode run
+	// --agent).
+	Agent string
+	// EnvPass names more host variables for agent steps (--env-pass).
+	EnvPass                []string
+	LiveStdout, LiveStderr io.Writer
+	// Progress gets a line as each step starts; nil for none.
+	Progress io.Writer
+}
+
+// Runner runs plans in sessions.
+type Runner struct {
+	Svc    *sandbox.Service
+	Agents *agents.Runner
+}
+
+// Check refuses options that do not fit the plan, before anything runs.
+func Check(p *Plan, o Options) error {
+	if o.From != "" {
+		found := false
+		for _, s := range p.Steps {
+			found = found || strings.EqualFold(s.Name, o.From)
+		}
+		if !found {
+			names := make([]string, len(p.Steps))
+			for i, s := range p.Steps {
+				names[i] = s.Name
+			}
+			return fail.Usagef("--from %q: the plan has no such step (its steps: %s)", o.From, strings.Join(names, ", "))
+		}
+	}
+	if o.Agent != "" {
+		if err := agents.CheckKind(o.Agent); err != nil {
+			return err
+		}
+	}
+	for _, s := range p.Steps {
+		if s.IsAgent() && strings.Contains(s.Prompt, "{objective}") && o.Objective == "" {
+			return fail.Usagef("step %q's prompt uses {objective}, and this run has none: run the plan with `xmode run --objective TEXT`", s.Name)
+		}
+	}
+	return nil
+}
+
+// Run runs the plan's steps in order, each as a named step of the session,
+// and stops at the first required step that fails (unless KeepGoing). An
+// error means xmode could not go on (a step it could not start, the
+// session gone, Ctrl-C); the report then says how far it got.
+func (r *Runner) Run(ctx context.Context, sess *store.Session, p *Plan, o Options) (*Report, error) {
+	if err := Check(p, o); err != nil {
+		return nil, err
+	}
+	rep := &Report{}
+	started := o.From == ""
+	stop := false
+	var stopErr error
+	for _, s := range p.Steps {
+		started = started || strings.EqualFold(s.Name, o.From)
+		out := Outcome{Step: s.Name}
+		switch {
+		case !started:
+			out.Status = Skipped
+		case stop:
+			out.Status = NotRun
+		default:
+			if o.Progress != nil {
+				fmt.Fprintf(o.Progress, "==> %s\n", s.Name)
+			}
+			t0 := time.Now()
+			res, err := r.step(ctx, sess, s, o)
+			out.DurationMS = time.Since(t0).Milliseconds()
+			if res == nil {
+				out.Status = Failed
+				code := 125
+				out.ExitCode = &code
+				if rep.ExitCode == 0 {
+					rep.ExitCode, rep.Failed = fail.ExitCode(err), s.Name
+				}
+				stop, stopErr = true, fmt.Errorf("step %s: %w", s.Name, err)
+				break
+			}
+			out.ExitCode, out.TimedOut, out.Seq, out.Dir = &res.ExitCode, res.TimedOut, res.Seq, res.Dir
+			out.Status = Passed
+			if res.ExitCode != 0 {
+				out.Status = Failed
+				if s.AllowFailure {
+					out.Status = AllowedFailure
+				} else {
+					if rep.ExitCode == 0 {
+						rep.ExitCode, rep.Failed = res.ExitCode, s.Name
+					}
+					stop = !o.KeepGoing
+				}
+			}
+			if ctx.Err() != nil {
+				// Ctrl-C: the step was ended and recorded; nothing more runs,
+				// and the plan's status is the interrupt's (130), unless an
+				// earlier step had already failed it.
+				stop, rep.Interrupted = true, true
+				if rep.ExitCode == 0 || rep.Failed == s.Name {
+					rep.ExitCode, rep.Failed = 130, s.Name
+				}
+			}
+		}
+		rep.Steps = append(rep.Steps, out)
+	}
+	return rep, stopErr
+}
+
+func (r *Runner) step(ctx context.Context, sess *store.Session, s Step, o Options) (*evidence.Result, error) {
+	if s.IsAgent() {
+		kind := s.Agent
+		if o.Agent != "" {
+			kind = o.Agent
+		}
+		return r.Agents.Run(ctx, agents.Request{
+			Session: sess, Kind: kind, Prompt: strings.ReplaceAll(s.Prompt, "{objective}", o.Objective),
+			Model: s.Model, Timeout: s.Timeout, Env: s.Env, EnvPass: o.EnvPass, Name: s.Name,
+			LiveStdout: o.LiveStdout, LiveStderr: o.LiveStderr,
+		})
+	}
+	return r.Svc.Exec(ctx, sess, sandbox.ExecOptions{
+		Argv: s.Run, Env: s.Env, Name: s.Name, Workdir: s.Workdir, Timeout: s.Timeout,
+		LiveStdout: o.LiveStdout, LiveStderr: o.LiveStderr,
+	})
+}

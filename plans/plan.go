@@ -1,0 +1,340 @@
+// Package plans is the plan of contract §7 — a YAML list of named steps,
+// each an agent or a command — and the pipeline that runs a plan's steps in
+// order in one session, each as a step with its own evidence.
+package plans
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/xmode/xmode/agents"
+	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/fail"
+)
+
+// FileName is the plan a repository carries at its root.
+const FileName = "xmode.yaml"
+
+// maxPlanBytes bounds a plan file: a worktree's xmode.yaml is a sandbox's
+// writing, read on the host.
+const maxPlanBytes = 1 << 20
+
+// Plan is a parsed plan.
+type Plan struct {
+	Steps []Step `json:"steps"`
+}
+
+// Step is one step of a plan: an agent (Agent, Prompt) or a command (Run).
+type Step struct {
+	Name   string `json:"name"`
+	Agent  string `json:"agent,omitempty"`
+	Prompt string `json:"prompt,omitempty"`
+	Model  string `json:"model,omitempty"`
+	// Run is the command's argv; a plan's string form is ["sh", "-c", s].
+	Run          []string      `json:"run,omitempty"`
+	Timeout      time.Duration `json:"timeout,omitempty"`
+	Env          []string      `json:"env,omitempty"` // KEY=VALUE, in the plan's order
+	Workdir      string        `json:"workdir,omitempty"`
+	AllowFailure bool          `json:"allow_failure,omitempty"`
+	// Line is where the step starts in its file (0 for a step xmode made).
+	Line int `json:"-"`
+}
+
+// IsAgent reports whether the step runs an agent.
+func (s Step) IsAgent() bool { return s.Agent != "" }
+
+// JSON is the plan as the store keeps it.
+func (p *Plan) JSON() string {
+	b, _ := json.Marshal(p)
+	return string(b)
+}
+
+// HasAgent reports whether any step runs an agent.
+func (p *Plan) HasAgent() bool {
+	for _, s := range p.Steps {
+		if s.IsAgent() {
+			return true
+		}
+	}
+	return false
+}
+
+// Load reads and parses a plan file given on the command line.
+func Load(file string) (*Plan, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fail.Usagef("-f %s: no such file", file)
+		}
+		return nil, fail.Usagef("-f %s: %v", file, err)
+	}
+	defer f.Close()
+	b, err := readCapped(f, file)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(b, file)
+}
+
+// LoadWorktree reads <worktree>/xmode.yaml; nil, nil when there is none.
+// The worktree is a sandbox's: the file is read through an os.Root (no
+// symlink leads out of the worktree) and must be a regular file.
+func LoadWorktree(worktree string) (*Plan, error) {
+	root, err := os.OpenRoot(worktree)
+	if err != nil {
+		return nil, fmt.Errorf("open worktree %s: %w", worktree, err)
+	}
+	defer root.Close()
+	f, err := root.Open(FileName)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fail.Usagef("%s in the worktree: %v", FileName, err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return nil, fail.Usagef("%s in the worktree is not a regular file", FileName)
+	}
+	b, err := readCapped(f, FileName)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(b, FileName)
+}
+
+func readCapped(r io.Reader, name string) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxPlanBytes+1))
+	if err != nil {
+		return nil, fail.Usagef("%s: %v", name, err)
+	}
+	if len(b) > maxPlanBytes {
+		return nil, fail.Usagef("%s is larger than %d bytes: that is not a plan", name, maxPlanBytes)
+	}
+	return b, nil
+}
+
+// validName: 1 to 40 of [A-Za-z0-9._-], starting with a letter or digit.
+func validName(s string) bool {
+	for i, c := range s {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-') {
+			return false
+		}
+	}
+	return s != "" && len(s) <= 40
+}
+
+// planError is a plan error naming the file, the line and the field.
+func planError(file string, n *yaml.Node, field, format string, args ...any) error {
+	return fail.Usagef("%s:%d: %s: %s", file, n.Line, field, fmt.Sprintf(format, args...))
+}
+
+// Parse parses a plan strictly: an unknown field, a missing one or a value
+// of the wrong kind is an error naming the file, the line and the field
+// (exit 2).
+func Parse(src []byte, file string) (*Plan, error) {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(src))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fail.Usagef("%s: the plan is empty: it needs a list of steps under \"steps:\"", file)
+		}
+		return nil, fail.Usagef("%s: %s", file, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	var more yaml.Node
+	if err := dec.Decode(&more); !errors.Is(err, io.EOF) {
+		return nil, fail.Usagef("%s: a plan is one YAML document", file)
+	}
+	top := &doc
+	if top.Kind == yaml.DocumentNode && len(top.Content) == 1 {
+		top = top.Content[0]
+	}
+	if top.Kind != yaml.MappingNode {
+		return nil, planError(file, top, "plan", "must be a mapping with a list of steps under \"steps:\"")
+	}
+	var steps *yaml.Node
+	if err := eachKey(file, top, "plan", func(key string, k, v *yaml.Node) error {
+		if key != "steps" {
+			return planError(file, k, key, "unknown field: a plan has only \"steps\"")
+		}
+		steps = v
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if steps == nil {
+		return nil, planError(file, top, "steps", "missing: list the plan's steps under \"steps:\"")
+	}
+	if steps.Kind != yaml.SequenceNode || len(steps.Content) == 0 {
+		return nil, planError(file, steps, "steps", "must be a non-empty list of steps")
+	}
+	p := &Plan{}
+	names := map[string]int{}
+	for i, n := range steps.Content {
+		field := fmt.Sprintf("steps[%d]", i)
+		s, err := parseStep(file, field, n)
+		if err != nil {
+			return nil, err
+		}
+		if line, dup := names[strings.ToLower(s.Name)]; dup {
+			return nil, planError(file, n, field+".name", "%q is already the name of the step on line %d: names must be unique", s.Name, line)
+		}
+		names[strings.ToLower(s.Name)] = n.Line
+		p.Steps = append(p.Steps, s)
+	}
+	return p, nil
+}
+
+// eachKey walks a mapping, refusing duplicate and non-string keys.
+func eachKey(file string, m *yaml.Node, field string, fn func(key string, k, v *yaml.Node) error) error {
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			return planError(file, k, field, "keys must be plain words")
+		}
+		if seen[k.Value] {
+			return planError(file, k, field+"."+k.Value, "given twice")
+		}
+		seen[k.Value] = true
+		if err := fn(k.Value, k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func scalar(file string, n *yaml.Node, field string) (string, error) {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		return "", planError(file, n, field, "must be a single value")
+	}
+	return n.Value, nil
+}
+
+func parseStep(file, field string, n *yaml.Node) (Step, error) {
+	s := Step{Line: n.Line}
+	if n.Kind != yaml.MappingNode {
+		return s, planError(file, n, field, "a step is a mapping with a name and either agent or run")
+	}
+	var hasPrompt bool
+	err := eachKey(file, n, field, func(key string, k, v *yaml.Node) error {
+		f := field + "." + key
+		var err error
+		switch key {
+		case "name":
+			if s.Name, err = scalar(file, v, f); err == nil && !validName(s.Name) {
+				err = planError(file, v, f, "%q is not a step name: 1 to 40 letters, digits, '.', '_' or '-', starting with a letter or digit", s.Name)
+			}
+		case "agent":
+			if s.Agent, err = scalar(file, v, f); err == nil && agents.CheckKind(s.Agent) != nil {
+				err = planError(file, v, f, "%q is not an agent: use codex, claude or command", s.Agent)
+			}
+		case "prompt":
+			hasPrompt = true
+			s.Prompt, err = scalar(file, v, f)
+		case "model":
+			s.Model, err = scalar(file, v, f)
+		case "run":
+			s.Run, err = parseRun(file, f, v)
+		case "timeout":
+			var t string
+			if t, err = scalar(file, v, f); err == nil {
+				if s.Timeout, err = config.ParseDuration(t); err != nil {
+					err = planError(file, v, f, "%v", err)
+				}
+			}
+		case "env":
+			s.Env, err = parseEnv(file, f, v)
+		case "workdir":
+			if s.Workdir, err = scalar(file, v, f); err == nil && filepath.IsAbs(s.Workdir) {
+				err = planError(file, v, f, "%q must be relative to the worktree", s.Workdir)
+			}
+		case "allow_failure":
+			var b string
+			if b, err = scalar(file, v, f); err == nil {
+				switch b {
+				case "true":
+					s.AllowFailure = true
+				case "false":
+				default:
+					err = planError(file, v, f, "%q must be true or false", b)
+				}
+			}
+		default:
+			err = planError(file, k, f, "unknown field: a step has name, agent, prompt, model, run, timeout, env, workdir and allow_failure")
+		}
+		return err
+	})
+	if err != nil {
+		return s, err
+	}
+	switch {
+	case s.Name == "":
+		return s, planError(file, n, field+".name", "missing: every step has a name")
+	case s.Agent != "" && s.Run != nil:
+		return s, planError(file, n, field, "step %q has both agent and run: give one", s.Name)
+	case s.Agent == "" && s.Run == nil:
+		return s, planError(file, n, field, "step %q has neither agent nor run: give one", s.Name)
+	case s.Agent != "" && strings.TrimSpace(s.Prompt) == "":
+		return s, planError(file, n, field+".prompt", "missing: agent step %q needs a prompt (\"{objective}\" is the run's objective)", s.Name)
+	case s.Agent == "" && (hasPrompt || s.Model != ""):
+		return s, planError(file, n, field, "prompt and model belong to agent steps; step %q runs a command", s.Name)
+	case s.Agent != "" && s.Workdir != "":
+		return s, planError(file, n, field+".workdir", "agent step %q works in the whole worktree: workdir is for commands", s.Name)
+	}
+	return s, nil
+}
+
+func parseRun(file, field string, v *yaml.Node) ([]string, error) {
+	switch v.Kind {
+	case yaml.ScalarNode:
+		if v.Tag == "!!null" || strings.TrimSpace(v.Value) == "" {
+			return nil, planError(file, v, field, "the command is empty")
+		}
+		return []string{"sh", "-c", v.Value}, nil
+	case yaml.SequenceNode:
+		if len(v.Content) == 0 {
+			return nil, planError(file, v, field, "the command is empty")
+		}
+		argv := make([]string, len(v.Content))
+		for i, a := range v.Content {
+			s, err := scalar(file, a, fmt.Sprintf("%s[%d]", field, i))
+			if err != nil {
+				return nil, err
+			}
+			argv[i] = s
+		}
+		if argv[0] == "" {
+			return nil, planError(file, v, field, "the command's name is empty")
+		}
+		return argv, nil
+	}
+	return nil, planError(file, v, field, "must be an argv list ([go, test, ./...]) or a string run by sh -c")
+}
+
+func parseEnv(file, field string, v *yaml.Node) ([]string, error) {
+	if v.Kind != yaml.MappingNode {
+		return nil, planError(file, v, field, "must be a mapping of NAME: value")
+	}
+	var env []string
+	err := eachKey(file, v, field, func(key string, k, val *yaml.Node) error {
+		if !config.ValidEnvName(key) {
+			return planError(file, k, field, "%q is not a variable name", key)
+		}
+		s, err := scalar(file, val, field+"."+key)
+		env = append(env, key+"="+s)
+		return err
+	})
+	return env, err
+}

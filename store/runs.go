@@ -1,0 +1,185 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/proc"
+)
+
+// Statuses of a run of the governed loop (contract §7).
+const (
+	RunRunning  = "running"
+	RunReview   = "review"
+	RunFailed   = "failed"
+	RunApproved = "approved"
+	RunRejected = "rejected"
+)
+
+// NewLoop is what `xmode run` records with the run it creates.
+type NewLoop struct {
+	Objective string
+}
+
+func startLoop(ctx context.Context, tx *sql.Tx, runID string, l NewLoop) error {
+	if strings.TrimSpace(l.Objective) == "" {
+		return fail.Usagef("--objective is required: say what the agent is to do")
+	}
+	_, err := tx.ExecContext(ctx, `UPDATE runs SET objective = ?, status = ?, owner = ? WHERE id = ?`,
+		l.Objective, RunRunning, proc.Self(), runID)
+	if err != nil {
+		return fmt.Errorf("record the objective of %s: %w", runID, err)
+	}
+	return nil
+}
+
+// LoopRun is a run as `xmode run list/show` shows it.
+type LoopRun struct {
+	ID         string     `json:"id"`
+	Objective  string     `json:"objective"`
+	Status     string     `json:"status"`
+	ExitCode   *int       `json:"exit_code"`
+	CR         string     `json:"cr_id"`
+	Error      string     `json:"error,omitempty"`
+	Repo       string     `json:"repo"`
+	Ref        string     `json:"ref"`
+	Project    string     `json:"project"`
+	BaseCommit string     `json:"base_commit"`
+	CreatedAt  time.Time  `json:"created_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+	// Plan is the plan the run ran (JSON, as package plans encodes it) and
+	// PlanSource where it came from.
+	Plan       string `json:"-"`
+	PlanSource string `json:"plan_source"`
+	owner      string
+}
+
+const runCols = `id, objective, status, exit_code, cr_id, error, repo, ref, project, base_commit, created_at, finished_at, plan, plan_source, owner`
+
+func scanRun(row scanner) (*LoopRun, error) {
+	var r LoopRun
+	var created int64
+	var code, finished sql.NullInt64
+	if err := row.Scan(&r.ID, &r.Objective, &r.Status, &code, &r.CR, &r.Error, &r.Repo, &r.Ref, &r.Project,
+		&r.BaseCommit, &created, &finished, &r.Plan, &r.PlanSource, &r.owner); err != nil {
+		return nil, err
+	}
+	r.CreatedAt = fromMillis(created)
+	if code.Valid {
+		c := int(code.Int64)
+		r.ExitCode = &c
+	}
+	if finished.Valid {
+		t := fromMillis(finished.Int64)
+		r.FinishedAt = &t
+	}
+	// A run whose xmode died mid-loop (SIGKILL, a crash) is over.
+	if r.Status == RunRunning && r.owner != "" && proc.Gone(r.owner) {
+		r.Status = RunFailed
+		if r.Error == "" {
+			r.Error = "the xmode running this run ended before it finished"
+		}
+	}
+	return &r, nil
+}
+
+// SetRunPlan records the plan a loop run is about to run.
+func (s *Store) SetRunPlan(ctx context.Context, runID, plan, source string) error {
+	if _, err := s.exec(ctx, `UPDATE runs SET plan = ?, plan_source = ? WHERE id = ?`, plan, source, runID); err != nil {
+		return fmt.Errorf("record the plan of %s: %w", runID, err)
+	}
+	return nil
+}
+
+// LoopEnd is how a loop run ended.
+type LoopEnd struct {
+	Status   string // RunReview or RunFailed
+	ExitCode int
+	CR       string
+	Error    string
+	Finished time.Time
+}
+
+// FinishLoopRun records the end of a loop run.
+func (s *Store) FinishLoopRun(ctx context.Context, runID string, e LoopEnd) error {
+	_, err := s.exec(ctx, `UPDATE runs SET status = ?, exit_code = ?, cr_id = ?, error = ?, finished_at = ? WHERE id = ?`,
+		e.Status, e.ExitCode, e.CR, e.Error, millis(e.Finished), runID)
+	if err != nil {
+		return fmt.Errorf("record the end of %s: %w", runID, err)
+	}
+	return nil
+}
+
+// ListRuns lists the runs of the loop, newest first; all adds the runs of
+// plain sandboxes (no objective).
+func (s *Store) ListRuns(ctx context.Context, all bool) ([]*LoopRun, error) {
+	q := `SELECT ` + runCols + ` FROM runs`
+	if !all {
+		q += ` WHERE status != ''`
+	}
+	rows, err := s.db.QueryContext(ctx, q+` ORDER BY created_at DESC, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	defer rows.Close()
+	var out []*LoopRun
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// ResolveRun finds the run whose ID starts with what the user typed (at
+// least 4 characters, with or without run_).
+func (s *Store) ResolveRun(ctx context.Context, ref string) (*LoopRun, error) {
+	rest := strings.TrimPrefix(ref, "run_")
+	if len(ref) < 4 || rest == "" {
+		return nil, fail.Usagef("run %q is too short: give at least 4 characters of its ID", ref)
+	}
+	for _, r := range rest {
+		if !(r >= 'a' && r <= 'z' || r >= '2' && r <= '7') || len(rest) > 32 {
+			return nil, fail.NotFoundf("no run %s: IDs look like run_7k2m9q4x", ref)
+		}
+	}
+	prefix := "run_" + rest
+	rows, err := s.db.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE id >= ? AND id < ? ORDER BY id LIMIT 11`, prefix, prefix+"~")
+	if err != nil {
+		return nil, fmt.Errorf("look up run %s: %w", ref, err)
+	}
+	defer rows.Close()
+	var found []*LoopRun
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		found = append(found, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	switch len(found) {
+	case 0:
+		return nil, fail.NotFoundf("no run %s: `xmode run list --all` shows them", ref)
+	case 1:
+		return found[0], nil
+	}
+	ids := make([]string, len(found))
+	for i, f := range found {
+		ids[i] = f.ID
+	}
+	return nil, fail.Usagef("run %q is ambiguous: it matches %s; give more characters", ref, strings.Join(ids, ", "))
+}
+
+// RunSessions lists the sessions of a run, oldest first.
+func (s *Store) RunSessions(ctx context.Context, runID string) ([]*Session, error) {
+	return s.query(ctx, `SELECT `+sessionCols+` FROM sessions WHERE run_id = ? ORDER BY created_at, id`, runID)
+}
