@@ -47,6 +47,9 @@ type Config struct {
 	ProjectMachines    bool
 	ProjectCacheMount  string
 	CloudStatusCommand string
+	CodexBin           string
+	CloudPollInterval  time.Duration
+	CloudStaleAfter    time.Duration
 
 	// Values lists every setting in table order with its raw value and source.
 	Values []Value
@@ -241,8 +244,29 @@ var settings = []setting{
 		if strings.TrimSpace(v) == "" {
 			return fmt.Errorf("the status command may not be empty")
 		}
+		if !strings.Contains(v, "{task_id}") {
+			return fmt.Errorf("%q does not name the task: put {task_id} where the task ID goes, e.g. codex cloud status {task_id}", v)
+		}
 		c.CloudStatusCommand = v
 		return nil
+	}},
+	// The Codex cloud loop (contract §9).
+	{name: "XMODE_CODEX_BIN", def: lit("codex"), apply: func(c *Config, v string) error {
+		if strings.TrimSpace(v) == "" {
+			return fmt.Errorf("the codex binary may not be empty: use codex or a path")
+		}
+		c.CodexBin = v
+		return nil
+	}},
+	{name: "XMODE_CLOUD_POLL_INTERVAL", def: lit("15s"), apply: func(c *Config, v string) error {
+		d, err := ParseDuration(v)
+		c.CloudPollInterval = d
+		return err
+	}},
+	{name: "XMODE_CLOUD_STALE_AFTER", def: lit("10m"), apply: func(c *Config, v string) error {
+		d, err := ParseDuration(v)
+		c.CloudStaleAfter = d
+		return err
 	}},
 }
 

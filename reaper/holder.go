@@ -35,13 +35,21 @@ func processHolder() string {
 // holder names this Reaper: its process and a random tag, so two Reapers of
 // one process (tests, a long-lived server) exclude each other too.
 func (r *Reaper) holder() string {
-	r.holderOnce.Do(func() {
-		var b [4]byte
-		rand.Read(b[:])
-		r.holderID = processHolder() + "/" + hex.EncodeToString(b[:])
-	})
+	r.holderOnce.Do(func() { r.holderID = NewHolder() })
 	return r.holderID
 }
+
+// NewHolder names a claimant in the store's claims (a reaper, the cloud
+// poller): this process and a random tag.
+func NewHolder() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return processHolder() + "/" + hex.EncodeToString(b[:])
+}
+
+// StaleClaim reports whether a claim's holder (named by NewHolder) is gone,
+// so others may take the claim over: the store.Stale every claimant uses.
+func StaleClaim(holder string, claimedAt time.Time) bool { return staleClaim(holder, claimedAt) }
 
 // procStart reads field 22 (starttime) of /proc/<pid>/stat.
 func procStart(pid int) (string, bool) {

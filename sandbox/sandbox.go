@@ -140,6 +140,14 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 			return nil, fail.As(fail.Failed, err)
 		}
 	}
+	if engineName == engine.Cloud {
+		// The Codex cloud runs this session's work: the worktree gives it a
+		// base commit (what the task's diff applies to), and no local sandbox.
+		if err := s.Store.Provisioned(ctx, sess.ID, base, "", "", "", nil); err != nil {
+			return nil, err
+		}
+		return s.Store.Get(ctx, sess.ID)
+	}
 	adapter, err := engine.Open(engineName, s.Cfg)
 	if err != nil {
 		return nil, err

@@ -83,7 +83,7 @@ func (s *Store) StaleProvisioning(ctx context.Context, before time.Time) ([]*Ses
 // ActiveSessions returns the IDs of every provisioning or open session and
 // the runs they are on.
 func (s *Store) ActiveSessions(ctx context.Context) (sessions, runs map[string]bool, err error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, run_id FROM sessions WHERE status IN ('provisioning', 'open')`)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, run_id FROM sessions WHERE status IN (`+activeStatuses+`)`)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list open sessions: %w", err)
 	}
@@ -222,7 +222,7 @@ func (s *Store) ClaimRun(ctx context.Context, runID, holder string, sweep bool, 
 	var c Claim
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		var open int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sessions WHERE run_id = ? AND status IN ('provisioning', 'open')`,
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sessions WHERE run_id = ? AND status IN (`+activeStatuses+`)`,
 			runID).Scan(&open); err != nil {
 			return err
 		}
@@ -301,9 +301,14 @@ func (s *Store) Claims(ctx context.Context) (map[string]string, error) {
 // DropStaleClaims deletes the claims whose holder is gone, so a reaper
 // killed mid-teardown leaves nothing behind once the next pass ran.
 func (s *Store) DropStaleClaims(ctx context.Context, stale Stale) (int, error) {
+	return s.dropStaleClaims(ctx, ClaimPrefix, stale)
+}
+
+// dropStaleClaims deletes the claims under prefix whose holder is gone.
+func (s *Store) dropStaleClaims(ctx context.Context, prefix string, stale Stale) (int, error) {
 	dropped := 0
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT key, value FROM meta WHERE key >= ? AND key < ?`, ClaimPrefix, ClaimPrefix+"~")
+		rows, err := tx.QueryContext(ctx, `SELECT key, value FROM meta WHERE key >= ? AND key < ?`, prefix, prefix+"~")
 		if err != nil {
 			return err
 		}
