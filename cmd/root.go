@@ -138,6 +138,7 @@ with evidence for every step that outlives the sandbox.` + exitStatusHelp,
 	sb := &cobra.Command{Use: "sandbox", Short: "Create, run in, inspect and stop sandboxes", Aliases: []string{"sb"}}
 	sb.AddCommand(a.newCreate(), a.newExec(), a.newStop(), a.newList(), a.newShow(), a.newExtend(), a.newReap("reap"))
 	root.AddCommand(sb, a.newMachine(), a.newConfig(), a.newDoctor(), a.newVersion(), a.newReap("reap"))
+	root.AddCommand(a.newCloud())
 	return root
 }
 

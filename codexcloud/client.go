@@ -11,9 +11,11 @@ package codexcloud
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os/exec"
 	"strconv"
@@ -109,11 +111,11 @@ func (c *CLI) Submit(ctx context.Context, r SubmitRequest) (string, string, erro
 		return "", "", err
 	}
 	if out.exit != 0 {
-		return "", "", classify(op, out.exit, out.stdout, out.stderr)
+		return "", "", classify(op, out.exit, out.stdout, out.stderr, "")
 	}
 	id, url, ok := taskIDFromURL(out.stdout)
 	if !ok {
-		e := classify(op, out.exit, out.stdout, out.stderr)
+		e := classify(op, out.exit, out.stdout, out.stderr, "")
 		e.Msg = "no task URL in its output: " + e.Msg
 		return "", "", e
 	}
@@ -133,12 +135,12 @@ func (c *CLI) Status(ctx context.Context, taskID string) (Result, error) {
 	}
 	res, ok, perr := parseStatus(out.stdout)
 	if perr != nil {
-		e := classify(op, out.exit, out.stdout, out.stderr)
+		e := classify(op, out.exit, out.stdout, out.stderr, fixStatus)
 		e.Class, e.Msg = Permanent, perr.Error()
 		return Result{}, e
 	}
 	if !ok {
-		return Result{}, classify(op, out.exit, out.stdout, out.stderr)
+		return Result{}, classify(op, out.exit, out.stdout, out.stderr, fixStatus)
 	}
 	return res, nil
 }
@@ -162,7 +164,7 @@ func (c *CLI) Diff(ctx context.Context, taskID string) ([]byte, error) {
 	if bytes.Contains(out.stderr, []byte("No diff available for task")) {
 		return []byte{}, nil
 	}
-	return nil, classify(op, out.exit, out.stdout, out.stderr)
+	return nil, classify(op, out.exit, out.stdout, out.stderr, "")
 }
 
 type output struct {
@@ -225,6 +227,17 @@ type capped struct {
 	buf  bytes.Buffer
 	max  int
 	over bool
+}
+
+// ReadFrom lets os/exec copy a pipe straight into the buffer, without the
+// 32 KB copy buffer io.Copy would allocate per stream per call.
+func (c *capped) ReadFrom(r io.Reader) (int64, error) {
+	n, err := c.buf.ReadFrom(io.LimitReader(r, int64(c.max-c.buf.Len())))
+	rest, rerr := io.Copy(io.Discard, r)
+	if rest > 0 {
+		c.over = true
+	}
+	return n + rest, cmp.Or(err, rerr)
 }
 
 func (c *capped) Write(p []byte) (int, error) {

@@ -72,8 +72,9 @@ const (
 const maxRaw = 2000
 
 // classify reads a failed call's output (codex 0.171 prints errors on
-// stderr, after warnings, and exits 1).
-func classify(op string, exit int, stdout, stderr []byte) *Error {
+// stderr, after warnings, and exits 1). unknownFix is what to do about
+// output it does not recognise.
+func classify(op string, exit int, stdout, stderr []byte, unknownFix string) *Error {
 	text := string(stderr) + string(stdout)
 	switch {
 	case strings.Contains(text, "Not signed in"):
@@ -89,7 +90,7 @@ func classify(op string, exit int, stdout, stderr []byte) *Error {
 	if msg == "" {
 		msg = "no output"
 	}
-	return &Error{Class: Permanent, Op: op, Msg: fmt.Sprintf("unexpected output (exit %d): %s", exit, msg), Fix: fixStatus, Raw: raw}
+	return &Error{Class: Permanent, Op: op, Msg: fmt.Sprintf("unexpected output (exit %d): %s", exit, msg), Fix: unknownFix, Raw: raw}
 }
 
 // errorLine is the line of codex's output that says what failed: the first

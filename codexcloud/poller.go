@@ -23,6 +23,10 @@ const (
 	// Transient errors back off from backoffBase, doubling, to backoffMax.
 	backoffBase = 30 * time.Second
 	backoffMax  = 5 * time.Minute
+	// recordWindow: the recorder gathers answers for this long into one
+	// transaction (each commit rewrites the same pages, and a checkpoint
+	// every ~100 pages syncs the disk).
+	recordWindow = 50 * time.Millisecond
 )
 
 // Poller follows submitted tasks (the design's CodexCloud::Poller). It
@@ -120,13 +124,14 @@ func (p *Poller) logf(t *store.CloudTask, format string, args ...any) {
 }
 
 // Pass polls every due task once: leases are taken in batches, status calls
-// run Parallel at once, and each answer is recorded in one transaction with
-// the new transcript lines. The error return is for a pass that could not
-// run, or was cancelled (with what it did so far).
+// run Parallel at once, and the answers are recorded in groups, each task's
+// new transcript lines in the same transaction as its new state. The error
+// return is for a pass that could not run, or was cancelled (with what it
+// did so far).
 func (p *Poller) Pass(ctx context.Context, o PassOptions) (*Summary, error) {
 	start := time.Now()
 	passStart := p.now()
-	sum := &summer{s: Summary{Errors: []Failure{}}}
+	ps := &pass{p: p, holder: p.holder(), start: passStart, sum: &summer{s: Summary{Errors: []Failure{}}}, rec: make(chan record, 64)}
 	if _, err := p.Store.DropStaleCloudClaims(ctx, reaper.StaleClaim); err != nil {
 		return nil, err
 	}
@@ -135,25 +140,32 @@ func (p *Poller) Pass(ctx context.Context, o PassOptions) (*Summary, error) {
 		if err != nil {
 			return nil, err
 		}
-		sum.s.Requeued = n
+		ps.sum.s.Requeued = n
 		if n > 0 && p.Log != nil {
 			fmt.Fprintf(p.Log, "sweep: re-queued %d stale task(s)\n", n)
 		}
 	}
+	recorded := make(chan struct{})
+	go func() {
+		ps.recorder(ctx)
+		close(recorded)
+	}()
 	parallel := cmp.Or(p.Parallel, DefaultParallel)
-	work := make(chan *store.CloudTask)
+	work := make(chan *store.CloudTask, 4*parallel)
 	var wg sync.WaitGroup
 	for range parallel {
 		wg.Go(func() {
 			for t := range work {
-				p.process(ctx, t, sum)
+				ps.process(ctx, t)
 			}
 		})
 	}
-	err := p.feed(ctx, passStart, parallel, work)
+	err := ps.feed(ctx, 4*parallel, work)
 	close(work)
 	wg.Wait()
-	out := sum.s
+	close(ps.rec)
+	<-recorded
+	out := ps.sum.s
 	out.DurationMS = time.Since(start).Milliseconds()
 	if err == nil {
 		err = ctx.Err()
@@ -161,22 +173,37 @@ func (p *Poller) Pass(ctx context.Context, o PassOptions) (*Summary, error) {
 	return &out, err
 }
 
+// pass is one Pass at work.
+type pass struct {
+	p      *Poller
+	holder string
+	start  time.Time // tasks due at or before it are this pass's
+	sum    *summer
+	rec    chan record
+}
+
+// record is an update the recorder writes, and what to do once it is in.
+type record struct {
+	task *store.CloudTask
+	r    store.PollRecord
+	done func(added int)
+}
+
 // feed leases due tasks a batch at a time, as workers free up, so that
 // another poller running at the same time shares the work.
-func (p *Poller) feed(ctx context.Context, passStart time.Time, batch int, work chan<- *store.CloudTask) error {
+func (ps *pass) feed(ctx context.Context, batch int, work chan<- *store.CloudTask) error {
 	seen := map[string]bool{}
-	h := p.holder()
 	for ctx.Err() == nil {
-		ts, err := p.Store.ClaimDueCloudTasks(ctx, h, passStart, batch)
+		ts, err := ps.p.Store.ClaimDueCloudTasks(ctx, ps.holder, ps.start, batch)
 		if err != nil {
 			return err
 		}
 		fresh := 0
 		for i, t := range ts {
 			if seen[t.TaskID] || ctx.Err() != nil {
-				// Polled already in this pass (a clock that stood still), or
-				// stopping: not this pass's to do.
-				p.Store.ReleaseCloudTask(context.WithoutCancel(ctx), t.TaskID, h)
+				// Polled already in this pass (its next pass is due at this
+				// one's start), or stopping: not this pass's to do.
+				ps.p.Store.ReleaseCloudTask(context.WithoutCancel(ctx), t.TaskID, ps.holder)
 				continue
 			}
 			seen[t.TaskID] = true
@@ -185,7 +212,7 @@ func (p *Poller) feed(ctx context.Context, passStart time.Time, batch int, work 
 			case work <- t:
 			case <-ctx.Done():
 				for _, r := range ts[i:] {
-					p.Store.ReleaseCloudTask(context.WithoutCancel(ctx), r.TaskID, h)
+					ps.p.Store.ReleaseCloudTask(context.WithoutCancel(ctx), r.TaskID, ps.holder)
 				}
 				return nil
 			}
@@ -197,182 +224,219 @@ func (p *Poller) feed(ctx context.Context, passStart time.Time, batch int, work 
 	return nil
 }
 
-// process moves one leased task on and releases its lease.
-func (p *Poller) process(ctx context.Context, t *store.CloudTask, sum *summer) {
+// recorder writes queued updates, as many as are waiting, in one
+// transaction: one commit for a group of tasks instead of one each. What a
+// pass learned is written even when it is being stopped.
+func (ps *pass) recorder(ctx context.Context) {
+	wctx := context.WithoutCancel(ctx)
+	for first := range ps.rec {
+		batch := []record{first}
+		window := time.After(recordWindow)
+	more:
+		for len(batch) < 256 {
+			select {
+			case r, ok := <-ps.rec:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			case <-window:
+				break more
+			}
+		}
+		recs := make([]store.PollRecord, len(batch))
+		for i, r := range batch {
+			recs[i] = r.r
+		}
+		added, errs, err := ps.p.Store.RecordPolls(wctx, ps.holder, recs)
+		for i, r := range batch {
+			switch {
+			case err != nil:
+				ps.recordFailed(wctx, r.task, err)
+			case errs[i] != nil:
+				ps.recordFailed(wctx, r.task, errs[i])
+			case r.done != nil:
+				r.done(added[i])
+			}
+		}
+	}
+}
+
+// process moves one leased task on; its lease is released when its last
+// update is recorded.
+func (ps *pass) process(ctx context.Context, t *store.CloudTask) {
 	if t.SessionStatus != store.StatusSubmitted {
-		p.settle(ctx, t, sum)
+		ps.settle(ctx, t)
 		return
 	}
-	res, err := p.Client.Status(ctx, t.TaskID)
+	res, err := ps.p.Client.Status(ctx, t.TaskID)
 	if err != nil {
-		p.fail(ctx, t, err, true, sum)
+		ps.fail(ctx, t, err, true)
 		return
 	}
-	now := p.now()
+	now := ps.p.now()
 	u := store.PollUpdate{Now: now, Polled: true, State: string(res.State), Title: res.Title, Summary: res.Summary, Transcript: res.Transcript}
 	if !res.State.Terminal() {
-		// Due at the next pass (a millisecond on, so not again in this one).
-		next := now.Add(time.Millisecond)
+		// Due at the next pass, whenever it starts (feed skips what this
+		// one polled already).
+		next := ps.start
 		u.NextDue, u.Release = &next, true
-	} else {
-		// Due now until finished: a crash before the end resumes it.
-		u.NextDue = &now
-	}
-	added, err := p.Store.RecordPoll(ctx, t.TaskID, p.holder(), u)
-	if err != nil {
-		p.recordFailed(ctx, t, err, sum)
+		ps.rec <- record{task: t, r: store.PollRecord{TaskID: t.TaskID, Update: u}, done: func(added int) {
+			ps.sum.add(func(s *Summary) { s.Polled++; s.Running++; s.TranscriptLines += added })
+			ps.p.logf(t, "%s (+%d transcript lines)", res.State, added)
+		}}
 		return
 	}
-	sum.add(func(s *Summary) { s.Polled++; s.TranscriptLines += added })
-	switch res.State {
-	case Ready:
-		p.ready(ctx, t, res, sum)
-	case Failed:
-		p.failed(ctx, t, res, sum)
-	default:
-		sum.add(func(s *Summary) { s.Running++ })
-		p.logf(t, "%s (+%d transcript lines)", res.State, added)
+	// Due now until finished, so a crash before the end resumes it; the
+	// transcript is in before the session ends.
+	u.NextDue = &now
+	added, err := ps.p.Store.RecordPoll(ctx, t.TaskID, ps.holder, u)
+	if err != nil {
+		ps.recordFailed(ctx, t, err)
+		return
+	}
+	ps.sum.add(func(s *Summary) { s.Polled++; s.TranscriptLines += added })
+	if res.State == Ready {
+		ps.ready(ctx, t, res)
+	} else {
+		ps.failed(ctx, t, res)
 	}
 }
 
 // ready captures the finished task's diff (once: a capture recorded by an
 // earlier, interrupted pass is kept), marks the session ready and finishes
 // the task.
-func (p *Poller) ready(ctx context.Context, t *store.CloudTask, res Result, sum *summer) {
+func (ps *pass) ready(ctx context.Context, t *store.CloudTask, res Result) {
+	p := ps.p
 	sess, err := p.Store.Get(ctx, t.SessionID)
 	if err != nil {
-		p.fail(ctx, t, err, false, sum)
+		ps.fail(ctx, t, err, false)
 		return
 	}
 	capture := t.Capture
 	if capture == "" {
 		patch, err := p.Client.Diff(ctx, t.TaskID)
 		if err != nil {
-			p.fail(ctx, t, err, false, sum)
+			ps.fail(ctx, t, err, false)
 			return
 		}
 		title := cmp.Or(res.Title, t.Title)
 		if capture, err = p.Capturer.Capture(ctx, sess, t.TaskID, patch, title); err != nil {
-			p.fail(ctx, t, fmt.Errorf("capture the diff of %s: %w", t.TaskID, err), false, sum)
+			ps.fail(ctx, t, fmt.Errorf("capture the diff of %s: %w", t.TaskID, err), false)
 			return
 		}
 		now := p.now()
-		if _, err := p.Store.RecordPoll(ctx, t.TaskID, p.holder(), store.PollUpdate{Now: now, Capture: capture, NextDue: &now}); err != nil {
-			p.recordFailed(ctx, t, err, sum)
+		if _, err := p.Store.RecordPoll(ctx, t.TaskID, ps.holder, store.PollUpdate{Now: now, Capture: capture, NextDue: &now}); err != nil {
+			ps.recordFailed(ctx, t, err)
 			return
 		}
 	}
-	if !p.end(ctx, t, sess, store.StatusReady, store.ReasonTaskReady, "", sum) {
+	if !ps.end(ctx, t, sess, store.StatusReady, store.ReasonTaskReady, "") {
 		return
 	}
-	if _, err := p.Store.RecordPoll(ctx, t.TaskID, p.holder(), store.PollUpdate{Now: p.now(), Finish: true, Release: true}); err != nil {
-		p.recordFailed(ctx, t, err, sum)
-		return
-	}
-	sum.add(func(s *Summary) { s.Ready++ })
-	p.logf(t, "ready: diff captured as %s", capture)
+	ps.rec <- record{task: t, r: store.PollRecord{TaskID: t.TaskID, Update: store.PollUpdate{Now: p.now(), Finish: true, Release: true}},
+		done: func(int) {
+			ps.sum.add(func(s *Summary) { s.Ready++ })
+			p.logf(t, "ready: diff captured as %s", capture)
+		}}
 }
 
 // failed marks the session failed with the task's error.
-func (p *Poller) failed(ctx context.Context, t *store.CloudTask, res Result, sum *summer) {
-	sess, err := p.Store.Get(ctx, t.SessionID)
+func (ps *pass) failed(ctx context.Context, t *store.CloudTask, res Result) {
+	sess, err := ps.p.Store.Get(ctx, t.SessionID)
 	if err != nil {
-		p.fail(ctx, t, err, false, sum)
+		ps.fail(ctx, t, err, false)
 		return
 	}
 	msg := cmp.Or(res.Error, "codex cloud reports the task failed")
-	if !p.end(ctx, t, sess, store.StatusFailed, store.ReasonTaskFailed, msg, sum) {
+	if !ps.end(ctx, t, sess, store.StatusFailed, store.ReasonTaskFailed, msg) {
 		return
 	}
-	if _, err := p.Store.RecordPoll(ctx, t.TaskID, p.holder(), store.PollUpdate{Now: p.now(), Err: msg, Finish: true, Release: true}); err != nil {
-		p.recordFailed(ctx, t, err, sum)
-		return
-	}
-	sum.add(func(s *Summary) { s.Failed++ })
-	p.logf(t, "failed: %s", msg)
+	ps.rec <- record{task: t, r: store.PollRecord{TaskID: t.TaskID, Update: store.PollUpdate{Now: ps.p.now(), Err: msg, Finish: true, Release: true}},
+		done: func(int) {
+			ps.sum.add(func(s *Summary) { s.Failed++ })
+			ps.p.logf(t, "failed: %s", msg)
+		}}
 }
 
 // end ends the session; it reports whether the session did end as asked
 // (a teardown whose worktree removal failed still ended the row: the reaper
 // removes the worktree later).
-func (p *Poller) end(ctx context.Context, t *store.CloudTask, sess *store.Session, status, reason, msg string, sum *summer) bool {
-	err := p.End(ctx, sess, status, reason, msg)
+func (ps *pass) end(ctx context.Context, t *store.CloudTask, sess *store.Session, status, reason, msg string) bool {
+	err := ps.p.End(ctx, sess, status, reason, msg)
 	if err == nil {
 		return true
 	}
-	cur, gerr := p.Store.Get(ctx, sess.ID)
+	cur, gerr := ps.p.Store.Get(ctx, sess.ID)
 	if gerr == nil && cur.Status == status {
-		p.logf(t, "%s, but: %v", status, err)
+		ps.p.logf(t, "%s, but: %v", status, err)
 		return true
 	}
-	p.fail(ctx, t, fmt.Errorf("end session %s as %s: %w", sess.ID, status, err), false, sum)
+	ps.fail(ctx, t, fmt.Errorf("end session %s as %s: %w", sess.ID, status, err), false)
 	return false
 }
 
 // settle finishes a task whose session is no longer submitted: it ended as
 // the task said (a pass died between the two), or some other way
 // (`sandbox stop`), and the task is abandoned.
-func (p *Poller) settle(ctx context.Context, t *store.CloudTask, sum *summer) {
+func (ps *pass) settle(ctx context.Context, t *store.CloudTask) {
 	state := store.TaskAbandoned
 	if (t.SessionStatus == store.StatusReady && t.State == store.TaskReady) ||
 		(t.SessionStatus == store.StatusFailed && t.State == store.TaskFailed) {
 		state = t.State
 	}
-	if _, err := p.Store.RecordPoll(ctx, t.TaskID, p.holder(), store.PollUpdate{Now: p.now(), State: state, Finish: true, Release: true}); err != nil {
-		p.recordFailed(ctx, t, err, sum)
-		return
-	}
-	if state == store.TaskAbandoned {
-		sum.add(func(s *Summary) { s.Abandoned++ })
-	}
-	p.logf(t, "finished (%s): the session is %s", state, t.SessionStatus)
+	ps.rec <- record{task: t, r: store.PollRecord{TaskID: t.TaskID, Update: store.PollUpdate{Now: ps.p.now(), State: state, Finish: true, Release: true}},
+		done: func(int) {
+			if state == store.TaskAbandoned {
+				ps.sum.add(func(s *Summary) { s.Abandoned++ })
+			}
+			ps.p.logf(t, "finished (%s): the session is %s", state, t.SessionStatus)
+		}}
 }
 
 // fail records a failed call: a transient one backs off, a permanent one
 // parks the task until a sweep re-queues it. polled: it was a status call.
-func (p *Poller) fail(ctx context.Context, t *store.CloudTask, err error, polled bool, sum *summer) {
+func (ps *pass) fail(ctx context.Context, t *store.CloudTask, err error, polled bool) {
 	if ctx.Err() != nil {
 		// Stopping (SIGINT, SIGTERM): the call was cut short, not failed.
-		p.Store.ReleaseCloudTask(context.WithoutCancel(ctx), t.TaskID, p.holder())
+		ps.p.Store.ReleaseCloudTask(context.WithoutCancel(ctx), t.TaskID, ps.holder)
 		return
 	}
 	class := ClassOf(err)
-	now := p.now()
+	now := ps.p.now()
 	u := store.PollUpdate{Now: now, Polled: polled, Err: err.Error(), ErrClass: class.String(), Release: true}
 	if class == Transient {
 		next := now.Add(backoff(t.Failures + 1))
 		u.NextDue = &next
 	}
-	if _, rerr := p.Store.RecordPoll(ctx, t.TaskID, p.holder(), u); rerr != nil {
-		p.recordFailed(ctx, t, rerr, sum)
-		return
-	}
-	sum.add(func(s *Summary) {
-		s.Errors = append(s.Errors, Failure{SessionID: t.SessionID, TaskID: t.TaskID, Class: class.String(), Error: err.Error()})
+	ps.rec <- record{task: t, r: store.PollRecord{TaskID: t.TaskID, Update: u}, done: func(int) {
+		ps.sum.add(func(s *Summary) {
+			s.Errors = append(s.Errors, Failure{SessionID: t.SessionID, TaskID: t.TaskID, Class: class.String(), Error: err.Error()})
+			if class == Transient {
+				s.TransientErrors++
+			}
+		})
 		if class == Transient {
-			s.TransientErrors++
+			ps.p.logf(t, "transient error, retrying at %s: %v", u.NextDue.Local().Format(time.TimeOnly), err)
+		} else {
+			ps.p.logf(t, "parked until a person acts and `cloud poll --sweep` re-queues it: %v", err)
 		}
-	})
-	if class == Transient {
-		p.logf(t, "transient error, retrying at %s: %v", u.NextDue.Local().Format(time.TimeOnly), err)
-	} else {
-		p.logf(t, "parked until a person acts and `cloud poll --sweep` re-queues it: %v", err)
-	}
+	}}
 }
 
 // recordFailed handles a store write that failed: a lease taken over means
 // another poller has the task; anything else is reported, and the lease
 // released for the next pass.
-func (p *Poller) recordFailed(ctx context.Context, t *store.CloudTask, err error, sum *summer) {
+func (ps *pass) recordFailed(ctx context.Context, t *store.CloudTask, err error) {
 	if errors.Is(err, store.ErrLeaseLost) {
-		p.logf(t, "left to the poller that took its lease over")
+		ps.p.logf(t, "left to the poller that took its lease over")
 		return
 	}
-	p.Store.ReleaseCloudTask(context.WithoutCancel(ctx), t.TaskID, p.holder())
+	ps.p.Store.ReleaseCloudTask(context.WithoutCancel(ctx), t.TaskID, ps.holder)
 	if ctx.Err() != nil {
 		return
 	}
-	sum.add(func(s *Summary) {
+	ps.sum.add(func(s *Summary) {
 		s.Errors = append(s.Errors, Failure{SessionID: t.SessionID, TaskID: t.TaskID, Class: store.ErrPermanent, Error: err.Error()})
 	})
 }

@@ -100,13 +100,13 @@ func TestClassify(t *testing.T) {
 			Permanent, "environment 'nope' not found"},
 	}
 	for _, c := range cases {
-		e := classify("codex cloud status abc", 1, nil, []byte(c.stderr))
+		e := classify("codex cloud status abc", 1, nil, []byte(c.stderr), fixStatus)
 		if e.Class != c.class || !strings.Contains(e.Error(), c.want) {
 			t.Errorf("%s: %v %q", c.name, e.Class, e.Error())
 		}
 	}
 	// Output nobody understood is kept, bounded.
-	e := classify("op", 3, []byte("weird\n"+strings.Repeat("x", 5000)), nil)
+	e := classify("op", 3, []byte("weird\n"+strings.Repeat("x", 5000)), nil, "")
 	if e.Class != Permanent || !strings.HasPrefix(e.Raw, "weird") || len(e.Raw) > maxRaw+10 || !strings.Contains(e.Error(), "exit 3") {
 		t.Errorf("unknown output: %+v", e)
 	}

@@ -209,13 +209,21 @@ func (s *Store) RequeueStaleCloudTasks(ctx context.Context, before, now time.Tim
 // ClaimDueCloudTasks leases up to limit unfinished tasks due at now that no
 // one holds, oldest due first, in one transaction.
 func (s *Store) ClaimDueCloudTasks(ctx context.Context, holder string, now time.Time, limit int) ([]*CloudTask, error) {
+	due, err := s.stmt(ctx, `SELECT `+cloudTaskCols+cloudTaskFrom+`
+		WHERE t.finished_at IS NULL AND t.next_due_at <= ?
+		AND NOT EXISTS (SELECT 1 FROM meta m WHERE m.key = ? || t.task_id)
+		ORDER BY t.next_due_at, t.task_id LIMIT ?`)
+	if err != nil {
+		return nil, err
+	}
+	ins, err := s.stmt(ctx, `INSERT INTO meta (key, value) VALUES (?, ?)`)
+	if err != nil {
+		return nil, err
+	}
 	var out []*CloudTask
-	err := s.tx(ctx, func(tx *sql.Tx) error {
+	err = s.tx(ctx, func(tx *sql.Tx) error {
 		out = out[:0]
-		rows, err := tx.QueryContext(ctx, `SELECT `+cloudTaskCols+cloudTaskFrom+`
-			WHERE t.finished_at IS NULL AND t.next_due_at <= ?
-			AND NOT EXISTS (SELECT 1 FROM meta m WHERE m.key = ? || t.task_id)
-			ORDER BY t.next_due_at, t.task_id LIMIT ?`, millis(now), CloudClaimPrefix, limit)
+		rows, err := tx.StmtContext(ctx, due).QueryContext(ctx, millis(now), CloudClaimPrefix, limit)
 		if err != nil {
 			return err
 		}
@@ -231,13 +239,15 @@ func (s *Store) ClaimDueCloudTasks(ctx context.Context, holder string, now time.
 		if err := rows.Err(); err != nil {
 			return err
 		}
+		if len(out) == 0 {
+			return nil
+		}
+		// Free, as the query checked in this same transaction: a plain
+		// insert, prepared once for the batch.
+		ins := tx.StmtContext(ctx, ins)
 		for _, t := range out {
-			c, err := takeClaim(ctx, tx, CloudClaimPrefix+t.TaskID, holder, now, nil)
-			if err != nil {
+			if _, err := ins.ExecContext(ctx, CloudClaimPrefix+t.TaskID, claimValue(now, holder)); err != nil {
 				return err
-			}
-			if c.Result != Claimed {
-				return fmt.Errorf("lease on task %s held by %s after checking it was free", t.TaskID, c.Holder)
 			}
 		}
 		return nil
@@ -304,73 +314,153 @@ type PollUpdate struct {
 // transaction, and returns how many transcript lines it appended. A caller
 // whose lease was taken over gets ErrLeaseLost and nothing changes.
 func (s *Store) RecordPoll(ctx context.Context, taskID, holder string, u PollUpdate) (int, error) {
-	added := 0
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		added = 0
-		var lease string
-		err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = ?`, CloudClaimPrefix+taskID).Scan(&lease)
-		if err != nil && err != sql.ErrNoRows {
+	added, errs, err := s.RecordPolls(ctx, holder, []PollRecord{{TaskID: taskID, Update: u}})
+	if err != nil {
+		return 0, err
+	}
+	return added[0], errs[0]
+}
+
+// PollRecord is one task's update in RecordPolls.
+type PollRecord struct {
+	TaskID string
+	Update PollUpdate
+}
+
+// RecordPolls applies the updates of several tasks in one transaction, each
+// statement prepared once: a poll pass records its answers in groups, so a
+// thousand tasks cost a few dozen commits, not a thousand. For each record
+// it returns the lines appended, or ErrLeaseLost (that record changed
+// nothing); err is for the transaction as a whole.
+func (s *Store) RecordPolls(ctx context.Context, holder string, recs []PollRecord) (added []int, errs []error, err error) {
+	var prep pollStmts
+	if err := prep.prepare(ctx, s); err != nil {
+		return nil, nil, err
+	}
+	err = s.tx(ctx, func(tx *sql.Tx) error {
+		added, errs = make([]int, len(recs)), make([]error, len(recs))
+		st := prep.in(ctx, tx)
+		for i, r := range recs {
+			n, err := st.record(ctx, r.TaskID, holder, r.Update)
+			if errors.Is(err, ErrLeaseLost) {
+				errs[i] = err
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			added[i] = n
+		}
+		return nil
+	})
+	return added, errs, err
+}
+
+type pollStmts struct {
+	lease, task, line, update, release *sql.Stmt
+}
+
+func (st *pollStmts) prepare(ctx context.Context, s *Store) error {
+	for _, p := range []struct {
+		to *(*sql.Stmt)
+		q  string
+	}{
+		{&st.lease, `SELECT value FROM meta WHERE key = ?`},
+		{&st.task, `SELECT state, title, summary, last_poll_at, next_due_at, polls, failures, last_error, error_class,
+			transcript_len, capture, finished_at FROM cloud_tasks WHERE task_id = ?`},
+		{&st.line, `INSERT OR IGNORE INTO cloud_transcript (task_id, idx, line, arrived_at) VALUES (?, ?, ?, ?)`},
+		{&st.update, `UPDATE cloud_tasks SET state = ?, title = ?, summary = ?, last_poll_at = ?, next_due_at = ?, polls = ?,
+			failures = ?, last_error = ?, error_class = ?, transcript_len = ?, capture = ?, finished_at = ? WHERE task_id = ?`},
+		{&st.release, `DELETE FROM meta WHERE key = ? AND substr(value, instr(value, ' ') + 1) = ?`},
+	} {
+		stmt, err := s.stmt(ctx, p.q)
+		if err != nil {
 			return err
 		}
+		*p.to = stmt
+	}
+	return nil
+}
+
+// in is the statements as statements of tx.
+func (st *pollStmts) in(ctx context.Context, tx *sql.Tx) *pollStmts {
+	return &pollStmts{lease: tx.StmtContext(ctx, st.lease), task: tx.StmtContext(ctx, st.task), line: tx.StmtContext(ctx, st.line),
+		update: tx.StmtContext(ctx, st.update), release: tx.StmtContext(ctx, st.release)}
+}
+
+func (st *pollStmts) record(ctx context.Context, taskID, holder string, u PollUpdate) (int, error) {
+	// The lease is checked first: a record that releases it deletes it
+	// (only if it is the holder's) in the same statement.
+	if u.Release {
+		res, err := st.release.ExecContext(ctx, CloudClaimPrefix+taskID, holder)
+		if err != nil {
+			return 0, err
+		}
+		if n, _ := res.RowsAffected(); n != 1 {
+			return 0, ErrLeaseLost
+		}
+	} else {
+		var lease string
+		err := st.lease.QueryRowContext(ctx, CloudClaimPrefix+taskID).Scan(&lease)
+		if err != nil && err != sql.ErrNoRows {
+			return 0, err
+		}
 		if h, _ := parseClaim(lease); err == sql.ErrNoRows || h != holder {
-			return ErrLeaseLost
+			return 0, ErrLeaseLost
 		}
-		t, err := scanCloudTask(tx.QueryRowContext(ctx, `SELECT `+cloudTaskCols+cloudTaskFrom+` WHERE t.task_id = ?`, taskID))
+	}
+	var t CloudTask
+	var lastPoll, nextDue, finished sql.NullInt64
+	err := st.task.QueryRowContext(ctx, taskID).Scan(&t.State, &t.Title, &t.Summary, &lastPoll, &nextDue, &t.Polls, &t.Failures,
+		&t.LastError, &t.ErrorClass, &t.TranscriptLen, &t.Capture, &finished)
+	if err != nil {
+		return 0, errNoRows(err, "no cloud task %s", taskID)
+	}
+	t.LastPollAt, t.FinishedAt = timePtr(lastPoll), timePtr(finished)
+	added := 0
+	now := millis(u.Now)
+	for i := t.TranscriptLen; i < len(u.Transcript); i++ {
+		res, err := st.line.ExecContext(ctx, taskID, i, u.Transcript[i], now)
 		if err != nil {
-			return errNoRows(err, "no cloud task %s", taskID)
+			return 0, fmt.Errorf("append to the thread of %s: %w", taskID, err)
 		}
-		now := millis(u.Now)
-		for i := t.TranscriptLen; i < len(u.Transcript); i++ {
-			res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO cloud_transcript (task_id, idx, line, arrived_at) VALUES (?, ?, ?, ?)`,
-				taskID, i, u.Transcript[i], now)
-			if err != nil {
-				return fmt.Errorf("append to the thread of %s: %w", taskID, err)
-			}
-			n, _ := res.RowsAffected()
-			added += int(n)
+		n, _ := res.RowsAffected()
+		added += int(n)
+	}
+	t.TranscriptLen = max(t.TranscriptLen, len(u.Transcript))
+	if u.Polled {
+		t.Polls++
+		t.LastPollAt = &u.Now
+		if u.Err == "" {
+			t.LastError, t.ErrorClass, t.Failures = "", "", 0
 		}
-		t.TranscriptLen = max(t.TranscriptLen, len(u.Transcript))
-		if u.Polled {
-			t.Polls++
-			t.LastPollAt = &u.Now
-			if u.Err == "" {
-				t.LastError, t.ErrorClass, t.Failures = "", "", 0
-			}
-		}
-		if u.Err != "" {
-			t.LastError, t.ErrorClass = u.Err, u.ErrClass
-			t.Failures++
-		}
-		if u.State != "" {
-			t.State = u.State
-		}
-		if u.Title != "" {
-			t.Title = u.Title
-		}
-		if u.Summary != "" {
-			t.Summary = u.Summary
-		}
-		if u.Capture != "" {
-			t.Capture = u.Capture
-		}
-		t.NextDueAt = u.NextDue
-		if u.Finish {
-			t.FinishedAt, t.NextDueAt = &u.Now, nil
-		}
-		_, err = tx.ExecContext(ctx, `UPDATE cloud_tasks SET state = ?, title = ?, summary = ?, last_poll_at = ?,
-			next_due_at = ?, polls = ?, failures = ?, last_error = ?, error_class = ?, transcript_len = ?, capture = ?,
-			finished_at = ? WHERE task_id = ?`,
-			t.State, t.Title, t.Summary, nullMillis(t.LastPollAt), nullMillis(t.NextDueAt), t.Polls, t.Failures,
-			t.LastError, t.ErrorClass, t.TranscriptLen, t.Capture, nullMillis(t.FinishedAt), taskID)
-		if err != nil {
-			return fmt.Errorf("record poll of %s: %w", taskID, err)
-		}
-		if u.Release {
-			_, err = tx.ExecContext(ctx, `DELETE FROM meta WHERE key = ?`, CloudClaimPrefix+taskID)
-		}
-		return err
-	})
-	return added, err
+	}
+	if u.Err != "" {
+		t.LastError, t.ErrorClass = u.Err, u.ErrClass
+		t.Failures++
+	}
+	if u.State != "" {
+		t.State = u.State
+	}
+	if u.Title != "" {
+		t.Title = u.Title
+	}
+	if u.Summary != "" {
+		t.Summary = u.Summary
+	}
+	if u.Capture != "" {
+		t.Capture = u.Capture
+	}
+	t.NextDueAt = u.NextDue
+	if u.Finish {
+		t.FinishedAt, t.NextDueAt = &u.Now, nil
+	}
+	_, err = st.update.ExecContext(ctx, t.State, t.Title, t.Summary, nullMillis(t.LastPollAt), nullMillis(t.NextDueAt), t.Polls,
+		t.Failures, t.LastError, t.ErrorClass, t.TranscriptLen, t.Capture, nullMillis(t.FinishedAt), taskID)
+	if err != nil {
+		return 0, fmt.Errorf("record poll of %s: %w", taskID, err)
+	}
+	return added, nil
 }
 
 // ThreadLine is one transcript line of a session's thread.

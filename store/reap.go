@@ -147,11 +147,16 @@ func takeClaim(ctx context.Context, tx *sql.Tx, key, holder string, now time.Tim
 		}
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES (?, ?)
-		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, strconv.FormatInt(millis(now), 10)+" "+holder)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, claimValue(now, holder))
 	if err != nil {
 		return Claim{}, fmt.Errorf("take claim %s: %w", key, err)
 	}
 	return Claim{Result: Claimed}, nil
+}
+
+// claimValue is a claim's meta value: "<claimed_at_ms> <holder>".
+func claimValue(now time.Time, holder string) string {
+	return strconv.FormatInt(millis(now), 10) + " " + holder
 }
 
 func parseClaim(value string) (holder string, at time.Time) {

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"modernc.org/sqlite" // also registers the "sqlite" driver
@@ -38,6 +39,7 @@ type Store struct {
 	db    *sql.DB
 	path  string
 	guard storage.Guard // derives each session's run_dir
+	stmts sync.Map      // query → *sql.Stmt: see stmt
 }
 
 // Open opens (creating if needed) the store under root and migrates it.
@@ -246,6 +248,26 @@ func (s *Store) InstanceID(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("read instance id: %w", err)
 	}
 	return id, nil
+}
+
+// stmt returns q prepared once per process: the driver parses every
+// statement it is given, and a loop that runs a statement per row (a poll
+// pass) would spend its time in SQLite's parser. Call it outside a
+// transaction (preparing needs the one connection), and use the statement
+// inside one with tx.StmtContext.
+func (s *Store) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	if v, ok := s.stmts.Load(q); ok {
+		return v.(*sql.Stmt), nil
+	}
+	st, err := s.db.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("prepare: %w", err)
+	}
+	if v, loaded := s.stmts.LoadOrStore(q, st); loaded {
+		st.Close()
+		return v.(*sql.Stmt), nil
+	}
+	return st, nil
 }
 
 // tx runs fn in an immediate transaction (the DSN's _txlock).

@@ -12,16 +12,25 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/xmode/xmode/cmd"
+	"github.com/xmode/xmode/codexcloud/codexcloudtest"
 )
 
 // TestMain makes this test binary double as xmode: for testscript's scripts
 // (the "xmode" command on their PATH) and, with XMODE_TEST_AS_MAIN=1, for Go
 // tests that start it as a real process.
 func TestMain(m *testing.M) {
+	// Started as the Codex stand-in by an xmode that is this binary too:
+	// the inherited XMODE_TEST_AS_MAIN must not make it xmode.
+	codexcloudtest.Dispatch()
 	if os.Getenv("XMODE_TEST_AS_MAIN") == "1" {
 		os.Exit(cmd.Main())
 	}
-	testscript.Main(m, map[string]func(){"xmode": func() { os.Exit(cmd.Main()) }})
+	testscript.Main(m, map[string]func(){
+		"xmode": func() { os.Exit(cmd.Main()) },
+		// The Codex CLI stand-in (codexcloudtest) and its control command.
+		"codex":     func() { os.Exit(codexcloudtest.Main()) },
+		"fakecodex": func() { os.Exit(codexcloudtest.Ctl()) },
+	})
 }
 
 func TestScripts(t *testing.T) {
@@ -41,6 +50,7 @@ func setupScript(env *testscript.Env) error {
 	env.Setenv("XMODE_STORAGE_ROOT", filepath.Join(work, "root"))
 	env.Setenv("HOME", filepath.Join(work, "home"))
 	env.Setenv("XMODE_USER", "tester")
+	env.Setenv(codexcloudtest.DirEnv, filepath.Join(work, "fakecodex"))
 	env.Setenv("NO_COLOR", "1")
 	env.Setenv("GIT_CONFIG_NOSYSTEM", "1")
 	// a race-built xmode would otherwise sleep a second at every exit

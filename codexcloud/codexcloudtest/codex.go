@@ -48,6 +48,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return 2
 	}
 	c := &cli{st: state{dir}, stdin: stdin, stdout: stdout, stderr: stderr}
+	if err := c.st.ensure(); err != nil {
+		fmt.Fprintf(stderr, "codex stand-in: %v\n", err)
+		return 2
+	}
 	cfg, err := c.st.config()
 	if err != nil {
 		fmt.Fprintf(stderr, "codex stand-in: %v\n", err)

@@ -46,13 +46,8 @@ func ctl(args []string) error {
 		return fmt.Errorf("%s is not set", DirEnv)
 	}
 	st := state{dir}
-	if _, err := os.Stat(dir + "/config.json"); err != nil {
-		if err := os.MkdirAll(dir+"/tasks", 0o755); err != nil {
-			return err
-		}
-		if err := writeJSON(dir+"/config.json", Config{SignedIn: true, Environments: []string{"env_1"}}); err != nil {
-			return err
-		}
+	if err := st.ensure(); err != nil {
+		return err
 	}
 	if len(args) == 0 {
 		return fmt.Errorf("usage: fakecodex login|logout|net|delay|env|set|say|last|show|calls|result …")

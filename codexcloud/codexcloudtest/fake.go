@@ -75,10 +75,7 @@ type Fake struct {
 func New(tb testing.TB) *Fake {
 	tb.Helper()
 	f := &Fake{Dir: tb.TempDir(), tb: tb}
-	if err := os.MkdirAll(filepath.Join(f.Dir, "tasks"), 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	f.must(writeJSON(filepath.Join(f.Dir, "config.json"), Config{SignedIn: true, Environments: []string{"env_1"}}))
+	f.must(state{f.Dir}.ensure())
 	return f
 }
 
@@ -167,6 +164,18 @@ func NewTaskID() string {
 
 // state is the directory, for the stand-in and the test alike.
 type state struct{ dir string }
+
+// ensure makes the default world (signed in, backend up, environment
+// env_1) when the directory has none yet.
+func (s state) ensure() error {
+	if _, err := os.Stat(filepath.Join(s.dir, "config.json")); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Join(s.dir, "tasks"), 0o755); err != nil {
+		return err
+	}
+	return writeJSON(filepath.Join(s.dir, "config.json"), Config{SignedIn: true, Environments: []string{"env_1"}})
+}
 
 func (s state) config() (Config, error) {
 	var c Config

@@ -67,7 +67,7 @@ CREATE TABLE cloud_tasks (
     capture        TEXT NOT NULL DEFAULT '',
     finished_at    INTEGER
 );
-CREATE INDEX cloud_tasks_due ON cloud_tasks (next_due_at) WHERE finished_at IS NULL;
+CREATE INDEX cloud_tasks_due ON cloud_tasks (next_due_at, task_id) WHERE finished_at IS NULL;
 
 -- The session's thread: the task's transcript as it arrived. A line is keyed
 -- by its index in the transcript and inserted in the transaction that moves
