@@ -170,7 +170,11 @@ EXIT STATUS
 					return err
 				}
 				a.pollFailures(sum)
-				return fail.Failedf("poll interrupted after %s: %v; run it again to finish", time.Duration(sum.DurationMS)*time.Millisecond, err)
+				took := time.Duration(sum.DurationMS) * time.Millisecond
+				if cmd.Context().Err() != nil {
+					return fail.Failedf("poll interrupted after %s: %v; run it again to finish", took, err)
+				}
+				return fail.Failedf("poll stopped after %s: %v", took, err)
 			}
 			if a.json {
 				if err := a.printJSON(sum); err != nil {
