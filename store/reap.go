@@ -80,8 +80,8 @@ func (s *Store) StaleProvisioning(ctx context.Context, before time.Time) ([]*Ses
 		WHERE status = 'provisioning' AND created_at <= ? ORDER BY created_at, id`, millis(before))
 }
 
-// ActiveSessions returns the IDs of every provisioning or open session and
-// the runs they are on.
+// ActiveSessions returns the IDs of every provisioning, open or submitted
+// session and the runs they are on.
 func (s *Store) ActiveSessions(ctx context.Context) (sessions, runs map[string]bool, err error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT id, run_id FROM sessions WHERE status IN (`+activeStatuses+`)`)
 	if err != nil {
