@@ -152,6 +152,7 @@ with evidence for every step that outlives the sandbox.` + exitStatusHelp,
 	root.AddCommand(sb, a.newMachine(), a.newConfig(), a.newDoctor(), a.newVersion(), a.newReap("reap"))
 	root.AddCommand(a.newCR())
 	root.AddCommand(a.newAgent(), a.newPipeline(), a.newRunCmd())
+	root.AddCommand(a.newCloud())
 	return root
 }
 

@@ -286,6 +286,9 @@ func (a *App) newShow() *cobra.Command {
 			if s.Error != "" {
 				kv.row("Error:", clean(s.Error))
 			}
+			if hint := cloudStatusHint(s); hint != "" {
+				kv.row("Codex cloud:", hint)
+			}
 			if err := kv.flush(); err != nil {
 				return err
 			}
@@ -355,8 +358,10 @@ func (a *App) status(s *store.Session) string {
 		return a.paint(color.FgGreen, label)
 	case store.StatusFailed:
 		return a.paint(color.FgRed, label)
-	case store.StatusProvisioning:
+	case store.StatusProvisioning, store.StatusSubmitted:
 		return a.paint(color.FgCyan, label)
+	case store.StatusReady:
+		return a.paint(color.FgGreen, label)
 	}
 	return a.paint(color.Faint, label)
 }

@@ -59,6 +59,8 @@ type Config struct {
 	ProjectCacheMount  string
 	CRMaxBytes         int64 // largest change request accepted
 	CloudStatusCommand string
+	CloudPollInterval  time.Duration
+	CloudStaleAfter    time.Duration
 
 	// Agents (contract §7).
 	AgentCommandTemplate []string // XMODE_AGENT_COMMAND_TEMPLATE split into argv elements; nil when unset
@@ -386,8 +388,22 @@ var settings = []setting{
 		if strings.TrimSpace(v) == "" {
 			return fmt.Errorf("the status command may not be empty")
 		}
+		if !strings.Contains(v, "{task_id}") {
+			return fmt.Errorf("%q does not name the task: put {task_id} where the task ID goes, e.g. codex cloud status {task_id}", v)
+		}
 		c.CloudStatusCommand = v
 		return nil
+	}},
+	// The Codex cloud loop (contract §9); XMODE_CODEX_BIN is above.
+	{name: "XMODE_CLOUD_POLL_INTERVAL", def: lit("15s"), apply: func(c *Config, v string) error {
+		d, err := ParseDuration(v)
+		c.CloudPollInterval = d
+		return err
+	}},
+	{name: "XMODE_CLOUD_STALE_AFTER", def: lit("10m"), apply: func(c *Config, v string) error {
+		d, err := ParseDuration(v)
+		c.CloudStaleAfter = d
+		return err
 	}},
 }
 

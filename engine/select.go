@@ -25,6 +25,10 @@ func Register(name string, f Factory) {
 	factories[name] = f
 }
 
+// Cloud is the engine of cloud_subscription sessions: the Codex cloud runs
+// their work (`xmode cloud submit`), so it has no adapter and Open refuses it.
+const Cloud = "cloud"
+
 // Choose is contract §5's table: which engine runs a runner mode.
 func Choose(runnerMode, configuredEngine string) (string, error) {
 	switch runnerMode {
@@ -36,13 +40,16 @@ func Choose(runnerMode, configuredEngine string) (string, error) {
 		}
 		return "host", nil
 	case config.ModeCloudSubscription:
-		return "", fail.Refusedf("runner mode cloud_subscription does not run locally: submit it to the Codex cloud loop with `xmode cloud submit`")
+		return Cloud, nil
 	}
 	return "", fail.Usagef("unknown runner mode %q: use local_worktree, cloud_worker or cloud_subscription", runnerMode)
 }
 
 // Open returns the adapter named by Choose.
 func Open(name string, cfg *config.Config) (Adapter, error) {
+	if name == Cloud {
+		return nil, fail.Refusedf("a cloud_subscription session runs nothing locally: submit its work to the Codex cloud with `xmode cloud submit SESSION --env ENV_ID --prompt TEXT`")
+	}
 	mu.Lock()
 	f, ok := factories[name]
 	var names []string

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/xmode/xmode/fail"
@@ -19,10 +20,15 @@ func TestChoose(t *testing.T) {
 			t.Errorf("Choose(%s, %q) = %q, %v; want %q", c.mode, c.engine, got, err, c.want)
 		}
 	}
+	// cloud_subscription: the cloud engine, which has no adapter: nothing
+	// can run locally in such a session.
 	for _, e := range []string{"", "docker"} {
-		if _, err := Choose("cloud_subscription", e); fail.KindOf(err) != fail.Refused {
-			t.Errorf("cloud_subscription with %q: %v", e, err)
+		if got, err := Choose("cloud_subscription", e); err != nil || got != Cloud {
+			t.Errorf("Choose(cloud_subscription, %q) = %q, %v; want %q", e, got, err, Cloud)
 		}
+	}
+	if _, err := Open(Cloud, nil); fail.KindOf(err) != fail.Refused || !strings.Contains(err.Error(), "xmode cloud submit") {
+		t.Errorf("Open(cloud): %v, want a refusal pointing at `xmode cloud submit`", err)
 	}
 	if _, err := Choose("nope", ""); fail.KindOf(err) != fail.Usage {
 		t.Errorf("unknown mode: %v", err)

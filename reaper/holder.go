@@ -17,13 +17,21 @@ const MaxClaimAge = time.Hour
 // holder names this Reaper: its process and a random tag, so two Reapers of
 // one process (tests, a long-lived server) exclude each other too.
 func (r *Reaper) holder() string {
-	r.holderOnce.Do(func() {
-		var b [4]byte
-		rand.Read(b[:])
-		r.holderID = proc.Self() + "/" + hex.EncodeToString(b[:])
-	})
+	r.holderOnce.Do(func() { r.holderID = NewHolder() })
 	return r.holderID
 }
+
+// NewHolder names a claimant in the store's claims (a reaper, the cloud
+// poller): this process and a random tag.
+func NewHolder() string {
+	var b [4]byte
+	rand.Read(b[:])
+	return proc.Self() + "/" + hex.EncodeToString(b[:])
+}
+
+// StaleClaim reports whether a claim's holder (named by NewHolder) is gone,
+// so others may take the claim over: the store.Stale every claimant uses.
+func StaleClaim(holder string, claimedAt time.Time) bool { return staleClaim(holder, claimedAt) }
 
 // staleClaim reports whether a claim's holder is gone: its process ended or
 // its PID now belongs to another process, or the claim is older than

@@ -67,11 +67,13 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	}
 	// Opened first: an engine that cannot be used as configured (a docker
 	// endpoint it does not speak) fails the create before anything exists.
-	adapter, err := engine.Open(engineName, s.Cfg)
-	if err != nil {
-		return nil, err
+	var adapter engine.Adapter // none for the cloud: nothing runs here
+	if engineName != engine.Cloud {
+		if adapter, err = engine.Open(engineName, s.Cfg); err != nil {
+			return nil, err
+		}
+		defer engine.Close(adapter)
 	}
-	defer engine.Close(adapter)
 	if err := s.Guard.CheckFree(s.Cfg.MinFree, "refusing to create a sandbox"); err != nil {
 		return nil, err
 	}
@@ -131,7 +133,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		if err != nil {
 			return nil, err
 		}
-		if err := s.checkJoin(run, adapter); err != nil {
+		if err := s.checkJoin(run, engineName, adapter); err != nil {
 			return nil, err
 		}
 		sess.RunID, sess.Repo, sess.Ref, sess.BaseCommit = run.ID, run.Repo, run.Ref, run.BaseCommit
@@ -185,6 +187,14 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 		if err != nil {
 			return nil, fail.As(fail.Failed, err)
 		}
+	}
+	if engineName == engine.Cloud {
+		// The Codex cloud runs this session's work: the worktree gives it a
+		// base commit (what the task's diff applies to), and no local sandbox.
+		if err := s.Store.Provisioned(ctx, sess.ID, base, "", "", "", nil, time.Now().Add(s.Cfg.TTL)); err != nil {
+			return nil, err
+		}
+		return s.Store.Get(ctx, sess.ID)
 	}
 	// An image pull shows its progress like `docker run` does.
 	engine.SetProgress(adapter, s.Progress)
@@ -247,8 +257,8 @@ func (s *Service) branch(ctx context.Context, sess *store.Session, co *machines.
 // docker sandbox may have planted a core.fsmonitor or a hook in it that a
 // host step would then run on the host, and a bind-mode container (no
 // hardening) could write what a volume-mode one trusts.
-func (s *Service) checkJoin(run *store.Run, adapter engine.Adapter) error {
-	want := adapter.Name() + "/" + engine.MountMode(adapter)
+func (s *Service) checkJoin(run *store.Run, engineName string, adapter engine.Adapter) error {
+	want := engineName + "/" + engine.MountMode(adapter)
 	for _, e := range run.Engines {
 		if e != want {
 			return fail.Refusedf("run %s was written by a %s session; a %s session may not share it (--run joins sessions of one engine and mount model: what one sandbox wrote, the other would run)",

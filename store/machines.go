@@ -114,9 +114,9 @@ func (s *Store) RunMachine(ctx context.Context, runID string) (project, record s
 	return project, record, err
 }
 
-// MachineSessions returns the provisioning or open sessions whose worktree
-// is branched from the machine of project, oldest first.
+// MachineSessions returns the active sessions whose worktree is branched
+// from the machine of project, oldest first.
 func (s *Store) MachineSessions(ctx context.Context, project string) ([]*Session, error) {
-	return s.query(ctx, `SELECT `+sessionCols+` FROM sessions WHERE status IN ('provisioning', 'open')
+	return s.query(ctx, `SELECT `+sessionCols+` FROM sessions WHERE status IN (`+activeStatuses+`)
 		AND run_id IN (SELECT id FROM runs WHERE machine = ?) ORDER BY created_at, id`, project)
 }

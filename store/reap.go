@@ -80,10 +80,10 @@ func (s *Store) StaleProvisioning(ctx context.Context, before time.Time) ([]*Ses
 		WHERE status = 'provisioning' AND created_at <= ? ORDER BY created_at, id`, millis(before))
 }
 
-// ActiveSessions returns the IDs of every provisioning or open session and
-// the runs they are on.
+// ActiveSessions returns the IDs of every provisioning, open or submitted
+// session and the runs they are on.
 func (s *Store) ActiveSessions(ctx context.Context) (sessions, runs map[string]bool, err error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, run_id FROM sessions WHERE status IN ('provisioning', 'open')`)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, run_id FROM sessions WHERE status IN (`+activeStatuses+`)`)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list open sessions: %w", err)
 	}
@@ -147,11 +147,16 @@ func takeClaim(ctx context.Context, tx *sql.Tx, key, holder string, now time.Tim
 		}
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES (?, ?)
-		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, strconv.FormatInt(millis(now), 10)+" "+holder)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, claimValue(now, holder))
 	if err != nil {
 		return Claim{}, fmt.Errorf("take claim %s: %w", key, err)
 	}
 	return Claim{Result: Claimed}, nil
+}
+
+// claimValue is a claim's meta value: "<claimed_at_ms> <holder>".
+func claimValue(now time.Time, holder string) string {
+	return strconv.FormatInt(millis(now), 10) + " " + holder
 }
 
 func parseClaim(value string) (holder string, at time.Time) {
@@ -222,7 +227,7 @@ func (s *Store) ClaimRun(ctx context.Context, runID, holder string, sweep bool, 
 	var c Claim
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		var open int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sessions WHERE run_id = ? AND status IN ('provisioning', 'open')`,
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sessions WHERE run_id = ? AND status IN (`+activeStatuses+`)`,
 			runID).Scan(&open); err != nil {
 			return err
 		}
@@ -301,9 +306,14 @@ func (s *Store) Claims(ctx context.Context) (map[string]string, error) {
 // DropStaleClaims deletes the claims whose holder is gone, so a reaper
 // killed mid-teardown leaves nothing behind once the next pass ran.
 func (s *Store) DropStaleClaims(ctx context.Context, stale Stale) (int, error) {
+	return s.dropStaleClaims(ctx, ClaimPrefix, stale)
+}
+
+// dropStaleClaims deletes the claims under prefix whose holder is gone.
+func (s *Store) dropStaleClaims(ctx context.Context, prefix string, stale Stale) (int, error) {
 	dropped := 0
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT key, value FROM meta WHERE key >= ? AND key < ?`, ClaimPrefix, ClaimPrefix+"~")
+		rows, err := tx.QueryContext(ctx, `SELECT key, value FROM meta WHERE key >= ? AND key < ?`, prefix, prefix+"~")
 		if err != nil {
 			return err
 		}

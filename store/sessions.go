@@ -18,12 +18,26 @@ const (
 	StatusOpen         = "open"
 	StatusDestroyed    = "destroyed"
 	StatusFailed       = "failed"
+	// A cloud_subscription session whose work went to the Codex cloud
+	// (contract §9): submitted while the task runs, then ready (its diff
+	// captured for review) or failed.
+	StatusSubmitted = "submitted"
+	StatusReady     = "ready"
 
 	ReasonStopped         = "stopped"
 	ReasonExpired         = "expired"
 	ReasonOrphaned        = "orphaned"
 	ReasonProvisionFailed = "provision_failed"
+	ReasonTaskReady       = "task_ready"
+	ReasonTaskFailed      = "task_failed"
+	ReasonSubmitFailed    = "submit_failed"
 )
+
+// activeStatuses, as SQL: the sessions that are not over. They count
+// against the quota (while unexpired), keep their run's worktree, and can be
+// stopped. A submitted session is active, but the reaper's expiry passes it
+// by: the cloud poller ends it (docs/codex-cloud.md).
+const activeStatuses = `'provisioning', 'open', 'submitted'`
 
 // Session is one sandbox; its JSON is contract §3's session shape.
 type Session struct {
@@ -58,7 +72,7 @@ type Session struct {
 
 // Ended reports whether the session is over.
 func (s *Session) Ended() bool {
-	return s.Status == StatusDestroyed || s.Status == StatusFailed
+	return s.Status == StatusDestroyed || s.Status == StatusFailed || s.Status == StatusReady
 }
 
 // Expired reports whether the session's lifetime ran out at now.
@@ -125,7 +139,7 @@ func (s *Store) CreateSession(ctx context.Context, n NewSession) error {
 		now := millis(n.CreatedAt)
 		if n.MaxOpen > 0 {
 			rows, err := tx.QueryContext(ctx, `SELECT id FROM sessions
-				WHERE user = ? AND status IN ('provisioning', 'open') AND expires_at > ? ORDER BY created_at`, n.User, now)
+				WHERE user = ? AND status IN (`+activeStatuses+`) AND expires_at > ? ORDER BY created_at`, n.User, now)
 			if err != nil {
 				return fmt.Errorf("count open sessions: %w", err)
 			}
@@ -243,7 +257,7 @@ func (s *Store) List(ctx context.Context, f Filter) ([]*Session, error) {
 	q := `SELECT ` + sessionCols + ` FROM sessions WHERE 1=1`
 	var args []any
 	if !f.All {
-		q += ` AND status IN ('provisioning', 'open')`
+		q += ` AND status IN (` + activeStatuses + `)`
 	}
 	if f.User != "" {
 		q += ` AND user = ?`
@@ -317,7 +331,7 @@ func (s *Store) RecordEngine(ctx context.Context, id, containerID, mountMode, im
 func (s *Store) End(ctx context.Context, id, status, reason, errMsg string, now time.Time) (ended, lastOfRun bool, err error) {
 	err = s.tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE sessions SET status = ?, end_reason = ?, error = ?, ended_at = ?
-			WHERE id = ? AND status IN ('provisioning', 'open')`, status, reason, errMsg, millis(now), id)
+			WHERE id = ? AND status IN (`+activeStatuses+`)`, status, reason, errMsg, millis(now), id)
 		if err != nil {
 			return fmt.Errorf("end session %s: %w", id, err)
 		}
@@ -328,7 +342,7 @@ func (s *Store) End(ctx context.Context, id, status, reason, errMsg string, now 
 			return errNoRows(err, "no session %s", id)
 		}
 		var others int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sessions WHERE run_id = ? AND status IN ('provisioning', 'open')`, runID).Scan(&others); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sessions WHERE run_id = ? AND status IN (`+activeStatuses+`)`, runID).Scan(&others); err != nil {
 			return err
 		}
 		lastOfRun = others == 0
@@ -382,7 +396,7 @@ func (s *Store) SetWorktreeBytes(ctx context.Context, id string, n int64) error 
 // OpenOnRun counts the open or provisioning sessions of a run.
 func (s *Store) OpenOnRun(ctx context.Context, runID string) (int, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM sessions WHERE run_id = ? AND status IN ('provisioning', 'open')`, runID).Scan(&n)
+	err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM sessions WHERE run_id = ? AND status IN (`+activeStatuses+`)`, runID).Scan(&n)
 	return n, err
 }
 
@@ -407,8 +421,11 @@ func (s *Store) Extend(ctx context.Context, id string, expires time.Time) error 
 }
 
 func errNotOpen(id, status string) error {
-	if status == StatusProvisioning {
+	switch status {
+	case StatusProvisioning:
 		return fail.Refusedf("session %s is still provisioning: wait for `xmode sandbox create` to finish", id)
+	case StatusSubmitted, StatusReady:
+		return fail.Refusedf("session %s is %s: its work runs in the Codex cloud, not here; follow it with `xmode cloud show %s`", id, status, id)
 	}
 	return fail.Refusedf("session %s is %s, not open: create a new one with `xmode sandbox create`", id, status)
 }

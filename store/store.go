@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"encoding/base32"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"modernc.org/sqlite" // also registers the "sqlite" driver
@@ -37,6 +39,7 @@ type Store struct {
 	db    *sql.DB
 	path  string
 	guard storage.Guard // derives each session's run_dir
+	stmts sync.Map      // query → *sql.Stmt: see stmt
 }
 
 // Open opens (creating if needed) the store under root and migrates it. A
@@ -184,32 +187,91 @@ func (s *Store) migrate(ctx context.Context, id identity, instance string) error
 	if have > len(ms) {
 		return schemaTooNew(s.path, have, len(ms))
 	}
-	return s.tx(ctx, func(tx *sql.Tx) error {
-		if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&have); err != nil {
+	// Foreign keys are off while migrations run, so one can rebuild a table
+	// others refer to (SQLite's procedure for changes ALTER TABLE cannot
+	// make); foreign_key_check then proves the result consistent before it
+	// commits. The pragma is a no-op inside a transaction, hence the pinned
+	// connection.
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate %s: %w", s.path, err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "PRAGMA foreign_keys = OFF"); err != nil {
+		return fmt.Errorf("migrate %s: %w", s.path, err)
+	}
+	err = s.applyMigrations(ctx, conn, ms, id, instance)
+	if _, ferr := conn.ExecContext(context.WithoutCancel(ctx), "PRAGMA foreign_keys = ON"); ferr != nil {
+		// A pooled connection without foreign keys must not survive.
+		conn.Raw(func(any) error { return driver.ErrBadConn })
+		if err == nil {
+			err = fmt.Errorf("migrate %s: turn foreign keys back on: %w", s.path, ferr)
+		}
+	}
+	return err
+}
+
+func (s *Store) applyMigrations(ctx context.Context, conn *sql.Conn, ms []migration, id identity, instance string) error {
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	defer tx.Rollback()
+	var have int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&have); err != nil {
+		return err
+	}
+	if have > len(ms) {
+		return schemaTooNew(s.path, have, len(ms))
+	}
+	if have == len(ms) {
+		return nil // another process migrated it meanwhile
+	}
+	if have == 0 && id.used() {
+		return id.lost("has no xmode schema (a new or foreign database)")
+	}
+	for _, m := range ms[have:] {
+		if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+			return fmt.Errorf("apply migration %s: %w", m.name, err)
+		}
+	}
+	if have == 0 {
+		if instance == "" {
+			instance = newID("")
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO meta(key, value) VALUES ('instance', ?)", instance); err != nil {
 			return err
 		}
-		if have > len(ms) {
-			return schemaTooNew(s.path, have, len(ms))
-		}
-		if have == 0 && id.used() {
-			return id.lost("has no xmode schema (a new or foreign database)")
-		}
-		for _, m := range ms[have:] {
-			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-				return fmt.Errorf("apply migration %s: %w", m.name, err)
-			}
-		}
-		if have == 0 {
-			if instance == "" {
-				instance = newID("")
-			}
-			if _, err := tx.ExecContext(ctx, "INSERT INTO meta(key, value) VALUES ('instance', ?)", instance); err != nil {
-				return err
-			}
-		}
-		_, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(ms)))
+	}
+	if err := foreignKeyCheck(ctx, tx); err != nil {
+		return fmt.Errorf("migrate %s: %w", s.path, err)
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(ms))); err != nil {
 		return err
-	})
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// foreignKeyCheck fails when a row refers to a row that does not exist.
+func foreignKeyCheck(ctx context.Context, tx *sql.Tx) error {
+	rows, err := tx.QueryContext(ctx, "PRAGMA foreign_key_check")
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if rows.Next() {
+		var table, parent string
+		var rowid sql.NullInt64
+		var fk int
+		if err := rows.Scan(&table, &rowid, &parent, &fk); err != nil {
+			return err
+		}
+		return fmt.Errorf("a row of %s refers to a missing row of %s after the migration", table, parent)
+	}
+	return rows.Err()
 }
 
 func schemaTooNew(path string, have, know int) error {
@@ -225,6 +287,26 @@ func (s *Store) InstanceID(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("read instance id: %w", err)
 	}
 	return id, nil
+}
+
+// stmt returns q prepared once per process: the driver parses every
+// statement it is given, and a loop that runs a statement per row (a poll
+// pass) would spend its time in SQLite's parser. Call it outside a
+// transaction (preparing needs the one connection), and use the statement
+// inside one with tx.StmtContext.
+func (s *Store) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	if v, ok := s.stmts.Load(q); ok {
+		return v.(*sql.Stmt), nil
+	}
+	st, err := s.db.PrepareContext(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("prepare: %w", err)
+	}
+	if v, loaded := s.stmts.LoadOrStore(q, st); loaded {
+		st.Close()
+		return v.(*sql.Stmt), nil
+	}
+	return st, nil
 }
 
 // tx runs fn in an immediate transaction (the DSN's _txlock). On a full

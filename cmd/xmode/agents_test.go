@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xmode/xmode/codexcloud/codexcloudtest"
 	"github.com/xmode/xmode/internal/testenv"
 )
 
@@ -22,6 +23,11 @@ func agentCLI(t *testing.T, name, variable string) string {
 	t.Helper()
 	if p := os.Getenv(variable); p != "" {
 		return p
+	}
+	if name == "codex" {
+		// Scripts have the stand-in on PATH under that name: the real one
+		// is XMODE_TEST_CODEX_BIN, as for the cloud tests.
+		return codexcloudtest.RealCodex(t)
 	}
 	p, err := exec.LookPath(name)
 	if err != nil {

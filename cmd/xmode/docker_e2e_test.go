@@ -95,11 +95,18 @@ func TestDockerEngineCLI(t *testing.T) {
 		}
 		dkWant(t, dkXmode(t, root, nil, "sandbox", "stop", h.ID), 0)
 
-		// cloud_subscription: refused, pointing to the cloud loop.
-		r := dkWant(t, dkXmode(t, root, dockerEnv, "sandbox", "create", "--repo", repo, "--runner-mode", "cloud_subscription"), 4)
-		if !strings.Contains(r.stderr, "xmode cloud submit") {
-			t.Fatalf("cloud_subscription refusal does not point to `xmode cloud submit`\n%s", r)
+		// cloud_subscription: no container even with the docker engine; a
+		// step is refused, pointing to the cloud loop.
+		var c dkSession
+		dkJSON(t, dkWant(t, dkXmode(t, root, dockerEnv, "sandbox", "create", "--repo", repo, "--runner-mode", "cloud_subscription", "--json"), 0), &c)
+		if c.Engine != "cloud" || c.ContainerID != "" {
+			t.Fatalf("cloud_subscription with XMODE_SANDBOX_ENGINE=docker: %+v, want the cloud engine and no container", c)
 		}
+		r := dkWant(t, dkXmode(t, root, dockerEnv, "sandbox", "exec", c.ID, "--", "true"), 125)
+		if !strings.Contains(r.stderr, "xmode cloud submit") {
+			t.Fatalf("a step in a cloud_subscription session: the refusal does not point to `xmode cloud submit`\n%s", r)
+		}
+		dkWant(t, dkXmode(t, root, dockerEnv, "sandbox", "stop", c.ID), 0)
 	})
 
 	t.Run("missing-image", func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/xmode/xmode/cmd"
+	"github.com/xmode/xmode/codexcloud/codexcloudtest"
 	"github.com/xmode/xmode/providers/docker/dockertest"
 )
 
@@ -20,10 +21,18 @@ import (
 // (the "xmode" command on their PATH) and, with XMODE_TEST_AS_MAIN=1, for Go
 // tests that start it as a real process.
 func TestMain(m *testing.M) {
+	// Started as the Codex stand-in by an xmode that is this binary too:
+	// the inherited XMODE_TEST_AS_MAIN must not make it xmode.
+	codexcloudtest.Dispatch()
 	if os.Getenv("XMODE_TEST_AS_MAIN") == "1" {
 		os.Exit(cmd.Main())
 	}
-	testscript.Main(stopDaemon{m}, map[string]func(){"xmode": func() { os.Exit(cmd.Main()) }})
+	testscript.Main(stopDaemon{m}, map[string]func(){
+		"xmode": func() { os.Exit(cmd.Main()) },
+		// The Codex CLI stand-in (codexcloudtest) and its control command.
+		"codex":     func() { os.Exit(codexcloudtest.Main()) },
+		"fakecodex": func() { os.Exit(codexcloudtest.Ctl()) },
+	})
 }
 
 // stopDaemon runs the tests, then stops the second (TLS) docker daemon if a
@@ -61,6 +70,7 @@ func setupScript(env *testscript.Env) error {
 	env.Setenv("XMODE_STORAGE_ROOT", filepath.Join(work, "root"))
 	env.Setenv("HOME", filepath.Join(work, "home"))
 	env.Setenv("XMODE_USER", "tester")
+	env.Setenv(codexcloudtest.DirEnv, filepath.Join(work, "fakecodex"))
 	env.Setenv("NO_COLOR", "1")
 	env.Setenv("GIT_CONFIG_NOSYSTEM", "1")
 	// a race-built xmode would otherwise sleep a second at every exit

@@ -1,0 +1,357 @@
+package cmd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/fatih/color"
+	"github.com/spf13/cobra"
+
+	"github.com/xmode/xmode/changes"
+	"github.com/xmode/xmode/codexcloud"
+	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/reaper"
+	"github.com/xmode/xmode/sandbox"
+	"github.com/xmode/xmode/store"
+)
+
+func (a *App) newCloud() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "cloud",
+		Short: "The Codex cloud loop: submit a cloud_subscription session's work, follow it, see its outcome",
+		Long: `A cloud_subscription session runs nothing locally: its work goes to the Codex
+cloud as a task (` + "`cloud submit`" + `), a poller run by cron or a systemd timer
+follows the task (` + "`cloud poll`" + `), streams its transcript into the session's
+thread (` + "`cloud log`" + `) and, when it ends, marks the session ready with the
+task's diff captured for review, or failed (` + "`cloud show`" + `). See
+docs/codex-cloud.md.`,
+	}
+	c.AddCommand(a.newCloudSubmit(), a.newCloudPoll(), a.newCloudLog(), a.newCloudShow())
+	return c
+}
+
+// cloudEnd is how the loop ends a session: the reaper's teardown.
+func cloudEnd(svc *sandbox.Service) codexcloud.EndFunc {
+	return codexcloud.Teardown(&reaper.Reaper{Cfg: svc.Cfg, Store: svc.Store, Guard: svc.Guard, Log: svc.Log})
+}
+
+func (a *App) newCloudSubmit() *cobra.Command {
+	var o codexcloud.SubmitOptions
+	cmd := &cobra.Command{
+		Use:   "submit SESSION --env ENV_ID --prompt TEXT|- [--branch B] [--attempts N]",
+		Short: "Submit a cloud_subscription session's work to the Codex cloud (codex cloud exec)",
+		Long: `Run ` + "`codex cloud exec`" + ` for an open cloud_subscription session, record the task
+ID from the URL codex prints, and move the session to submitted. Prints the
+task ID (the task as JSON with --json). ` + "`--prompt -`" + ` reads the prompt from
+standard input. The branch defaults to the session's ref.
+
+A submit that fails leaves the session failed (submit_failed) with the error;
+the message says whether retrying can help and what to do (not signed in:
+run ` + "`codex login`" + ` on this host).
+
+EXIT STATUS
+  0 submitted · 1 the submit failed (the session is now failed) · 2 bad flag
+  or value · 3 no such session · 4 refused (not a cloud_subscription session,
+  not open, already submitted)`,
+		Example: `  xmode cloud submit sbx_7k2m9q4x --env env_123 --prompt "Fix the flaky test in pkg/x"
+  git log -1 --format=%B | xmode cloud submit sbx_7k2m --env env_123 --prompt -`,
+		Args: exactArgs(1, "one session"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("prompt") {
+				return fail.Usagef("--prompt is required: the task for the Codex cloud, or - to read it from standard input")
+			}
+			if o.Prompt == "-" {
+				b, err := io.ReadAll(io.LimitReader(a.In, 1<<20+1))
+				if err != nil {
+					return fmt.Errorf("read the prompt from standard input: %w", err)
+				}
+				if len(b) > 1<<20 {
+					return fail.Usagef("the prompt on standard input is longer than 1 MiB")
+				}
+				o.Prompt = string(b)
+			}
+			if cmd.Flags().Changed("attempts") && o.Attempts == 0 {
+				return fail.Usagef("--attempts 0: codex runs 1 to 4 attempts")
+			}
+			svc, err := a.service(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			sess, err := svc.Store.Resolve(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			sub := &codexcloud.Submitter{Store: svc.Store, Client: codexcloud.NewCLI(svc.Cfg), End: cloudEnd(svc)}
+			task, err := sub.Submit(cmd.Context(), sess, o)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(task)
+			}
+			fmt.Fprintln(a.Out, task.TaskID)
+			a.info("submitted %s as %s (%s); follow it with `xmode cloud log %s --follow`", sess.ID, task.TaskID, task.URL, sess.ID)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Env, "env", "", "Codex cloud environment ID (required)")
+	f.StringVar(&o.Branch, "branch", "", "branch the cloud checks out (default: the session's ref)")
+	f.IntVar(&o.Attempts, "attempts", 1, "best-of-N attempts, 1 to 4")
+	f.StringVar(&o.Prompt, "prompt", "", "the task; - reads it from standard input (required)")
+	return cmd
+}
+
+func (a *App) newCloudPoll() *cobra.Command {
+	var watch, sweep, verbose bool
+	cmd := &cobra.Command{
+		Use:   "poll",
+		Short: "Follow submitted tasks once, or every --interval with --watch (what cron or a systemd timer runs)",
+		Long: `One pass over the submitted tasks that are due: each is leased in the store
+(two pollers, or a poller and a sweep, never work on one task at once), its
+status asked (CODEX_CLOUD_STATUS_COMMAND, in parallel), its new transcript
+lines appended to the session's thread, and, once the task ended, the
+session marked ready (the task's diff captured for review) or failed.
+
+A transient error (the backend unreachable, a timeout) backs off: the task
+is due again 30s later, doubling up to 5m. A permanent one (codex not signed
+in, output xmode does not understand) parks the task until a person acts;
+--sweep re-queues every task whose last poll is older than
+XMODE_CLOUD_STALE_AFTER, parked ones included.
+
+Silent on success, for cron; -v prints one line per action, --json the
+summary (one line per pass with --watch). --watch polls every --interval
+(XMODE_CLOUD_POLL_INTERVAL) until SIGINT or SIGTERM, which end it cleanly.
+
+EXIT STATUS
+  0 every task moved on, or only transient errors (retried later) · 1 a
+  permanent error needs a person (see stderr or --json errors) · 2 bad flag
+  or value`,
+		Example: `  xmode cloud poll --sweep                 # from cron, every minute
+  xmode cloud poll --watch --interval 30s  # as a service
+  xmode cloud poll -v                      # one line per action`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ov := map[string]config.Flag{}
+			flagOverride(cmd, ov, "interval", "XMODE_CLOUD_POLL_INTERVAL")
+			svc, err := a.service(cmd.Context(), ov)
+			if err != nil {
+				return err
+			}
+			var logTo io.Writer = a.Out
+			if a.json {
+				logTo = a.Err
+			}
+			p := &codexcloud.Poller{Store: svc.Store, Client: codexcloud.NewCLI(svc.Cfg),
+				Capturer: codexcloud.ChangeRequests{Changes: &changes.Service{Store: svc.Store, Guard: svc.Guard, MaxBytes: svc.Cfg.CRMaxBytes, User: svc.Cfg.User, Cfg: svc.Cfg}}, End: cloudEnd(svc), StaleAfter: svc.Cfg.CloudStaleAfter}
+			if verbose && !a.quiet {
+				p.Log = logTo
+			}
+			o := codexcloud.PassOptions{Sweep: sweep}
+			if watch {
+				return p.Watch(cmd.Context(), svc.Cfg.CloudPollInterval, o, func(sum *codexcloud.Summary, err error) {
+					if err != nil {
+						fmt.Fprintf(a.Err, "%s %v\n", a.paint(color.FgRed, "xmode:"), err)
+						return
+					}
+					if a.json {
+						b, _ := json.Marshal(sum)
+						fmt.Fprintln(a.Out, string(b))
+					}
+					a.pollFailures(sum)
+				})
+			}
+			sum, err := p.Pass(cmd.Context(), o)
+			if err != nil {
+				if sum == nil {
+					return err
+				}
+				a.pollFailures(sum)
+				took := time.Duration(sum.DurationMS) * time.Millisecond
+				if cmd.Context().Err() != nil {
+					return fail.Failedf("poll interrupted after %s: %v; run it again to finish", took, err)
+				}
+				return fail.Failedf("poll stopped after %s: %v", took, err)
+			}
+			if a.json {
+				if err := a.printJSON(sum); err != nil {
+					return err
+				}
+			}
+			if a.pollFailures(sum) > 0 {
+				return exitStatus(1)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&watch, "watch", false, "keep polling every --interval until SIGINT or SIGTERM")
+	f.String("interval", "", "time between passes with --watch (default $XMODE_CLOUD_POLL_INTERVAL, else 15s)")
+	f.BoolVar(&sweep, "sweep", false, "first re-queue tasks whose last poll is older than XMODE_CLOUD_STALE_AFTER")
+	f.BoolVarP(&verbose, "verbose", "v", false, "print one line per action, with the session and task IDs")
+	return cmd
+}
+
+// pollFailures prints the permanent failures of a pass on stderr (cron mails
+// them) and returns how many there were; transient ones show with -v.
+func (a *App) pollFailures(sum *codexcloud.Summary) int {
+	perm := sum.Permanent()
+	for _, f := range perm {
+		fmt.Fprintf(a.Err, "%s %s %s: %s\n", a.paint(color.FgRed, "xmode:"), f.SessionID, f.TaskID, f.Error)
+	}
+	return len(perm)
+}
+
+// cloudTask resolves a session and its task.
+func (a *App) cloudTask(ctx context.Context, ref string) (*sandbox.Service, *store.CloudTask, error) {
+	svc, err := a.service(ctx, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	sess, err := svc.Store.Resolve(ctx, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	task, err := svc.Store.CloudTaskOf(ctx, sess.ID)
+	if err != nil {
+		return nil, nil, err
+	}
+	return svc, task, nil
+}
+
+func (a *App) newCloudLog() *cobra.Command {
+	var follow bool
+	cmd := &cobra.Command{
+		Use:   "log SESSION [--follow]",
+		Short: "Print the session's thread: the task's transcript as it arrived, with times",
+		Long: `Print the transcript lines the poller stored for the session's task, each with
+the time it arrived (--json: one JSON object per line). --follow keeps
+printing new lines as ` + "`cloud poll`" + ` (run elsewhere) stores them, until the
+task is finished or Ctrl-C.
+
+codex 0.171's status output has no transcript: the thread fills when
+CODEX_CLOUD_STATUS_COMMAND prints the JSON Result (docs/codex-cloud.md).` + exitStatusHelp,
+		Args: exactArgs(1, "one session"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			svc, task, err := a.cloudTask(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			next := 0
+			for {
+				lines, err := svc.Store.Thread(ctx, task.TaskID, next)
+				if err != nil {
+					return err
+				}
+				for _, l := range lines {
+					if a.json {
+						b, _ := json.Marshal(l)
+						fmt.Fprintln(a.Out, string(b))
+					} else {
+						fmt.Fprintf(a.Out, "%s  %s\n", l.ArrivedAt.Local().Format(time.DateTime), l.Line)
+					}
+					next = l.Index + 1
+				}
+				if !follow || task.Finished() {
+					if follow {
+						a.info("%s: task %s %s", task.SessionID, task.TaskID, task.State)
+					}
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(500 * time.Millisecond):
+				}
+				if task, err = svc.Store.CloudTask(ctx, task.TaskID); err != nil {
+					return err
+				}
+			}
+		},
+	}
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new lines until the task is finished")
+	return cmd
+}
+
+func (a *App) newCloudShow() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show SESSION",
+		Short: "Show the session's cloud task: ID, state, attempts, polls, next due, last error, capture",
+		Args:  exactArgs(1, "one session"),
+		Long:  `Show the Codex cloud task of a session (--json: the task as JSON).` + exitStatusHelp,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, t, err := a.cloudTask(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return a.printJSON(t)
+			}
+			now := time.Now()
+			when := func(at *time.Time) string {
+				if at == nil {
+					return "never"
+				}
+				return at.Local().Format(time.DateTime) + " (" + ago(*at, now) + ")"
+			}
+			kv := newTable(a.Out)
+			kv.row("Session:", t.SessionID+" ("+t.SessionStatus+")")
+			kv.row("Task:", t.TaskID)
+			if t.URL != "" {
+				kv.row("URL:", t.URL)
+			}
+			state := t.State
+			if t.Title != "" {
+				state += ": " + t.Title
+			}
+			kv.row("State:", state)
+			if t.Summary != "" {
+				kv.row("Summary:", t.Summary)
+			}
+			kv.row("Environment:", fmt.Sprintf("%s, branch %s, %d attempt(s)", t.EnvID, t.Branch, t.Attempts))
+			kv.row("Submitted:", when(&t.SubmittedAt))
+			kv.row("Last poll:", fmt.Sprintf("%s, %d poll(s)", when(t.LastPollAt), t.Polls))
+			switch {
+			case t.Finished():
+				kv.row("Finished:", when(t.FinishedAt))
+			case t.Parked():
+				kv.row("Next due:", "parked until a person acts and `xmode cloud poll --sweep` re-queues it")
+			case !t.NextDueAt.After(now):
+				kv.row("Next due:", "now (the next `xmode cloud poll`)")
+			default:
+				kv.row("Next due:", t.NextDueAt.Local().Format(time.DateTime)+" (in "+human(t.NextDueAt.Sub(now))+")")
+			}
+			if t.LastError != "" {
+				e := t.LastError
+				if t.ErrorClass != "" {
+					e += " (" + t.ErrorClass + ")"
+				}
+				kv.row("Last error:", e)
+			}
+			kv.row("Transcript:", fmt.Sprintf("%d line(s): `xmode cloud log %s`", t.TranscriptLen, t.SessionID))
+			if t.Capture != "" {
+				kv.row("Change request:", t.Capture)
+			}
+			return kv.flush()
+		},
+	}
+}
+
+// cloudStatusHint is what sandbox show adds for a session in the cloud loop.
+func cloudStatusHint(s *store.Session) string {
+	if s.RunnerMode != config.ModeCloudSubscription {
+		return ""
+	}
+	switch s.Status {
+	case store.StatusOpen:
+		return "submit its work with `xmode cloud submit " + s.ID + " --env ENV_ID --prompt TEXT`"
+	case store.StatusSubmitted, store.StatusReady:
+		return "`xmode cloud show " + s.ID + "`"
+	}
+	return ""
+}

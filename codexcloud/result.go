@@ -1,0 +1,144 @@
+package codexcloud
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// State is a task's state in the Result contract.
+type State string
+
+// The states of contract §9. pending and running are the task's; ready and
+// failed are terminal.
+const (
+	Pending State = "pending"
+	Running State = "running"
+	Ready   State = "ready"
+	Failed  State = "failed"
+)
+
+// Terminal reports whether the task is over.
+func (s State) Terminal() bool { return s == Ready || s == Failed }
+
+func (s State) valid() bool {
+	switch s {
+	case Pending, Running, Ready, Failed:
+		return true
+	}
+	return false
+}
+
+// Result is what the client learns about a task, whatever the CLI version
+// (contract §9): the poller depends on this shape only.
+type Result struct {
+	State State  `json:"state"`
+	Title string `json:"title"`
+	// Summary is one line about the outcome (codex 0.171: "+12/-3 • 2 files").
+	Summary string `json:"summary"`
+	// Transcript is the task's whole transcript so far, oldest line first;
+	// codex 0.171's text status has none.
+	Transcript []string `json:"transcript"`
+	// Error says why a failed task failed.
+	Error string `json:"error"`
+}
+
+var (
+	ansi       = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
+	statusLine = regexp.MustCompile(`^\[(READY|PENDING|ERROR|APPLIED)\]\s?(.*)$`)
+)
+
+// textStates maps codex 0.171's labels. It has no "running": PENDING covers
+// a queued task and one at work. APPLIED means someone applied a finished
+// task's diff: it finished, so it is ready here.
+var textStates = map[string]State{"READY": Ready, "PENDING": Pending, "ERROR": Failed, "APPLIED": Ready}
+
+// parseStatus reads a status command's stdout: the JSON Result when it is
+// JSON, codex's text status otherwise. ok is false when it is neither; the
+// exit code is not consulted, since codex exits 1 for every state but READY.
+func parseStatus(stdout []byte) (Result, bool, error) {
+	out := bytes.TrimSpace(stdout)
+	if bytes.HasPrefix(out, []byte("{")) {
+		var r Result
+		dec := json.NewDecoder(bytes.NewReader(out))
+		if err := dec.Decode(&r); err != nil {
+			return Result{}, false, fmt.Errorf("the status command printed JSON that is not a Result: %v", err)
+		}
+		if !r.State.valid() {
+			return Result{}, false, fmt.Errorf("the status command's JSON has state %q: want pending, running, ready or failed", r.State)
+		}
+		return r, true, nil
+	}
+	lines := textLines(out)
+	if len(lines) == 0 {
+		return Result{}, false, nil
+	}
+	m := statusLine.FindStringSubmatch(lines[0])
+	if m == nil {
+		return Result{}, false, nil
+	}
+	r := Result{State: textStates[m[1]], Title: strings.TrimSpace(m[2])}
+	// Then the environment and a relative time ("3m ago"), which changes
+	// with every call, then the diff summary: the summary is the last line.
+	if len(lines) >= 3 {
+		r.Summary = lines[len(lines)-1]
+	}
+	if r.State == Failed {
+		r.Error = "codex cloud reports the task failed: " + lines[0]
+	}
+	return r, true, nil
+}
+
+// textLines splits output into trimmed, non-empty lines without colour codes.
+func textLines(b []byte) []string {
+	var out []string
+	for _, l := range strings.Split(ansi.ReplaceAllString(string(b), ""), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// ValidTaskID reports whether s can be a Codex cloud task ID (task_e_ and
+// hex, today): it goes on codex's command line and into paths, so nothing
+// else is accepted.
+func ValidTaskID(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i, r := range s {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || i > 0 && (r == '_' || r == '-')
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// taskIDFromURL takes the task ID from what `codex cloud exec` printed:
+// its last line naming …/tasks/<id>, as codex itself parses task URLs.
+func taskIDFromURL(stdout []byte) (id, url string, ok bool) {
+	lines := textLines(stdout)
+	for i := len(lines) - 1; i >= 0; i-- {
+		fields := strings.Fields(lines[i])
+		for j := len(fields) - 1; j >= 0; j-- {
+			f := fields[j]
+			at := strings.LastIndex(f, "/tasks/")
+			if at < 0 {
+				continue
+			}
+			tail := f[at+len("/tasks/"):]
+			tail, _, _ = strings.Cut(tail, "#")
+			tail, _, _ = strings.Cut(tail, "?")
+			tail = strings.TrimRight(tail, "/")
+			if !ValidTaskID(tail) {
+				return "", "", false
+			}
+			return tail, f, true
+		}
+	}
+	return "", "", false
+}

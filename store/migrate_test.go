@@ -1,0 +1,206 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xmode/xmode/fail"
+)
+
+// openAt builds a database at the schema just before the migration whose
+// name ends in suffix, as the xmode of that schema left it.
+func openAt(t *testing.T, root, suffix string) *sql.DB {
+	t.Helper()
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	upto := -1
+	for i, m := range ms {
+		if strings.HasSuffix(m.name, suffix) {
+			upto = i
+		}
+	}
+	if upto < 0 {
+		t.Fatalf("no migration *%s", suffix)
+	}
+	path := filepath.Join(root, FileName)
+	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	for _, m := range ms[:upto] {
+		if _, err := db.Exec(m.sql); err != nil {
+			t.Fatalf("%s: %v", m.name, err)
+		}
+	}
+	if _, err := db.Exec(fmt.Sprintf("INSERT INTO meta (key, value) VALUES ('instance', 'inst1'); PRAGMA user_version = %d", upto)); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+type schemaInfo struct {
+	columns []string
+	indexes []string
+	fks     []string
+}
+
+func schemaOf(t *testing.T, db *sql.DB, table string) schemaInfo {
+	t.Helper()
+	var si schemaInfo
+	read := func(q string, f func(*sql.Rows) string) []string {
+		rows, err := db.Query(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			out = append(out, f(rows))
+		}
+		return out
+	}
+	si.columns = read(`SELECT name || ' ' || type || ' ' || "notnull" || ' ' || coalesce(dflt_value, '') FROM pragma_table_info('`+table+`') ORDER BY cid`,
+		func(r *sql.Rows) (s string) { r.Scan(&s); return })
+	si.indexes = read(`SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = '`+table+`' AND sql IS NOT NULL ORDER BY name`,
+		func(r *sql.Rows) (s string) { r.Scan(&s); return })
+	si.fks = read(`SELECT m.name || '.' || f."from" || '->' || f."table" || '.' || f."to" FROM sqlite_master m, pragma_foreign_key_list(m.name) f
+		WHERE m.type = 'table' ORDER BY 1`, func(r *sql.Rows) (s string) { r.Scan(&s); return })
+	return si
+}
+
+// The codex-cloud migration rebuilds sessions to widen its CHECKs: on a
+// database of the previous schema with rows in it, every row, column, index
+// and foreign key survives, the new states are accepted and the old checks
+// still hold.
+func TestCodexCloudMigrationKeepsSessions(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	db := openAt(t, root, "_codex_cloud.sql")
+	before := schemaOf(t, db, "sessions")
+	now := time.Now().UnixMilli()
+	seed := []string{
+		fmt.Sprintf(`INSERT INTO runs (id, created_at, repo) VALUES ('run_aaaaaaaa', %d, 'r'), ('run_bbbbbbbb', %d, 'r')`, now, now),
+		fmt.Sprintf(`INSERT INTO sessions (id, run_id, user, runner_mode, engine, status, end_reason, error, created_at, expires_at, ended_at, worktree_path, base_commit, volumes)
+			VALUES ('sbx_aaaaaaaa', 'run_aaaaaaaa', 'alice', 'local_worktree', 'host', 'open', '', '', %d, %d, NULL, '/w/a', 'abc', '[]'),
+			       ('sbx_bbbbbbbb', 'run_bbbbbbbb', 'bob', 'cloud_worker', 'docker', 'destroyed', 'expired', 'x', %d, %d, %d, '/w/b', '', '["v1"]')`,
+			now, now+3600e3, now, now, now),
+		fmt.Sprintf(`INSERT INTO steps (run_id, seq, session_id, name, argv, dir, state, started_at, heartbeat_at, exit_code)
+			VALUES ('run_aaaaaaaa', 1, 'sbx_aaaaaaaa', 'test', '["true"]', '/d', 'finished', %d, %d, 0)`, now, now),
+	}
+	for _, q := range seed {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	dump := func(q func(string) (*sql.Rows, error)) []string {
+		rows, err := q(`SELECT id, run_id, user, project, runner_mode, engine, status, end_reason, error, created_at, expires_at,
+			coalesce(ended_at, -1), worktree_path, repo, ref, base_commit, container_id, mount_mode, image, volumes FROM sessions ORDER BY id`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			vals := make([]any, 20)
+			ptrs := make([]any, 20)
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			rows.Scan(ptrs...)
+			out = append(out, fmt.Sprint(vals...))
+		}
+		return out
+	}
+	rowsBefore := dump(func(q string) (*sql.Rows, error) { return db.Query(q) })
+	db.Close()
+
+	s := open(t, root)
+	after := schemaOf(t, s.db, "sessions")
+	if !reflect.DeepEqual(before.columns, after.columns) {
+		t.Fatalf("sessions columns changed:\nbefore %q\nafter  %q", before.columns, after.columns)
+	}
+	if !reflect.DeepEqual(before.indexes, after.indexes) {
+		t.Fatalf("sessions indexes changed:\nbefore %q\nafter  %q", before.indexes, after.indexes)
+	}
+	for _, fk := range before.fks {
+		if !contains(after.fks, fk) {
+			t.Fatalf("foreign key %s lost: %q", fk, after.fks)
+		}
+	}
+	if got := dump(func(q string) (*sql.Rows, error) { return s.db.Query(q) }); !reflect.DeepEqual(rowsBefore, got) {
+		t.Fatalf("rows changed:\nbefore %q\nafter  %q", rowsBefore, got)
+	}
+	if id, _ := s.InstanceID(ctx); id != "inst1" {
+		t.Fatalf("instance %q", id)
+	}
+	var fk, integrity string
+	s.db.QueryRow("PRAGMA foreign_keys").Scan(&fk)
+	s.db.QueryRow("PRAGMA integrity_check").Scan(&integrity)
+	if fk != "1" || integrity != "ok" {
+		t.Fatalf("foreign_keys=%s integrity=%s", fk, integrity)
+	}
+	// The steps still refer to the (rebuilt) sessions table.
+	if _, err := s.db.Exec(`INSERT INTO steps (run_id, seq, session_id, name, argv, dir, started_at, heartbeat_at)
+		VALUES ('run_aaaaaaaa', 2, 'sbx_nosuchxx', 'x', '[]', '/d', 0, 0)`); err == nil {
+		t.Fatal("a step of a missing session was accepted: the foreign key is gone")
+	}
+	// New states are accepted, unknown ones still refused.
+	if _, err := s.db.Exec(`UPDATE sessions SET status = 'ready', end_reason = 'task_ready' WHERE id = 'sbx_aaaaaaaa'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec(`UPDATE sessions SET status = 'bogus' WHERE id = 'sbx_aaaaaaaa'`); err == nil {
+		t.Fatal("status 'bogus' accepted")
+	}
+	if _, err := s.db.Exec(`UPDATE sessions SET end_reason = 'bogus' WHERE id = 'sbx_aaaaaaaa'`); err == nil {
+		t.Fatal("end_reason 'bogus' accepted")
+	}
+	// The store works on it.
+	if sess, err := s.Get(ctx, "sbx_bbbbbbbb"); err != nil || sess.Status != StatusDestroyed || len(sess.Volumes) != 1 {
+		t.Fatalf("%+v %v", sess, err)
+	}
+}
+
+// A migration that leaves a dangling reference fails and changes nothing.
+func TestMigrationForeignKeyCheck(t *testing.T) {
+	root := t.TempDir()
+	db := openAt(t, root, "_codex_cloud.sql")
+	// A step whose session does not exist, written with foreign keys off
+	// (as a buggy older xmode might have).
+	if _, err := db.Exec(`PRAGMA foreign_keys = OFF; INSERT INTO steps (run_id, seq, session_id, name, argv, dir, started_at, heartbeat_at)
+		VALUES ('run_zzzzzzzz', 1, 'sbx_zzzzzzzz', 'x', '[]', '/d', 0, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	db.QueryRow("PRAGMA user_version").Scan(&v)
+	db.Close()
+	_, err := Open(context.Background(), root)
+	if err == nil || !strings.Contains(err.Error(), "refers to a missing row") || fail.KindOf(err) == fail.Usage {
+		t.Fatalf("Open: %v", err)
+	}
+	db2, _ := sql.Open("sqlite", filepath.Join(root, FileName))
+	defer db2.Close()
+	var after int
+	db2.QueryRow("PRAGMA user_version").Scan(&after)
+	if after != v {
+		t.Fatalf("user_version %d → %d: a failed migration committed", v, after)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
