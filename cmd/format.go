@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -12,18 +11,70 @@ import (
 	"github.com/xmode/xmode/store"
 )
 
-type table struct{ tw *tabwriter.Writer }
+// table prints aligned columns, two spaces apart. Widths are what a
+// terminal shows: colour codes take no room (text/tabwriter counts their
+// bytes, which pushed every column after a coloured one out of line).
+type table struct {
+	w    io.Writer
+	rows [][]string
+}
 
 func newTable(w io.Writer, header ...string) *table {
-	t := &table{tw: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
+	t := &table{w: w}
 	if len(header) > 0 {
 		t.row(header...)
 	}
 	return t
 }
 
-func (t *table) row(cols ...string) { fmt.Fprintln(t.tw, strings.Join(cols, "\t")) }
-func (t *table) flush() error       { return t.tw.Flush() }
+func (t *table) row(cols ...string) { t.rows = append(t.rows, cols) }
+
+func (t *table) flush() error {
+	var widths []int
+	for _, r := range t.rows {
+		for i, c := range r[:max(len(r)-1, 0)] {
+			if i >= len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], visibleWidth(c))
+		}
+	}
+	var b strings.Builder
+	for _, r := range t.rows {
+		for i, c := range r {
+			b.WriteString(c)
+			if i < len(r)-1 {
+				b.WriteString(strings.Repeat(" ", widths[i]-visibleWidth(c)+2))
+			}
+		}
+		b.WriteByte('\n')
+	}
+	t.rows = nil
+	_, err := io.WriteString(t.w, b.String())
+	return err
+}
+
+// visibleWidth is how many columns s takes on a terminal: its runes, less
+// the escape sequences that colour them (ESC [ … m).
+func visibleWidth(s string) int {
+	n := 0
+	for i := 0; i < len(s); {
+		if s[i] == 0x1b && i+1 < len(s) && s[i+1] == '[' {
+			j := i + 2
+			for j < len(s) && (s[j] >= '0' && s[j] <= '9' || s[j] == ';') {
+				j++
+			}
+			if j < len(s) && s[j] == 'm' {
+				i = j + 1
+				continue
+			}
+		}
+		_, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+		n++
+	}
+	return n
+}
 
 // human prints a duration the way people read it: 42s, 5m, 1h59m, 3d4h.
 func human(d time.Duration) string {
@@ -75,6 +126,20 @@ func size(n *int64) string {
 		v /= 1024
 	}
 	return fmt.Sprintf("%.1fT", v)
+}
+
+// dockerSize prints a byte count in docker's units, as the limits are
+// written: 64m, 4g, 1536m.
+func dockerSize(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		size   int64
+	}{{"g", 1 << 30}, {"m", 1 << 20}, {"k", 1 << 10}} {
+		if n >= u.size && n%u.size == 0 {
+			return fmt.Sprintf("%d%s", n/u.size, u.suffix)
+		}
+	}
+	return fmt.Sprintf("%db", n)
 }
 
 // clean makes text a sandbox or a repository chose safe for a terminal:

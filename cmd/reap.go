@@ -15,7 +15,7 @@ import (
 
 // newReap is `xmode sandbox reap` and its alias `xmode reap`.
 func (a *App) newReap(use string) *cobra.Command {
-	var dryRun, verbose, reclaimUnknown bool
+	var dryRun, reclaimUnknown bool
 	var grace string
 	cmd := &cobra.Command{
 		Use:   use,
@@ -70,7 +70,7 @@ EXIT STATUS
 			if a.json {
 				logTo = a.Err
 			}
-			if dryRun || verbose && !a.quiet {
+			if dryRun || a.verbose && !a.quiet {
 				r.Log = logTo
 			}
 			sum, err := r.Pass(cmd.Context(), reaper.PassOptions{DryRun: dryRun, ReclaimUnknown: reclaimUnknown})
@@ -96,7 +96,6 @@ EXIT STATUS
 	}
 	f := cmd.Flags()
 	f.BoolVar(&dryRun, "dry-run", false, "list what the pass would do; change nothing")
-	f.BoolVarP(&verbose, "verbose", "v", false, "print one line per action, with the session ID")
 	f.StringVar(&grace, "provision-grace", "15m", "end sessions still provisioning after this long (e.g. 15m)")
 	f.BoolVar(&reclaimUnknown, "reclaim-unknown", false, "also reclaim worktrees of run directories the store has no record of (after `xmode doctor --adopt`)")
 	return cmd

@@ -36,7 +36,7 @@ func Choose(runnerMode, configuredEngine string) (string, error) {
 		}
 		return "host", nil
 	case config.ModeCloudSubscription:
-		return "", fail.Refusedf("runner mode cloud_subscription does not run locally: submit it to the Codex cloud loop with `xmode cloud submit`")
+		return "", fail.Refusedf("runner mode cloud_subscription does not run locally: the Codex cloud loop runs it (contract §9); use local_worktree or cloud_worker to run here")
 	}
 	return "", fail.Usagef("unknown runner mode %q: use local_worktree, cloud_worker or cloud_subscription", runnerMode)
 }

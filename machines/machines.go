@@ -95,7 +95,7 @@ func NormaliseRepo(g storage.Guard, repo string) (string, error) {
 		return "", fail.Usagef("--repo %q: %v", repo, err)
 	}
 	if g.Root != "" && g.Contains(abs) {
-		return "", fail.Refusedf("--repo %s is inside the storage root %s: a sandbox's worktree is not a repository xmode clones from (a step may have written its .git); export its change request (`xmode cr export`) or push it elsewhere first", repo, g.Root)
+		return "", fail.Refusedf("--repo %s is inside the storage root %s: a sandbox's worktree is not a repository xmode clones from (a step may have written its .git); push what you need from it to another repository first", repo, g.Root)
 	}
 	if isURL {
 		return repo, nil

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -30,6 +31,15 @@ type ExecOptions struct {
 	// writers mean logs only (--json). A live stream that stalls or closes
 	// never holds up the step or its evidence (see liveWriter).
 	LiveStdout, LiveStderr io.Writer
+	// TTY runs the step on a terminal (`sandbox shell`, `exec -t`): one
+	// stream, the transcript, kept in stdout.log; Resize carries the
+	// window size (engine.ExecRequest).
+	TTY    bool
+	Resize <-chan engine.WinSize
+	// LookupEnv gives an --env entry without "=" (a name) its value from
+	// the host, as docker does; the evidence records only the name. Nil:
+	// os.LookupEnv.
+	LookupEnv func(string) (string, bool)
 }
 
 // Exec runs one step in an open session and records its evidence. An error
@@ -43,10 +53,9 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	if o.Timeout < 0 {
 		return nil, fail.Usagef("--timeout %s must be positive (or left out for none)", o.Timeout)
 	}
-	for _, kv := range o.Env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return nil, fail.Usagef("--env %q must be KEY=VALUE", kv)
-		}
+	env, err := o.environment()
+	if err != nil {
+		return nil, err
 	}
 	if err := store.CheckOpen(sess, time.Now()); err != nil {
 		return nil, err
@@ -70,7 +79,7 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	tag := newTag()
 	step, err := evidence.Begin(ctx, s.Store, s.Guard, evidence.Request{
 		Session: sess, Name: o.Name, Argv: o.Argv, Env: o.Env, Workdir: rel, Timeout: o.Timeout,
-		Tag: tag, MaxLogBytes: s.Cfg.EvidenceMaxBytes,
+		Tag: tag, MaxLogBytes: s.Cfg.EvidenceMaxBytes, TTY: o.TTY,
 	})
 	if err != nil {
 		return nil, err
@@ -80,8 +89,8 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	stdout, stderr := newLive(o.LiveStdout), newLive(o.LiveStderr)
 	stopBeat := s.heartbeat(ctx, sess.RunID, step.Seq())
 	status, runErr := adapter.Exec(ctx, sb, engine.ExecRequest{
-		Argv: o.Argv, Env: o.Env, Workdir: rel, Timeout: o.Timeout, Grace: o.Grace, Stdin: o.Stdin, Tag: tag,
-		Stdout: tee(step.Stdout, stdout), Stderr: tee(step.Stderr, stderr),
+		Argv: o.Argv, Env: env, Workdir: rel, Timeout: o.Timeout, Grace: o.Grace, Stdin: o.Stdin, Tag: tag,
+		Stdout: tee(step.Stdout, stdout), Stderr: tee(step.Stderr, stderr), TTY: o.TTY, Resize: o.Resize,
 	})
 	stopBeat()
 	stdout.close()
@@ -96,6 +105,29 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 		return nil, runErr
 	}
 	return res, err
+}
+
+// environment is the step's KEY=VALUE list: entries as given, and a bare
+// name with the host's value (left out when the host has none, as docker
+// does).
+func (o ExecOptions) environment() ([]string, error) {
+	lookup := o.LookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	env := make([]string, 0, len(o.Env))
+	for _, kv := range o.Env {
+		k, _, ok := strings.Cut(kv, "=")
+		if k == "" || strings.ContainsAny(k, " \t\n") {
+			return nil, fail.Usagef("--env %q must be KEY=VALUE, or a variable's NAME to pass its value from here", kv)
+		}
+		if ok {
+			env = append(env, kv)
+		} else if v, set := lookup(k); set {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env, nil
 }
 
 // newTag is a step's XMODE_EXEC_TAG: its processes carry it, so they can be

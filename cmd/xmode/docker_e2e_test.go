@@ -97,8 +97,8 @@ func TestDockerEngineCLI(t *testing.T) {
 
 		// cloud_subscription: refused, pointing to the cloud loop.
 		r := dkWant(t, dkXmode(t, root, dockerEnv, "sandbox", "create", "--repo", repo, "--runner-mode", "cloud_subscription"), 4)
-		if !strings.Contains(r.stderr, "xmode cloud submit") {
-			t.Fatalf("cloud_subscription refusal does not point to `xmode cloud submit`\n%s", r)
+		if !strings.Contains(r.stderr, "does not run locally") {
+			t.Fatalf("cloud_subscription refusal does not say it does not run locally\n%s", r)
 		}
 	})
 
