@@ -46,6 +46,11 @@ the machine's default ref (what sandboxes of the project check out without
 				return err
 			}
 			start := time.Now()
+			if repo != "" && !a.json && !a.quiet {
+				if norm, dirty, err := machines.ResolveRepo(cmd.Context(), svc.Guard, repo); err == nil && dirty {
+					a.info("xmode: note: %s has uncommitted changes; the machine gets what is committed, not them", norm)
+				}
+			}
 			mach, cloned, err := svc.Machines().Warm(cmd.Context(), args[0], repo, ref)
 			if err != nil {
 				return err

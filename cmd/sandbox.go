@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
@@ -24,9 +25,21 @@ func (a *App) newCreate() *cobra.Command {
 		Long: `Provision a sandbox session. Prints its ID on stdout (the session as JSON with --json).
 
 The session is recorded before anything touches disk; a failed clone leaves no
-worktree behind and the session ends as failed (provision_failed).` + exitStatusHelp,
+worktree behind and the session ends as failed (provision_failed). A mistake
+found before that (a missing path, no repository, an unknown branch, tag or
+commit of a local repository) leaves nothing at all; exit 2 either way.
+
+--repo . is the repository this directory is in (any subdirectory of it); the
+sandbox gets what is committed there, and a note says when there is more.
+
+Where it runs: on the host (runner mode local_worktree, the default), or in a
+hardened docker container with XMODE_SANDBOX_ENGINE=docker and runner mode
+cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=cloud_worker`" + `).` + exitStatusHelp,
 		Example: `  xmode sandbox create --repo https://example.com/project.git --ref main
-  id=$(xmode sandbox create --repo . -q)`,
+  id=$(xmode sandbox create --repo . -q)
+  XMODE_SANDBOX_ENGINE=docker xmode sandbox create --repo . --runner-mode cloud_worker --image golang:1.26
+  XMODE_PROJECT_MACHINES=1 xmode sandbox create --project prom --ref v3.0.0`,
+		Annotations: map[string]string{"interrupted": "the sandbox was not created; what it had begun was cleaned up (`xmode sandbox list --all` shows the session as failed if it was recorded)"},
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ov := map[string]config.Flag{}
@@ -37,6 +50,12 @@ worktree behind and the session ends as failed (provision_failed).` + exitStatus
 			svc, err := a.service(cmd.Context(), ov)
 			if err != nil {
 				return err
+			}
+			if err := a.checkEngine(cmd, svc.Cfg); err != nil {
+				return err
+			}
+			if !a.json && !a.quiet {
+				svc.Notices = a.Err
 			}
 			sess, err := svc.Create(cmd.Context(), o)
 			if err != nil {
@@ -62,6 +81,30 @@ worktree behind and the session ends as failed (provision_failed).` + exitStatus
 	f.String("runner-mode", "", "local_worktree, cloud_worker or cloud_subscription")
 	f.String("image", "", "sandbox image (docker engine)")
 	return cmd
+}
+
+// checkEngine says where a new sandbox will run when that is not what its
+// configuration suggests: --image for a host sandbox is refused (it would
+// be ignored), and XMODE_SANDBOX_ENGINE=docker with the default runner mode
+// (which always runs on the host) gets a warning naming the missing step.
+func (a *App) checkEngine(cmd *cobra.Command, cfg *config.Config) error {
+	name, err := engine.Choose(cfg.RunnerMode, cfg.Engine)
+	if err != nil {
+		return nil // Create says why
+	}
+	if name == "docker" {
+		return nil
+	}
+	if cmd.Flags().Changed("image") {
+		if cfg.Engine == "docker" {
+			return fail.Usagef("--image is for docker sandboxes, and runner mode %s runs on the host: add --runner-mode cloud_worker (XMODE_RUNNER_MODE=cloud_worker) for a docker sandbox", cfg.RunnerMode)
+		}
+		return fail.Usagef("--image is for docker sandboxes, and this one runs on the host: set XMODE_SANDBOX_ENGINE=docker and XMODE_RUNNER_MODE=cloud_worker (or --runner-mode cloud_worker) for a docker sandbox")
+	}
+	if cfg.Engine == "docker" && !cfg.Explicit("XMODE_RUNNER_MODE") {
+		fmt.Fprintf(a.Err, "%s XMODE_SANDBOX_ENGINE=docker, but this sandbox runs on the host: runner mode local_worktree (the default) always does. For a docker sandbox set XMODE_RUNNER_MODE=cloud_worker too (or --runner-mode cloud_worker)\n", a.paint(color.FgYellow, "xmode: warning:"))
+	}
+	return nil
 }
 
 func (a *App) newExec() *cobra.Command {

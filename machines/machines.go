@@ -135,7 +135,7 @@ func (m *Manager) Warm(ctx context.Context, project, repo, ref string) (mach *st
 		return nil, false, err
 	}
 	if repo != "" {
-		if repo, err = NormaliseRepo(m.Guard, repo); err != nil {
+		if repo, _, err = ResolveRepo(ctx, m.Guard, repo); err != nil {
 			return nil, false, err
 		}
 	}

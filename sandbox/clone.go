@@ -113,6 +113,17 @@ func resolveRef(ctx context.Context, repo, ref string) (target, error) {
 		}
 	}
 	if machines.IsCommitish(strings.ToLower(ref)) {
+		if filepath.IsAbs(repo) {
+			// A local repository tells at once whether it has the
+			// commit: a mistake then leaves nothing, as a bad branch does.
+			// (A remote's commit is found only by the clone.)
+			if _, err := gitcli.Run(ctx, nil, repo, "rev-parse", "--verify", "--quiet", "--end-of-options", ref+"^{commit}"); err != nil {
+				if ctx.Err() != nil {
+					return target{}, ctx.Err()
+				}
+				return target{}, fail.Usagef("--ref %q: no such branch, tag or commit in %s (or more than one commit starts with it)", ref, repo)
+			}
+		}
 		return target{hash: strings.ToLower(ref)}, nil
 	}
 	return target{}, fail.Usagef("--ref %q: no such branch, tag or commit in %s", ref, repo)
@@ -162,10 +173,11 @@ func clone(ctx context.Context, repo string, t target, dir string, progress io.W
 			if ctx.Err() != nil {
 				return "", err
 			}
+			// The same mistake as a bad branch (exit 2), found only now.
 			if len(t.hash) < 40 {
-				return "", fail.Failedf("commit %s not found in %s (or more than one commit starts with it)", t.hash, repo)
+				return "", fail.Usagef("--ref %q: no such branch, tag or commit in %s (or more than one commit starts with it)", t.hash, repo)
 			}
-			return "", fail.Failedf("commit %s not found in %s", t.hash, repo)
+			return "", fail.Usagef("--ref %q: no such branch, tag or commit in %s", t.hash, repo)
 		}
 		if _, err := gitcli.Run(ctx, nil, dir, "checkout", "--quiet", "--detach", h); err != nil {
 			return "", fmt.Errorf("git checkout %s: %w", t.hash, err)
