@@ -36,7 +36,7 @@ func (a *App) newReap(use string) *cobra.Command {
     of run directories the store has no record of, unless
     --reclaim-unknown asks for them.
 
-Silent on success, for cron; -v prints one line per action, --json the
+Silent on success, for cron (a bar on a terminal); -v prints one line per action, --json the
 summary, --dry-run what it would do (changing nothing). Overlapping passes
 each take a session at most once. A teardown that fails (the docker daemon is
 down) leaves its session open for the next pass, and the pass exits 1 after
@@ -72,6 +72,9 @@ EXIT STATUS
 			}
 			if dryRun || a.verbose && !a.quiet {
 				r.Log = logTo
+			} else if !a.json && !a.quiet && isTerminal(a.Err) {
+				// A long pass on a terminal shows a bar; cron sees nothing.
+				r.Progress = a.Err
 			}
 			sum, err := r.Pass(cmd.Context(), reaper.PassOptions{DryRun: dryRun, ReclaimUnknown: reclaimUnknown})
 			if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/gitcli"
+	"github.com/xmode/xmode/internal/progress"
 	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
@@ -228,7 +229,10 @@ func (m *Manager) clone(ctx context.Context, project, repo string) error {
 	} else {
 		args = append(args, "--quiet")
 	}
-	if _, err := gitcli.Run(ctx, m.Progress, "", append(args, "--", repo, tmp)...); err != nil {
+	bar := progress.NewGit(m.Progress)
+	_, err = gitcli.Run(ctx, bar.Writer(), "", append(args, "--", repo, tmp)...)
+	bar.Close()
+	if err != nil {
 		root.RemoveAll(project + "/" + filepath.Base(tmp))
 		return fail.As(fail.Failed, fmt.Errorf("warm project machine %s: %w", project, err))
 	}
@@ -299,7 +303,10 @@ func (m *Manager) fetch(ctx context.Context, repoDir, project string) error {
 		args = append(args, "--progress")
 	}
 	args = append(args, "origin", "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
-	if _, err := gitcli.Run(ctx, m.Progress, repoDir, args...); err != nil {
+	bar := progress.NewGit(m.Progress)
+	_, err := gitcli.Run(ctx, bar.Writer(), repoDir, args...)
+	bar.Close()
+	if err != nil {
 		return fail.As(fail.Failed, fmt.Errorf("fetch project machine %s: %w", project, err))
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/gitcli"
+	"github.com/xmode/xmode/internal/progress"
 	"github.com/xmode/xmode/machines"
 	"github.com/xmode/xmode/storage"
 )
@@ -136,13 +137,13 @@ func resolveRef(ctx context.Context, repo, ref string) (target, error) {
 // cloned like a file:// URL: shallow, and without hard links from the
 // sandbox's .git into the user's repository, which a step could write
 // through.
-func clone(ctx context.Context, repo string, t target, dir string, progress io.Writer) (string, error) {
+func clone(ctx context.Context, repo string, t target, dir string, out io.Writer) (string, error) {
 	if err := checkRepo(repo); err != nil {
 		return "", err
 	}
 	// A tag checked out detaches HEAD: git's advice about it is noise here.
 	args := []string{"-c", "advice.detachedHead=false", "clone", "--no-local"}
-	if progress != nil {
+	if out != nil {
 		args = append(args, "--progress")
 	} else {
 		args = append(args, "--quiet")
@@ -161,7 +162,10 @@ func clone(ctx context.Context, repo string, t target, dir string, progress io.W
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", fmt.Errorf("create the worktree: %w", err)
 	}
-	if _, err := gitcli.Run(ctx, progress, "", append(args, "--", repo, dir)...); err != nil {
+	bar := progress.NewGit(out)
+	_, err := gitcli.Run(ctx, bar.Writer(), "", append(args, "--", repo, dir)...)
+	bar.Close()
+	if err != nil {
 		if ctx.Err() != nil {
 			return "", err
 		}
