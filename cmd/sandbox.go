@@ -40,7 +40,7 @@ cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=c
   XMODE_SANDBOX_ENGINE=docker xmode sandbox create --repo . --runner-mode cloud_worker --image golang:1.26
   XMODE_PROJECT_MACHINES=1 xmode sandbox create --project prom --ref v3.0.0`,
 		Annotations: map[string]string{"interrupted": "the sandbox was not created; what it had begun was cleaned up (`xmode sandbox list --all` shows the session as failed if it was recorded)"},
-		Args: exactArgs(0, "no arguments"),
+		Args:        exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ov := map[string]config.Flag{}
 			flagOverride(cmd, ov, "user", "XMODE_USER")
