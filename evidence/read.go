@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/xmode/xmode/fail"
@@ -69,9 +70,15 @@ func Open(g storage.Guard, runID string, seq int, name, file string) (*os.File, 
 			return nil, fail.Refusedf("evidence directory %s is not a directory (a step replaced it?): refusing to read through it", filepath.Join(g.RunsDir(), dir))
 		}
 	}
-	f, err := runs.OpenFile(filepath.Join(rel, file), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	path := filepath.Join(rel, file)
+	if st, err := runs.Lstat(path); err == nil && st.Mode()&fs.ModeSymlink != 0 {
+		return nil, fail.Refusedf("%s is a symlink (a step replaced it?): refusing to follow it", filepath.Join(g.RunsDir(), path))
+	}
+	f, err := runs.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		if errors.Is(err, syscall.ELOOP) {
+		// A link swapped in after the check: ELOOP, or os.Root's own
+		// refusal of one that leads out.
+		if errors.Is(err, syscall.ELOOP) || strings.Contains(err.Error(), "path escapes") {
 			return nil, fail.Refusedf("%s is a symlink (a step replaced it?): refusing to follow it", filepath.Join(g.RunsDir(), rel, file))
 		}
 		return nil, missing(filepath.Join(rel, file), err)

@@ -122,15 +122,9 @@ func (s *Service) CopyIn(ctx context.Context, sess *store.Session, src, rel stri
 		return CopyResult{}, fmt.Errorf("open the worktree: %w", err)
 	}
 	defer dst.Close()
-	name := rel
-	if st, err := dst.Stat(rel); err == nil && st.IsDir() && !contents {
-		name = path.Join(rel, srcName)
-	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	name, err := destination(dst, rel, srcName, contents)
+	if err != nil {
 		return CopyResult{}, inWorktree(sess, rel, err)
-	} else if err != nil {
-		if pst, perr := dst.Stat(path.Dir(rel)); perr != nil || !pst.IsDir() {
-			return CopyResult{}, inWorktree(sess, path.Dir(rel), cmpErr(perr, fs.ErrNotExist))
-		}
 	}
 	var o storage.CopyOptions
 	if owner, ok := ownerOf(wt); ok && os.Geteuid() == 0 {
@@ -145,6 +139,32 @@ func (s *Service) CopyIn(ctx context.Context, sess *store.Session, src, rel stri
 		return res, err
 	}
 	return res, nil
+}
+
+// destination is where a copy into the worktree goes: into rel when it is
+// a directory (a link to one inside the worktree counts), else rel itself,
+// whose directory must exist. A link at rel that leads out, or nowhere, is
+// replaced by the copy, never followed.
+func destination(dst *os.Root, rel, srcName string, contents bool) (string, error) {
+	lst, err := dst.Lstat(rel)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if pst, perr := dst.Stat(path.Dir(rel)); perr != nil || !pst.IsDir() {
+			return "", cmpErr(perr, fs.ErrNotExist)
+		}
+		return rel, nil
+	case err != nil:
+		return "", err
+	case contents:
+		return rel, nil
+	case lst.IsDir():
+		return path.Join(rel, srcName), nil
+	case lst.Mode()&fs.ModeSymlink != 0:
+		if st, err := dst.Stat(rel); err == nil && st.IsDir() {
+			return path.Join(rel, srcName), nil
+		}
+	}
+	return rel, nil
 }
 
 // copyTree is storage.CopyTree, or with contents each entry of a directory.
