@@ -339,6 +339,22 @@ func TestProgressOnlyOnATerminal(t *testing.T) {
 	if err != nil || strings.Contains(string(out), "objects") {
 		t.Fatalf("progress into a pipe: %v\n%s", err, out)
 	}
+
+	// A reap pass with teardowns to do: a bar on a terminal; with -v the
+	// action lines instead; nothing for cron.
+	for range 2 {
+		if err := xmode(t, root, "sandbox", "create", "--repo", repo, "--ttl", "1ms", "-q").Run(); err != nil {
+			t.Fatalf("create: %v", err)
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	term = startTerminal(t, xmode(t, root, "reap"), 24, 100)
+	if code := term.exit(); code != 0 {
+		t.Fatalf("reap: exit %d\n%q", code, term.screen())
+	}
+	if s := term.screen(); !strings.Contains(s, "reaping 100%") || !strings.Contains(s, "(2/2)") {
+		t.Fatalf("no progress bar over a reap pass on a terminal:\n%q", s)
+	}
 }
 
 type syncBuf struct {
