@@ -29,6 +29,7 @@ type terminal struct {
 	mu   sync.Mutex
 	out  bytes.Buffer
 	done chan struct{}
+	read chan struct{} // the screen has everything: the pty reached EOF
 	err  error
 }
 
@@ -38,8 +39,9 @@ func startTerminal(t *testing.T, c *exec.Cmd, rows, cols uint16) *terminal {
 	if err != nil {
 		t.Fatal(err)
 	}
-	term := &terminal{t: t, cmd: c, pty: f, done: make(chan struct{})}
+	term := &terminal{t: t, cmd: c, pty: f, done: make(chan struct{}), read: make(chan struct{})}
 	go func() {
+		defer close(term.read)
 		buf := make([]byte, 4096)
 		for {
 			n, err := f.Read(buf)
@@ -97,6 +99,10 @@ func (term *terminal) exit() int {
 	case <-term.done:
 	case <-time.After(20 * time.Second):
 		term.t.Fatalf("xmode did not end; the terminal shows:\n%q", term.screen())
+	}
+	select { // what it printed last
+	case <-term.read:
+	case <-time.After(2 * time.Second):
 	}
 	var ee *exec.ExitError
 	if errors.As(term.err, &ee) {
