@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -68,8 +70,19 @@ func (a *App) interrupts(parent context.Context) (context.Context, func()) {
 // the command left, from its "interrupted" annotation) instead of "context
 // canceled".
 func interrupted(ctx context.Context, cmd *cobra.Command, err error) (int, string, bool) {
+	if err == nil {
+		return 0, "", false
+	}
+	if ctx.Err() == nil && diedOfSignal(err) {
+		// The same Ctrl-C reached a child (git) of the terminal's job too,
+		// which may have failed before xmode's own handler ran: wait for it.
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 	var in *engine.Interrupt
-	if err == nil || !errors.As(context.Cause(ctx), &in) {
+	if !errors.As(context.Cause(ctx), &in) {
 		return 0, "", false
 	}
 	msg := "interrupted (" + signame(in.Signal) + ")"
@@ -77,6 +90,18 @@ func interrupted(ctx context.Context, cmd *cobra.Command, err error) (int, strin
 		msg += ": " + cmd.Annotations["interrupted"]
 	}
 	return 128 + int(in.Signal), msg, true
+}
+
+// diedOfSignal reports an error of a child killed by one of the signals
+// xmode takes as an interrupt (os/exec says "signal: interrupt").
+func diedOfSignal(err error) bool {
+	msg := err.Error()
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+		if strings.Contains(msg, "signal: "+sig.String()) {
+			return true
+		}
+	}
+	return false
 }
 
 func signame(sig syscall.Signal) string {
