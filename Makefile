@@ -5,17 +5,32 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/xmode/xmode/cmd.Version=$(VERSION)
 GOFLAGS_BUILD := -trimpath -ldflags '$(LDFLAGS)'
 
-.PHONY: build install test bench lint fuzz
+.PHONY: build install docs test bench lint fuzz
 
 build:
 	CGO_ENABLED=0 go build $(GOFLAGS_BUILD) -o bin/xmode ./cmd/xmode
 
-# The stand-in agent and the sample plan go beside it, for the README's
-# first `xmode run` (no account needed).
+# The binary, shell completions (bash, zsh, fish), man pages, and the
+# stand-in agent and sample plan for the README's first `xmode run`.
 install: build
 	install -D -m 0755 bin/xmode $(DESTDIR)$(PREFIX)/bin/xmode
+	mkdir -p bin/completions bin/man
+	bin/xmode completion bash > bin/completions/xmode.bash
+	bin/xmode completion zsh > bin/completions/_xmode
+	bin/xmode completion fish > bin/completions/xmode.fish
+	install -D -m 0644 bin/completions/xmode.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/xmode
+	install -D -m 0644 bin/completions/_xmode $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_xmode
+	install -D -m 0644 bin/completions/xmode.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/xmode.fish
+	go run ./internal/clidocs/gen -man bin/man
+	install -d $(DESTDIR)$(PREFIX)/share/man/man1
+	install -m 0644 bin/man/*.1 $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -D -m 0755 examples/agent.sh $(DESTDIR)$(PREFIX)/share/xmode/examples/agent.sh
 	install -D -m 0644 examples/xmode.yaml $(DESTDIR)$(PREFIX)/share/xmode/examples/xmode.yaml
+
+# The CLI reference in docs/cli, from the command tree (a test fails when
+# it is stale).
+docs:
+	go run ./internal/clidocs/gen -markdown docs/cli
 
 # The whole suite, race detector on, against the real git binary, real
 # processes and (providers/docker) a real Docker daemon.

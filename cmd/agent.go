@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xmode/xmode/agents"
-	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/plans"
 	"github.com/xmode/xmode/sandbox"
@@ -28,7 +27,8 @@ EXIT STATUS
   that needs the network on a session without one), 5 engine unavailable.`
 
 func (a *App) newAgent() *cobra.Command {
-	c := parent(&cobra.Command{Use: "agent", Short: "Run coding agents bound to a sandbox's worktree"})
+	c := parent(&cobra.Command{Use: "agent", Short: "Run coding agents bound to a sandbox's worktree",
+		Example: `  xmode agent run $id --agent codex --prompt "fix the failing test"`})
 	c.AddCommand(a.newAgentRun())
 	return c
 }
@@ -91,7 +91,7 @@ would otherwise wait for ever.` + stepExitHelp,
 				req.LiveStdout, req.LiveStderr = a.Out, a.Err
 			}
 			res, err := a.agents(svc).Run(cmd.Context(), req)
-			return a.stepDone(res, err)
+			return a.stepDone(svc.Cfg, res, err, o.timeout)
 		},
 	}
 	f := cmd.Flags()
@@ -143,29 +143,9 @@ func (a *App) readPrompt(text, file string, stdin bool) (string, error) {
 	return string(b), nil
 }
 
-// stepDone reports a finished step the way sandbox exec does and makes its
-// status the exit status.
-func (a *App) stepDone(res *evidence.Result, err error) error {
-	if res == nil {
-		return err
-	}
-	if err != nil {
-		fmt.Fprintf(a.Err, "%s %v\n", a.paint(color.FgYellow, "xmode: warning:"), err)
-	}
-	if a.json {
-		_ = a.printJSON(res)
-	}
-	if res.TimedOut {
-		fmt.Fprintf(a.Err, "xmode: step %d (%s) timed out\n", res.Seq, res.Name)
-	}
-	if res.ExitCode != 0 {
-		return exitStatus(res.ExitCode)
-	}
-	return nil
-}
-
 func (a *App) newPipeline() *cobra.Command {
-	c := parent(&cobra.Command{Use: "pipeline", Short: "Run a plan's steps in a sandbox"})
+	c := parent(&cobra.Command{Use: "pipeline", Short: "Run a plan's steps in a sandbox",
+		Example: `  xmode pipeline run $id -f xmode.yaml`})
 	c.AddCommand(a.newPipelineRun())
 	return c
 }
@@ -174,7 +154,9 @@ func (a *App) newPipelineRun() *cobra.Command {
 	var file string
 	var o plans.Options
 	cmd := &cobra.Command{
-		Use:   "run SESSION [-f FILE] [--from STEP] [--keep-going]",
+		Use: "run SESSION [-f FILE] [--from STEP] [--keep-going]",
+		Example: `  xmode pipeline run $id                       # the worktree's xmode.yaml
+  xmode pipeline run $id -f plan.yaml --from test --keep-going`,
 		Short: "Run a plan's steps in order, each as a named step",
 		Long: `Run the steps of a plan (-f FILE, else xmode.yaml at the root of the session's
 worktree) in order, each as a step named after it with its own evidence;

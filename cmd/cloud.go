@@ -21,7 +21,10 @@ import (
 
 func (a *App) newCloud() *cobra.Command {
 	c := &cobra.Command{
-		Use:   "cloud",
+		Use: "cloud",
+		Example: `  id=$(xmode sandbox create --repo . --runner-mode cloud_subscription -q)
+  xmode cloud submit "$id" --env ENV_ID --prompt "fix the flaky test"
+  xmode cloud poll --watch`,
 		Short: "The Codex cloud loop: submit a cloud_subscription session's work, follow it, see its outcome",
 		Long: `A cloud_subscription session runs nothing locally: its work goes to the Codex
 cloud as a task (` + "`cloud submit`" + `), a poller run by cron or a systemd timer
@@ -226,8 +229,9 @@ func (a *App) cloudTask(ctx context.Context, ref string) (*sandbox.Service, *sto
 func (a *App) newCloudLog() *cobra.Command {
 	var follow bool
 	cmd := &cobra.Command{
-		Use:   "log SESSION [--follow]",
-		Short: "Print the session's thread: the task's transcript as it arrived, with times",
+		Use:     "log SESSION [--follow]",
+		Example: `  xmode cloud log $id --follow`,
+		Short:   "Print the session's thread: the task's transcript as it arrived, with times",
 		Long: `Print the transcript lines the poller stored for the session's task, each with
 the time it arrived (--json: one JSON object per line). --follow keeps
 printing new lines as ` + "`cloud poll`" + ` (run elsewhere) stores them, until the
@@ -280,10 +284,11 @@ CODEX_CLOUD_STATUS_COMMAND prints the JSON Result (docs/codex-cloud.md).` + exit
 
 func (a *App) newCloudShow() *cobra.Command {
 	return &cobra.Command{
-		Use:   "show SESSION",
-		Short: "Show the session's cloud task: ID, state, attempts, polls, next due, last error, capture",
-		Args:  exactArgs(1, "one session"),
-		Long:  `Show the Codex cloud task of a session (--json: the task as JSON).` + exitStatusHelp,
+		Use:     "show SESSION",
+		Example: `  xmode cloud show $id --json`,
+		Short:   "Show the session's cloud task: ID, state, attempts, polls, next due, last error, capture",
+		Args:    exactArgs(1, "one session"),
+		Long:    `Show the Codex cloud task of a session (--json: the task as JSON).` + exitStatusHelp,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			_, t, err := a.cloudTask(cmd.Context(), args[0])
 			if err != nil {

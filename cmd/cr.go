@@ -40,7 +40,10 @@ func (a *App) warn(warnings []string) {
 
 func (a *App) newCR() *cobra.Command {
 	c := &cobra.Command{
-		Use:     "cr",
+		Use: "cr",
+		Example: `  cr=$(xmode cr create $id --title "Make the tests pass")
+  xmode cr show $cr --patch
+  xmode cr review $cr --approve`,
 		Aliases: []string{"change-request"},
 		Short:   "Change requests: freeze a sandbox's work, review it, export it",
 		Long: `A change request is everything a session's worktree holds against its base
@@ -77,7 +80,9 @@ type diffView struct {
 func (a *App) newDiff() *cobra.Command {
 	var o diffOptions
 	cmd := &cobra.Command{
-		Use:   "diff SESSION [--stat]",
+		Use: "diff SESSION [--stat]",
+		Example: `  xmode sandbox diff $id --stat
+  xmode sandbox diff $id --json`,
 		Short: "Show what a sandbox changed against its base commit (commits, uncommitted and untracked files)",
 		Long: `Show everything the session's worktree holds against its base commit — the
 agent's commits, uncommitted and untracked files, with the repository's ignore
@@ -205,7 +210,9 @@ type crListOptions struct {
 func (a *App) newCRList() *cobra.Command {
 	var o crListOptions
 	cmd := &cobra.Command{
-		Use:     "list [--run R] [--status open|approved|rejected]",
+		Use: "list [--run R] [--status open|approved|rejected]",
+		Example: `  xmode cr list --status open
+  xmode cr list --run run_7k2m9q4x --json`,
 		Aliases: []string{"ls"},
 		Short:   "List change requests, newest first",
 		Args:    exactArgs(0, "no arguments"),
@@ -276,8 +283,9 @@ type crShowView struct {
 func (a *App) newCRShow() *cobra.Command {
 	var o crShowOptions
 	cmd := &cobra.Command{
-		Use:   "show CR [--patch]",
-		Short: "Show a change request: title, base, stat, the evidence's steps (and the patch)",
+		Use:     "show CR [--patch]",
+		Example: `  xmode cr show cr_7k2m --patch`,
+		Short:   "Show a change request: title, base, stat, the evidence's steps (and the patch)",
 		Long: `Show a change request: its title, status and reviews, base commit, the agent's
 commits, the diffstat and every step of the run with pass/fail at a glance;
 --patch adds the patch. Paged on a terminal like git ($PAGER, else less -FRX).` + exitStatusHelp,
@@ -430,8 +438,9 @@ type crReviewOptions struct {
 func (a *App) newCRReview() *cobra.Command {
 	var o crReviewOptions
 	cmd := &cobra.Command{
-		Use:   "review CR --approve|--reject [--note TEXT]",
-		Short: "Approve or reject a change request (every decision is kept)",
+		Use:     "review CR --approve|--reject [--note TEXT]",
+		Example: `  xmode cr review cr_7k2m --approve --note "looks right"`,
+		Short:   "Approve or reject a change request (every decision is kept)",
 		Long: `Record a review decision, with the reviewer ($XMODE_USER, else the OS user) and
 the time. A change request's status is its latest decision. An approval is
 refused for a package that fails verification.` + exitStatusHelp,
@@ -482,8 +491,9 @@ func (a *App) runCRReview(ctx context.Context, o crReviewOptions) error {
 
 func (a *App) newCRVerify() *cobra.Command {
 	return &cobra.Command{
-		Use:   "verify CR",
-		Short: "Recompute every hash of a change request and its tree",
+		Use:     "verify CR",
+		Example: `  xmode cr verify cr_7k2m && echo intact`,
+		Short:   "Recompute every hash of a change request and its tree",
 		Long: `Recompute every hash of the package — manifest.json against the store,
 change.patch and evidence.json against the manifest, the logs of its steps
 against evidence.json — and the tree: change.patch applied to the base commit

@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/fatih/color"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
@@ -101,14 +104,21 @@ func doctor(ctx context.Context, cfg *config.Config) []engine.Check {
 		out = append(out, engine.Check{Name: name, Status: status, Detail: detail, Fix: fix})
 	}
 
-	// storage root
-	if err := os.MkdirAll(cfg.StorageRoot, 0o755); err != nil {
-		add("storage root", "fail", err.Error(), "set XMODE_STORAGE_ROOT or --storage-root to a writable directory")
-	} else if f, err := os.CreateTemp(cfg.StorageRoot, ".doctor-*"); err != nil {
-		add("storage root", "fail", cfg.StorageRoot+" is not writable: "+err.Error(), "fix its permissions or choose another --storage-root")
+	// storage root and database: looked at, never created (the first
+	// command that needs them does that).
+	dbPath := filepath.Join(cfg.StorageRoot, store.FileName)
+	if st, err := os.Stat(cfg.StorageRoot); errors.Is(err, fs.ErrNotExist) {
+		parent := existingParent(cfg.StorageRoot)
+		if unix.Access(parent, unix.W_OK) != nil {
+			add("storage root", "fail", cfg.StorageRoot+" does not exist and "+parent+" is not writable", "create it, or set XMODE_STORAGE_ROOT or --storage-root to a writable directory")
+		} else {
+			add("storage root", "ok", cfg.StorageRoot+" does not exist yet: the first `xmode sandbox create` makes it", "")
+		}
+	} else if err != nil || !st.IsDir() {
+		add("storage root", "fail", cfg.StorageRoot+" is not a directory", "set XMODE_STORAGE_ROOT or --storage-root to a writable directory")
+	} else if unix.Access(cfg.StorageRoot, unix.W_OK) != nil {
+		add("storage root", "fail", cfg.StorageRoot+" is not writable", "fix its permissions or choose another --storage-root")
 	} else {
-		f.Close()
-		os.Remove(f.Name())
 		add("storage root", "ok", cfg.StorageRoot+" is writable", "")
 		if suid, err := storage.AllowsSetuid(cfg.StorageRoot); err == nil && suid {
 			add("setuid", "warn", "the storage root's filesystem honours setuid bits: a setuid file a sandbox leaves in a worktree would run with its owner's rights on this host (xmode clears them after each docker step)",
@@ -117,7 +127,13 @@ func doctor(ctx context.Context, cfg *config.Config) []engine.Check {
 	}
 
 	// database
-	if st, err := store.Open(ctx, cfg.StorageRoot); err != nil {
+	if _, err := os.Stat(dbPath); errors.Is(err, fs.ErrNotExist) {
+		if used, _ := filepath.Glob(filepath.Join(cfg.StorageRoot, "runs", "run_*")); len(used) > 0 {
+			add("database", "fail", dbPath+" is missing while "+cfg.StorageRoot+" holds runs", "restore xmode.db from a backup, or `xmode doctor --adopt`")
+		} else {
+			add("database", "ok", dbPath+" does not exist yet: the first command that needs it creates it", "")
+		}
+	} else if st, err := store.Open(ctx, cfg.StorageRoot); err != nil {
 		fix := "see the message; a newer schema needs a newer xmode"
 		if errors.Is(err, store.ErrLost) {
 			fix = "restore xmode.db from a backup, or `xmode doctor --adopt`"
@@ -137,10 +153,14 @@ func doctor(ctx context.Context, cfg *config.Config) []engine.Check {
 		add("git", "ok", strings.TrimSpace(string(v)), "")
 	}
 
-	if cfg.Engine == "" {
-		add("engine", "warn", "XMODE_SANDBOX_ENGINE is unset: cloud_worker sessions run as host processes", "set XMODE_SANDBOX_ENGINE=docker for hardened containers")
-	} else {
-		add("engine", "ok", "cloud_worker sessions run on the "+cfg.Engine+" engine", "")
+	switch {
+	case cfg.Engine == "":
+		add("engine", "warn", "XMODE_SANDBOX_ENGINE is unset: every session runs as a host process", "for hardened docker containers set XMODE_SANDBOX_ENGINE=docker and XMODE_RUNNER_MODE=cloud_worker")
+	case cfg.RunnerMode == config.ModeLocalWorktree:
+		add("engine", "warn", "XMODE_SANDBOX_ENGINE="+cfg.Engine+", but new sessions are local_worktree (runner mode "+cfg.RunnerMode+", "+sourceOf(cfg, "XMODE_RUNNER_MODE")+"), which runs on the host: only cloud_worker sessions run on the "+cfg.Engine+" engine",
+			"set XMODE_RUNNER_MODE=cloud_worker (or create with --runner-mode cloud_worker)")
+	default:
+		add("engine", "ok", "new sessions ("+cfg.RunnerMode+") run on the "+cfg.Engine+" engine", "")
 	}
 	if left := cfg.Unapplied(); len(left) > 0 {
 		add("limits", "warn", "bind mode (no storage volume) keeps the lightweight docker argv: "+strings.Join(left, ", ")+" are not applied, nor cap-drop and no-new-privileges",
@@ -168,6 +188,25 @@ func doctor(ctx context.Context, cfg *config.Config) []engine.Check {
 		}
 	}
 	return out
+}
+
+// existingParent is the nearest directory above p that exists.
+func existingParent(p string) string {
+	for d := filepath.Dir(p); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil || d == filepath.Dir(d) {
+			return d
+		}
+	}
+}
+
+// sourceOf says where a setting's value came from.
+func sourceOf(cfg *config.Config, name string) string {
+	for _, v := range cfg.Values {
+		if v.Name == name {
+			return v.Source
+		}
+	}
+	return "default"
 }
 
 // badStatus is how much a failing check of an engine matters: a failure

@@ -4,28 +4,77 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/fatih/color"
-
 	"github.com/xmode/xmode/store"
 )
 
-type table struct{ tw *tabwriter.Writer }
+// table prints aligned columns, two spaces apart. Widths are what a
+// terminal shows: colour codes take no room (text/tabwriter counts their
+// bytes, which pushed every column after a coloured one out of line).
+type table struct {
+	w    io.Writer
+	rows [][]string
+}
 
 func newTable(w io.Writer, header ...string) *table {
-	t := &table{tw: tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)}
+	t := &table{w: w}
 	if len(header) > 0 {
 		t.row(header...)
 	}
 	return t
 }
 
-func (t *table) row(cols ...string) { fmt.Fprintln(t.tw, strings.Join(cols, "\t")) }
-func (t *table) flush() error       { return t.tw.Flush() }
+func (t *table) row(cols ...string) { t.rows = append(t.rows, cols) }
+
+func (t *table) flush() error {
+	var widths []int
+	for _, r := range t.rows {
+		for i, c := range r[:max(len(r)-1, 0)] {
+			if i >= len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], visibleWidth(c))
+		}
+	}
+	var b strings.Builder
+	for _, r := range t.rows {
+		for i, c := range r {
+			b.WriteString(c)
+			if i < len(r)-1 {
+				b.WriteString(strings.Repeat(" ", widths[i]-visibleWidth(c)+2))
+			}
+		}
+		b.WriteByte('\n')
+	}
+	t.rows = nil
+	_, err := io.WriteString(t.w, b.String())
+	return err
+}
+
+// visibleWidth is how many columns s takes on a terminal: its runes, less
+// the escape sequences that colour them (ESC [ … m).
+func visibleWidth(s string) int {
+	n := 0
+	for i := 0; i < len(s); {
+		if s[i] == 0x1b && i+1 < len(s) && s[i+1] == '[' {
+			j := i + 2
+			for j < len(s) && (s[j] >= '0' && s[j] <= '9' || s[j] == ';') {
+				j++
+			}
+			if j < len(s) && s[j] == 'm' {
+				i = j + 1
+				continue
+			}
+		}
+		_, size := utf8.DecodeRuneInString(s[i:])
+		i += size
+		n++
+	}
+	return n
+}
 
 // human prints a duration the way people read it: 42s, 5m, 1h59m, 3d4h.
 func human(d time.Duration) string {
@@ -79,6 +128,20 @@ func size(n *int64) string {
 	return fmt.Sprintf("%.1fT", v)
 }
 
+// dockerSize prints a byte count in docker's units, as the limits are
+// written: 64m, 4g, 1536m.
+func dockerSize(n int64) string {
+	for _, u := range []struct {
+		suffix string
+		size   int64
+	}{{"g", 1 << 30}, {"m", 1 << 20}, {"k", 1 << 10}} {
+		if n >= u.size && n%u.size == 0 {
+			return fmt.Sprintf("%d%s", n/u.size, u.suffix)
+		}
+	}
+	return fmt.Sprintf("%db", n)
+}
+
 // clean makes text a sandbox or a repository chose safe for a terminal:
 // control characters (an ESC sequence could rewrite the screen or the
 // title) and bytes that are not UTF-8 are shown escaped, \x1b-style.
@@ -128,23 +191,10 @@ func truncate(s string, n int) string {
 
 // stepTable prints a run's steps, as `sandbox show` and `run show` list them.
 func (a *App) stepTable(steps []store.StepRow) error {
+	now := time.Now()
 	t := newTable(a.Out, "STEP", "SESSION", "COMMAND", "EXIT", "DURATION")
 	for _, st := range steps {
-		exit, dur := "running", "-"
-		if st.State == "lost" {
-			exit = a.paint(color.FgRed, "lost")
-		}
-		if st.ExitCode != nil {
-			exit = fmt.Sprint(*st.ExitCode)
-			if st.TimedOut {
-				exit += " (timeout)"
-			}
-			if st.OOMKilled {
-				exit += " (oom)"
-			}
-			dur = st.FinishedAt.Sub(st.StartedAt).Round(time.Millisecond).String()
-		}
-		t.row(fmt.Sprintf("%04d-%s", st.Seq, st.Name), st.SessionID, truncate(clean(strings.Join(st.Argv, " ")), 50), exit, dur)
+		t.row(fmt.Sprintf("%04d-%s", st.Seq, st.Name), st.SessionID, truncate(clean(strings.Join(st.Argv, " ")), 50), a.stepStatus(st), stepDuration(st, now))
 	}
 	return t.flush()
 }

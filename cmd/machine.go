@@ -19,6 +19,8 @@ func (a *App) newMachine() *cobra.Command {
 <root>/project_machines/<project>/repo. With XMODE_PROJECT_MACHINES=1,
 ` + "`xmode sandbox create --project P`" + ` gives each run a detached git worktree of it
 instead of a clone of its own. See docs/project-machines.md.`,
+		Example: `  xmode machine warm prom --repo https://github.com/prometheus/prometheus.git
+  xmode machine list`,
 	})
 	m.AddCommand(a.newMachineWarm(), a.newMachineList(), a.newMachineShow(), a.newMachineRm())
 	return m
@@ -35,13 +37,20 @@ the machine's default ref (what sandboxes of the project check out without
 --ref); the first warm otherwise takes the remote's HEAD. Prints the project.` + exitStatusHelp,
 		Example: `  xmode machine warm prom --repo https://github.com/prometheus/prometheus.git
   xmode machine warm prom          # fetch`,
-		Args: exactArgs(1, "one project"),
+		Args:              exactArgs(1, "one project"),
+		ValidArgsFunction: a.completeProjects,
+		Annotations:       map[string]string{"interrupted": "a first warm leaves nothing behind; a fetch leaves the machine as it was"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			svc, err := a.service(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
 			start := time.Now()
+			if repo != "" && !a.json && !a.quiet {
+				if norm, dirty, err := machines.ResolveRepo(cmd.Context(), svc.Guard, repo); err == nil && dirty {
+					a.info("xmode: note: %s has uncommitted changes; the machine gets what is committed, not them", norm)
+				}
+			}
 			mach, cloned, err := svc.Machines().Warm(cmd.Context(), args[0], repo, ref)
 			if err != nil {
 				return err
@@ -73,6 +82,7 @@ func (a *App) newMachineList() *cobra.Command {
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List project machines",
+		Example: "  xmode machine list\n  xmode machine list --json",
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			svc, err := a.service(cmd.Context(), nil)
@@ -104,9 +114,11 @@ func (a *App) newMachineList() *cobra.Command {
 
 func (a *App) newMachineShow() *cobra.Command {
 	return &cobra.Command{
-		Use:   "show PROJECT",
-		Short: "Show one project machine",
-		Args:  exactArgs(1, "one project"),
+		Use:               "show PROJECT",
+		Short:             "Show one project machine",
+		Example:           "  xmode machine show prom\n  xmode machine show prom --json",
+		Args:              exactArgs(1, "one project"),
+		ValidArgsFunction: a.completeProjects,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			svc, err := a.service(cmd.Context(), nil)
 			if err != nil {
@@ -144,7 +156,10 @@ func (a *App) newMachineRm() *cobra.Command {
 		Long: `Remove a project machine. Refused (exit 4) while open sessions use it;
 --force stops them first, as ` + "`xmode sandbox stop`" + ` would (their evidence stays).
 With the docker engine configured, the project's cache volume goes too.` + exitStatusHelp,
-		Args: exactArgs(1, "one project"),
+		Example: `  xmode machine rm prom
+  xmode machine rm prom --force     # stop its sessions first`,
+		Args:              exactArgs(1, "one project"),
+		ValidArgsFunction: a.completeProjects,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			project := args[0]
 			svc, err := a.service(cmd.Context(), nil)

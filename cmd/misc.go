@@ -17,6 +17,8 @@ func (a *App) newConfig() *cobra.Command {
 		Long: `Print every setting of contract §6 with its effective value and where it came
 from: a flag, its XMODE_* variable, the CODEX_DOCKER_* fallback, or the default.
 A bad value exits 2 and names the variable.`,
+		Example: `  xmode config
+  XMODE_SANDBOX_ENGINE=docker xmode config --json | jq '.[] | select(.source != "default")'`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := a.config(nil)
@@ -60,16 +62,19 @@ A bad value exits 2 and names the variable.`,
 
 func (a *App) newVersion() *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  exactArgs(0, "no arguments"),
-		RunE: func(*cobra.Command, []string) error {
-			v := map[string]any{"version": Version, "go": runtime.Version(), "schema": store.SchemaVersion()}
-			if a.json {
-				return a.printJSON(v)
-			}
-			fmt.Fprintf(a.Out, "xmode %s (%s, store schema %d)\n", Version, runtime.Version(), store.SchemaVersion())
-			return nil
-		},
+		Use:     "version",
+		Short:   "Print the version",
+		Example: "  xmode version\n  xmode version --json",
+		Args:    exactArgs(0, "no arguments"),
+		RunE:    func(*cobra.Command, []string) error { return a.printVersion() },
 	}
+}
+
+// printVersion is `xmode version` and `xmode --version`.
+func (a *App) printVersion() error {
+	if a.json {
+		return a.printJSON(map[string]any{"version": Version, "go": runtime.Version(), "schema": store.SchemaVersion()})
+	}
+	fmt.Fprintf(a.Out, "xmode %s (%s, store schema %d)\n", Version, runtime.Version(), store.SchemaVersion())
+	return nil
 }

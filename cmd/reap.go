@@ -15,7 +15,7 @@ import (
 
 // newReap is `xmode sandbox reap` and its alias `xmode reap`.
 func (a *App) newReap(use string) *cobra.Command {
-	var dryRun, verbose, reclaimUnknown bool
+	var dryRun, reclaimUnknown bool
 	var grace string
 	cmd := &cobra.Command{
 		Use:   use,
@@ -36,7 +36,7 @@ func (a *App) newReap(use string) *cobra.Command {
     of run directories the store has no record of, unless
     --reclaim-unknown asks for them.
 
-Silent on success, for cron; -v prints one line per action, --json the
+Silent on success, for cron (a bar on a terminal); -v prints one line per action, --json the
 summary, --dry-run what it would do (changing nothing). Overlapping passes
 each take a session at most once. A teardown that fails (the docker daemon is
 down) leaves its session open for the next pass, and the pass exits 1 after
@@ -70,8 +70,11 @@ EXIT STATUS
 			if a.json {
 				logTo = a.Err
 			}
-			if dryRun || verbose && !a.quiet {
+			if dryRun || a.verbose && !a.quiet {
 				r.Log = logTo
+			} else if !a.json && !a.quiet && isTerminal(a.Err) {
+				// A long pass on a terminal shows a bar; cron sees nothing.
+				r.Progress = a.Err
 			}
 			sum, err := r.Pass(cmd.Context(), reaper.PassOptions{DryRun: dryRun, ReclaimUnknown: reclaimUnknown})
 			if err != nil {
@@ -96,7 +99,6 @@ EXIT STATUS
 	}
 	f := cmd.Flags()
 	f.BoolVar(&dryRun, "dry-run", false, "list what the pass would do; change nothing")
-	f.BoolVarP(&verbose, "verbose", "v", false, "print one line per action, with the session ID")
 	f.StringVar(&grace, "provision-grace", "15m", "end sessions still provisioning after this long (e.g. 15m)")
 	f.BoolVar(&reclaimUnknown, "reclaim-unknown", false, "also reclaim worktrees of run directories the store has no record of (after `xmode doctor --adopt`)")
 	return cmd

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -40,6 +41,7 @@ type App struct {
 	json        bool
 	noColor     bool
 	quiet       bool
+	verbose     bool
 
 	st      *store.Store
 	started bool // a command's run function was reached
@@ -57,7 +59,7 @@ func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)
 // Main runs xmode with os.Args and returns the process exit code.
 func Main() int {
 	app := &App{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Env: os.Getenv, exitAfterRun: true}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	ctx, stop := app.interrupts(context.Background())
 	defer stop()
 	// A closed stdout or stderr (`xmode sandbox exec ID -- cmd | head -1`)
 	// must fail the write, not kill xmode with SIGPIPE before it has kept
@@ -92,6 +94,14 @@ func (a *App) Run(ctx context.Context, args []string) int {
 	if errors.As(err, &es) {
 		return int(es)
 	}
+	if !a.json && slices.Contains(args, "--json") {
+		// A flag error can come before --json was parsed: still JSON.
+		a.json = true
+	}
+	if code, msg, ok := interrupted(ctx, cmd, err); ok {
+		a.printError(fail.Failedf("%s", msg), code)
+		return code
+	}
 	var fe *fail.Error
 	if !errors.As(err, &fe) && !a.started {
 		// cobra's own errors before any command ran: unknown command,
@@ -108,52 +118,108 @@ func (a *App) Run(ctx context.Context, args []string) int {
 	return code
 }
 
+// errorKinds names fail's kinds in --json errors.
+var errorKinds = map[fail.Kind]string{
+	fail.Failed: "failed", fail.Usage: "usage", fail.NotFound: "not_found",
+	fail.Refused: "refused", fail.EngineUnavailable: "engine",
+}
+
+// printError says what went wrong on stderr and, with --json, also as one
+// JSON object on stdout, so that a script never has to read stderr:
+// {"error":{"code":N,"kind":"usage|not_found|refused|engine|failed","message":"…"}}.
 func (a *App) printError(err error, code int) {
-	if a.json {
-		b, _ := json.Marshal(map[string]any{"error": err.Error(), "exit_code": code})
-		fmt.Fprintln(a.Err, string(b))
-		return
-	}
 	lines := strings.Split(err.Error(), "\n")
 	for i, l := range lines {
 		lines[i] = clean(l)
 	}
 	fmt.Fprintf(a.Err, "%s %s\n", a.paint(color.FgRed, "xmode:"), strings.Join(lines, "\n"))
+	if a.json {
+		type jsonError struct {
+			Code    int    `json:"code"`
+			Kind    string `json:"kind"`
+			Message string `json:"message"`
+		}
+		b, _ := json.Marshal(map[string]jsonError{"error": {Code: code, Kind: errorKinds[fail.KindOf(err)], Message: err.Error()}})
+		fmt.Fprintln(a.Out, string(b))
+	}
 }
 
 func (a *App) newRoot() *cobra.Command {
+	var version bool
 	root := &cobra.Command{
 		Use:           "xmode",
 		Short:         "Sandboxes for coding agents: create, exec, inspect, reap",
-		Version:       Version,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		Long: `xmode runs sandboxes for coding agents and the developers who supervise them:
 first-class, inspectable, resource-bounded and reapable run environments,
 with evidence for every step that outlives the sandbox.` + exitStatusHelp,
+		Example: `  xmode                                  # getting started
+  id=$(xmode sandbox create --repo .)
+  xmode sandbox exec "$id" -- make test
+  xmode --version --json`,
+		Args: cobra.ArbitraryArgs,
 		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
 			a.started = true
 			if a.noColor || a.Env("NO_COLOR") != "" {
 				color.NoColor = true
 			}
 		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(args) > 0:
+				return fail.Usagef("unknown command %q for \"xmode\": see `xmode --help`", args[0])
+			case version:
+				return a.printVersion()
+			}
+			return a.gettingStarted()
+		},
 	}
-	root.SetVersionTemplate("xmode {{.Version}}\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fail.Usagef("%v (see --help)", err) })
+	// --version is long only: -v is --verbose everywhere (`xmode -v reap`
+	// reaps, verbosely; it does not print the version).
+	root.Flags().BoolVar(&version, "version", false, "print the version (with --json: as JSON)")
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.storageRoot, "storage-root", "", "storage root (default $XMODE_STORAGE_ROOT, else ~/.local/share/xmode)")
 	pf.BoolVar(&a.json, "json", false, "machine-readable output on stdout")
 	pf.BoolVar(&a.noColor, "no-color", false, "no colour (also: NO_COLOR)")
 	pf.BoolVarP(&a.quiet, "quiet", "q", false, "print only what scripts need")
+	pf.BoolVarP(&a.verbose, "verbose", "v", false, "say more: one line per action (reap), details (create)")
 
-	sb := parent(&cobra.Command{Use: "sandbox", Short: "Create, run in, inspect and stop sandboxes", Aliases: []string{"sb"}})
-	sb.AddCommand(a.newCreate(), a.newExec(), a.newStop(), a.newList(), a.newShow(), a.newExtend(), a.newReap("reap"))
-	sb.AddCommand(a.newDiff())
-	root.AddCommand(sb, a.newMachine(), a.newConfig(), a.newDoctor(), a.newVersion(), a.newReap("reap"))
-	root.AddCommand(a.newCR())
-	root.AddCommand(a.newAgent(), a.newPipeline(), a.newRunCmd())
-	root.AddCommand(a.newCloud())
+	sb := parent(&cobra.Command{Use: "sandbox", Short: "Create, run in, inspect and stop sandboxes", Aliases: []string{"sb"},
+		Example: `  xmode sandbox create --repo .
+  xmode sandbox list`})
+	sb.AddCommand(a.newCreate(), a.newExec(), a.newStop(), a.newList(), a.newShow(), a.newExtend(), a.newReap("reap"),
+		a.newShell(), a.newLogs(), a.newCp(), a.newDiff())
+	root.AddCommand(sb, a.newMachine(), a.newConfig(), a.newDoctor(), a.newVersion(), a.newReap("reap"), a.newCompletion())
+	root.AddCommand(a.newCR(), a.newAgent(), a.newPipeline(), a.newRunCmd(), a.newCloud())
+	a.completions(root)
 	return root
+}
+
+// gettingStarted is what `xmode` alone prints: the three commands a
+// newcomer needs, then where to go next.
+func (a *App) gettingStarted() error {
+	fmt.Fprintln(a.Out, `xmode runs sandboxes for coding agents: a checkout of your repository, an
+engine that runs commands in it (host processes or a hardened container),
+and evidence of every step that outlives the sandbox.
+
+Get started:`)
+	t := newTable(a.Out)
+	for _, l := range [][2]string{
+		{`id=$(xmode sandbox create --repo .)`, "a sandbox of this repository's last commit"},
+		{`xmode sandbox exec "$id" -- make test`, "run a step in it: output, status and timing are kept"},
+		{`xmode sandbox stop "$id"`, "done: the worktree goes, the evidence stays"},
+	} {
+		t.row("  "+a.paint(color.Bold, l[0]), a.paint(color.Faint, "# "+l[1]))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(a.Out, `
+Then: xmode sandbox shell "$id" (a terminal in it), xmode sandbox logs "$id"
+(what each step printed), xmode doctor (check this machine), xmode --help.`)
+	return nil
 }
 
 const exitStatusHelp = `

@@ -164,6 +164,7 @@ func (a *App) newRunList() *cobra.Command {
 	var all bool
 	cmd := &cobra.Command{
 		Use:     "list",
+		Example: `  xmode run list --json`,
 		Aliases: []string{"ls"},
 		Short:   "List the runs of the loop, newest first (--all adds the runs of plain sandboxes)",
 		Args:    exactArgs(0, "no arguments"),
@@ -216,24 +217,12 @@ type runView struct {
 	ChangeRequests []string         `json:"change_requests"`
 }
 
-type stepView struct {
-	Seq        int        `json:"seq"`
-	Name       string     `json:"name"`
-	SessionID  string     `json:"session_id"`
-	Argv       []string   `json:"argv"`
-	State      string     `json:"state"`
-	ExitCode   *int       `json:"exit_code"`
-	TimedOut   bool       `json:"timed_out"`
-	StartedAt  time.Time  `json:"started_at"`
-	FinishedAt *time.Time `json:"finished_at"`
-	Dir        string     `json:"dir"`
-}
-
 func (a *App) newRunShow() *cobra.Command {
 	return &cobra.Command{
-		Use:   "show RUN",
-		Short: "Show a run: objective, plan, status, sessions, steps and change requests",
-		Args:  exactArgs(1, "one run"),
+		Use:     "show RUN",
+		Example: `  xmode run show run_7k2m9q4x`,
+		Short:   "Show a run: objective, plan, status, sessions, steps and change requests",
+		Args:    exactArgs(1, "one run"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			svc, err := a.service(cmd.Context(), nil)
 			if err != nil {
@@ -265,8 +254,7 @@ func (a *App) newRunShow() *cobra.Command {
 					v.Sessions = []*store.Session{}
 				}
 				for _, s := range steps {
-					v.Steps = append(v.Steps, stepView{Seq: s.Seq, Name: s.Name, SessionID: s.SessionID, Argv: s.Argv, State: s.State,
-						ExitCode: s.ExitCode, TimedOut: s.TimedOut, StartedAt: s.StartedAt, FinishedAt: s.FinishedAt, Dir: s.Dir})
+					v.Steps = append(v.Steps, viewStep(svc, s))
 				}
 				if r.CR != "" {
 					v.ChangeRequests = append(v.ChangeRequests, r.CR)

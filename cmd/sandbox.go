@@ -2,12 +2,16 @@ package cmd
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/fatih/color"
+	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
 
 	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
@@ -21,15 +25,33 @@ func (a *App) newCreate() *cobra.Command {
 		Long: `Provision a sandbox session. Prints its ID on stdout (the session as JSON with --json).
 
 The session is recorded before anything touches disk; a failed clone leaves no
-worktree behind and the session ends as failed (provision_failed).` + exitStatusHelp,
+worktree behind and the session ends as failed (provision_failed). A mistake
+found before that (a missing path, no repository, an unknown branch, tag or
+commit of a local repository) leaves nothing at all; exit 2 either way.
+
+--repo . is the repository this directory is in (any subdirectory of it); the
+sandbox gets what is committed there, and a note says when there is more.
+
+Where it runs: on the host (runner mode local_worktree, the default), or in a
+hardened docker container with XMODE_SANDBOX_ENGINE=docker and runner mode
+cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=cloud_worker`" + `).` + exitStatusHelp,
 		Example: `  xmode sandbox create --repo https://example.com/project.git --ref main
-  id=$(xmode sandbox create --repo . -q)`,
-		Args: exactArgs(0, "no arguments"),
+  id=$(xmode sandbox create --repo . -q)
+  XMODE_SANDBOX_ENGINE=docker xmode sandbox create --repo . --runner-mode cloud_worker --image golang:1.26
+  XMODE_PROJECT_MACHINES=1 xmode sandbox create --project prom --ref v3.0.0`,
+		Annotations: map[string]string{"interrupted": "the sandbox was not created; what it had begun was cleaned up (`xmode sandbox list --all` shows the session as failed if it was recorded)"},
+		Args:        exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.NetworkSet = cmd.Flags().Changed("network")
 			svc, err := a.service(cmd.Context(), createOverrides(cmd))
 			if err != nil {
 				return err
+			}
+			if err := a.checkEngine(cmd, svc.Cfg); err != nil {
+				return err
+			}
+			if !a.json && !a.quiet {
+				svc.Notices = a.Err
 			}
 			sess, err := svc.Create(cmd.Context(), o)
 			if err != nil {
@@ -75,36 +97,83 @@ func createOverrides(cmd *cobra.Command) map[string]config.Flag {
 	return ov
 }
 
+// checkEngine says where a new sandbox will run when that is not what its
+// configuration suggests: --image for a host sandbox is refused (it would
+// be ignored), and XMODE_SANDBOX_ENGINE=docker with the default runner mode
+// (which always runs on the host) gets a warning naming the missing step.
+func (a *App) checkEngine(cmd *cobra.Command, cfg *config.Config) error {
+	name, err := engine.Choose(cfg.RunnerMode, cfg.Engine)
+	if err != nil {
+		return nil // Create says why
+	}
+	if name == "docker" {
+		return nil
+	}
+	if cmd.Flags().Changed("image") {
+		if cfg.Engine == "docker" {
+			return fail.Usagef("--image is for docker sandboxes, and runner mode %s runs on the host: add --runner-mode cloud_worker (XMODE_RUNNER_MODE=cloud_worker) for a docker sandbox", cfg.RunnerMode)
+		}
+		return fail.Usagef("--image is for docker sandboxes, and this one runs on the host: set XMODE_SANDBOX_ENGINE=docker and XMODE_RUNNER_MODE=cloud_worker (or --runner-mode cloud_worker) for a docker sandbox")
+	}
+	if cfg.Engine == "docker" && !cfg.Explicit("XMODE_RUNNER_MODE") {
+		fmt.Fprintf(a.Err, "%s XMODE_SANDBOX_ENGINE=docker, but this sandbox runs on the host: runner mode local_worktree (the default) always does. For a docker sandbox set XMODE_RUNNER_MODE=cloud_worker too (or --runner-mode cloud_worker)\n", a.paint(color.FgYellow, "xmode: warning:"))
+	}
+	return nil
+}
+
 func (a *App) newExec() *cobra.Command {
 	var o sandbox.ExecOptions
+	var interactive, tty bool
 	cmd := &cobra.Command{
 		Use:   "exec SESSION [flags] -- CMD [ARG...]",
 		Short: "Run one step in a sandbox, stream its output, keep its evidence, exit with its status",
 		Long: `Run one command in the session's worktree through its engine. Output streams
 live and into runs/<run>/steps/<seq>-<name>/{stdout,stderr}.log, with
-command.json and result.json beside them. --timeout and Ctrl-C end the whole
-process tree (TERM, then KILL after a grace period).
+command.json and result.json beside them. --timeout ends the whole process
+tree (TERM, then KILL after a grace period); Ctrl-C sends it SIGINT (as a
+terminal would: the step exits 130), and a second Ctrl-C KILLs it at once.
+
+-i passes standard input through a pipe; -t gives the command a terminal of
+its own (a pty; in docker an exec with a TTY), as ` + "`docker exec -it`" + ` does: use
+both for an interactive program (` + "`sh -i`" + `, a REPL), or ` + "`xmode sandbox shell`" + `.
+
+--env NAME without a value passes this machine's value of NAME (as docker
+does); the evidence records the name only.
 
 With --json the output goes only to the log files and the step is printed as
 JSON when it ends.
 
 EXIT STATUS
   the command's own status; 124 when --timeout fired; 128+N when killed by
-  signal N (137 with oom_killed when the memory limit killed it); 126 not
-  executable; 127 not found; 125 when xmode failed before the command could
-  start (bad flag, unknown session, session not open, engine unreachable).`,
-		Annotations: map[string]string{"exit": "docker"},
+  signal N (130 for Ctrl-C; 137 with oom_killed when the memory limit killed
+  it); 126 not executable; 127 not found; 125 when xmode failed before the
+  command could start (bad flag, unknown session, session not open, engine
+  unreachable).`,
+		Example: `  xmode sandbox exec sbx_7k2m9q4x -- make test
+  xmode sandbox exec 7k2m --timeout 10m --name unit -- go test ./...
+  xmode sandbox exec 7k2m --env GOFLAGS=-mod=mod --env HOME -- go build ./...
+  xmode sandbox exec 7k2m -it -- python3
+  xmode sandbox exec 7k2m --json -- make lint | jq .exit_code`,
+		Annotations: map[string]string{"exit": "docker", "interrupted": "the step never started"},
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return fail.Usagef("give a session and a command: xmode sandbox exec SESSION -- CMD [ARG...]")
 			}
 			return nil
 		},
+		ValidArgsFunction: a.completeSessions,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ref := args[0]
 			o.Argv = args[1:]
 			if dash := cmd.ArgsLenAtDash(); dash > 1 {
 				return fail.Usagef("unexpected %q before --: xmode sandbox exec SESSION [flags] -- CMD [ARG...]", args[1])
+			}
+			var t *userTTY
+			if tty {
+				var err error
+				if t, err = a.openTTY("-t"); err != nil {
+					return err
+				}
 			}
 			svc, err := a.service(cmd.Context(), nil)
 			if err != nil {
@@ -114,85 +183,122 @@ EXIT STATUS
 			if err != nil {
 				return err
 			}
+			o.LookupEnv = a.lookupEnv
+			if t != nil {
+				res, err := a.execOnTTY(cmd.Context(), svc, sess, o, t)
+				return a.stepDone(svc.Cfg, res, err, o.Timeout)
+			}
+			if interactive {
+				o.Stdin = a.In
+				if f, ok := a.In.(*os.File); ok && isatty.IsTerminal(f.Fd()) && !a.quiet && !a.json {
+					a.info("xmode: the command reads your input through a pipe, not a terminal (no prompt editing, no job control); add -t to give it one")
+				}
+			}
 			if !a.json {
 				o.LiveStdout, o.LiveStderr = a.Out, a.Err
 			}
+			stepRunning.Store(true)
 			res, err := svc.Exec(cmd.Context(), sess, o)
-			if res == nil {
-				return err
-			}
-			if err != nil {
-				// The command ran: its status stands, and stderr says what
-				// of its evidence was lost.
-				fmt.Fprintf(a.Err, "%s %v\n", a.paint(color.FgYellow, "xmode: warning:"), err)
-			}
-			if a.json {
-				// A reader that closed stdout does not change the status.
-				_ = a.printJSON(res)
-			}
-			if res.TimedOut {
-				fmt.Fprintf(a.Err, "xmode: step %d timed out after %s\n", res.Seq, o.Timeout)
-			}
-			if res.ExitCode != 0 {
-				return exitStatus(res.ExitCode)
-			}
-			return nil
+			stepRunning.Store(false)
+			return a.stepDone(svc.Cfg, res, err, o.Timeout)
 		},
 	}
 	f := cmd.Flags()
 	f.DurationVar(&o.Timeout, "timeout", 0, "kill the whole process tree after this long (e.g. 90s, 15m)")
-	f.StringArrayVar(&o.Env, "env", nil, "KEY=VALUE for the command (repeatable)")
+	f.StringArrayVarP(&o.Env, "env", "e", nil, "KEY=VALUE for the command, or NAME to pass this machine's value (repeatable)")
 	f.StringVar(&o.Name, "name", "", "step name (default: the command's name)")
 	f.StringVar(&o.Workdir, "workdir", "", "directory relative to the worktree")
-	f.BoolP("interactive", "i", false, "pass standard input to the command")
-	cmd.PreRun = func(cmd *cobra.Command, _ []string) {
-		if in, _ := cmd.Flags().GetBool("interactive"); in {
-			o.Stdin = a.In
-		}
-	}
+	f.BoolVarP(&interactive, "interactive", "i", false, "pass standard input to the command")
+	f.BoolVarP(&tty, "tty", "t", false, "give the command a terminal (needs one here); its transcript is stdout.log")
 	return cmd
 }
 
 func (a *App) newStop() *cobra.Command {
 	return &cobra.Command{
-		Use:   "stop SESSION",
-		Short: "Reap one session now: remove its sandbox and worktree, keep its evidence",
-		Long: `Stop a session: the engine's container goes, the worktree is reclaimed unless
-another open session shares the run, the evidence (steps/) stays. Stopping an
-ended session is not an error.` + exitStatusHelp,
-		Args: exactArgs(1, "one session"),
+		Use:   "stop SESSION...",
+		Short: "Reap sessions now: remove their sandbox and worktree, keep their evidence",
+		Long: `Stop one or more sessions: the engine's container goes, the worktree is
+reclaimed unless another open session shares the run, the evidence (steps/)
+stays. Stopping an ended session is not an error. Each session stopped is
+printed on stdout (with --json, the sessions as a JSON array); when some
+cannot be stopped the others still are, and the exit status is the first
+failure's.` + exitStatusHelp,
+		Example: `  xmode sandbox stop sbx_7k2m9q4x
+  xmode sandbox stop 7k2m q4x8 rt5a             # several, by unique prefix
+  xmode sandbox list -q | xargs xmode sandbox stop`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return fail.Usagef("give one or more sessions: xmode sandbox stop SESSION...")
+			}
+			return nil
+		},
+		ValidArgsFunction: a.completeOpenSessions,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			svc, err := a.service(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
-			sess, err := svc.Store.Resolve(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			wasEnded := sess.Ended()
-			out, err := svc.Stop(cmd.Context(), sess)
-			if err != nil {
-				return err
-			}
-			if sess, err = svc.Store.Get(cmd.Context(), sess.ID); err != nil {
-				return err
+			var stopped []*store.Session
+			var first error
+			for _, ref := range args {
+				sess, err := a.stopOne(cmd, svc, ref)
+				if err != nil {
+					if len(args) > 1 {
+						fmt.Fprintf(a.Err, "%s %s: %v\n", a.paint(color.FgRed, "xmode:"), clean(ref), err)
+					}
+					if first == nil {
+						first = err
+					}
+					continue
+				}
+				stopped = append(stopped, sess)
 			}
 			if a.json {
-				return a.printJSON(sess)
+				var v any = stopped
+				if len(args) == 1 && len(stopped) == 1 {
+					v = stopped[0] // one session: its object, as before
+				} else if stopped == nil {
+					v = []*store.Session{}
+				}
+				if err := a.printJSON(v); err != nil {
+					return err
+				}
 			}
-			fmt.Fprintln(a.Out, sess.ID)
-			switch {
-			case wasEnded:
-				a.info("%s had already ended (%s)", sess.ID, sess.Status)
-			case out.WorktreeKeptShared:
-				a.info("stopped %s; its worktree stays for the other open session of %s", sess.ID, sess.RunID)
-			default:
-				a.info("stopped %s; evidence kept in %s", sess.ID, sess.RunDir)
+			if first != nil && len(args) > 1 {
+				return exitStatus(fail.ExitCode(first))
 			}
-			return nil
+			return first
 		},
 	}
+}
+
+// stopOne stops one session and says what happened to it.
+func (a *App) stopOne(cmd *cobra.Command, svc *sandbox.Service, ref string) (*store.Session, error) {
+	sess, err := svc.Store.Resolve(cmd.Context(), ref)
+	if err != nil {
+		return nil, err
+	}
+	wasEnded := sess.Ended()
+	out, err := svc.Stop(cmd.Context(), sess)
+	if err != nil {
+		return nil, err
+	}
+	if sess, err = svc.Store.Get(cmd.Context(), sess.ID); err != nil {
+		return nil, err
+	}
+	if a.json {
+		return sess, nil
+	}
+	fmt.Fprintln(a.Out, sess.ID)
+	switch {
+	case wasEnded:
+		a.info("%s had already ended (%s)", sess.ID, sess.Status)
+	case out.WorktreeKeptShared:
+		a.info("stopped %s; its worktree stays for the other open session of %s", sess.ID, sess.RunID)
+	default:
+		a.info("stopped %s; evidence kept in %s", sess.ID, sess.RunDir)
+	}
+	return sess, nil
 }
 
 func (a *App) newList() *cobra.Command {
@@ -201,7 +307,10 @@ func (a *App) newList() *cobra.Command {
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List open sessions (--all adds ended ones)",
-		Args:    exactArgs(0, "no arguments"),
+		Example: `  xmode sandbox list
+  xmode sandbox list --all --user alice
+  xmode sandbox list -q              # IDs only, for scripts`,
+		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			svc, err := a.service(cmd.Context(), nil)
 			if err != nil {
@@ -227,9 +336,9 @@ func (a *App) newList() *cobra.Command {
 				return nil
 			}
 			now := time.Now()
-			t := newTable(a.Out, "ID", "STATUS", "USER", "ENGINE", "REF", "SIZE", "CREATED", "EXPIRES")
+			t := newTable(a.Out, "ID", "STATUS", "USER", "ENGINE", "REPO", "REF", "SIZE", "CREATED", "EXPIRES")
 			for _, s := range sessions {
-				t.row(s.ID, a.status(s), clean(s.User), s.Engine, clean(s.Ref), size(s.WorktreeBytes), ago(s.CreatedAt, now), left(s, now))
+				t.row(s.ID, a.status(s), clean(s.User), s.Engine, clean(repoLabel(s)), clean(truncate(s.Ref, 24)), size(s.WorktreeBytes), ago(s.CreatedAt, now), left(s, now))
 			}
 			return t.flush()
 		},
@@ -243,7 +352,12 @@ func (a *App) newShow() *cobra.Command {
 	return &cobra.Command{
 		Use:   "show SESSION",
 		Short: "Show one session and its steps",
-		Args:  exactArgs(1, "one session"),
+		Long: `Show a session: who, what, where, how long it has, and the steps of its run.
+With --json, the session object (contract §3) with its steps under "steps".` + exitStatusHelp,
+		Example: `  xmode sandbox show sbx_7k2m9q4x
+  xmode sandbox show 7k2m --json | jq '.steps[] | {seq, name, exit_code}'`,
+		Args:              exactArgs(1, "one session"),
+		ValidArgsFunction: a.completeAnySession,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			svc, err := a.service(cmd.Context(), nil)
 			if err != nil {
@@ -254,8 +368,15 @@ func (a *App) newShow() *cobra.Command {
 				return err
 			}
 			svc.MeasureWorktrees([]*store.Session{s})
+			steps, err := svc.Store.Steps(cmd.Context(), s.RunID)
+			if err != nil {
+				return err
+			}
 			if a.json {
-				return a.printJSON(s)
+				return a.printJSON(struct {
+					*store.Session
+					Steps []stepView `json:"steps"`
+				}{s, viewSteps(svc, steps)})
 			}
 			now := time.Now()
 			kv := newTable(a.Out)
@@ -292,9 +413,8 @@ func (a *App) newShow() *cobra.Command {
 			if err := kv.flush(); err != nil {
 				return err
 			}
-			steps, err := svc.Store.Steps(cmd.Context(), s.RunID)
-			if err != nil || len(steps) == 0 {
-				return err
+			if len(steps) == 0 {
+				return nil
 			}
 			fmt.Fprintln(a.Out)
 			return a.stepTable(steps)
@@ -307,7 +427,10 @@ func (a *App) newExtend() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "extend SESSION --ttl DUR",
 		Short: "Push a session's expiry to now + DUR",
-		Args:  exactArgs(1, "one session"),
+		Example: `  xmode sandbox extend sbx_7k2m9q4x --ttl 2h
+  xmode sandbox extend 7k2m --ttl 30m`,
+		Args:              exactArgs(1, "one session"),
+		ValidArgsFunction: a.completeSessions,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if ttl == "" {
 				return fail.Usagef("--ttl is required, e.g. --ttl 2h")
@@ -337,12 +460,24 @@ func (a *App) newExtend() *cobra.Command {
 				return a.printJSON(s)
 			}
 			fmt.Fprintln(a.Out, s.ID)
-			a.info("%s now expires at %s (in %s)", s.ID, s.ExpiresAt.Local().Format(time.DateTime), left(s, time.Now()))
+			a.info("%s now expires at %s (in %s)", s.ID, s.ExpiresAt.Local().Format(time.DateTime), human(time.Until(s.ExpiresAt).Round(time.Minute)))
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&ttl, "ttl", "", "new lifetime from now (e.g. 30m, 2h)")
 	return cmd
+}
+
+// repoLabel is a session's project, or the last part of its repository.
+func repoLabel(s *store.Session) string {
+	if s.Project != "" {
+		return s.Project
+	}
+	r := strings.TrimSuffix(strings.TrimRight(s.Repo, "/"), ".git")
+	if i := strings.LastIndexAny(r, "/:"); i >= 0 {
+		r = r[i+1:]
+	}
+	return truncate(r, 24)
 }
 
 func (a *App) status(s *store.Session) string {

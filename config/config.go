@@ -546,12 +546,14 @@ func resolveExisting(p string) string {
 
 // defaultTmpfs is contract §6's /tmp of 1g, or half the memory limit when
 // that is 2g or less: the tmpfs must stay below the limit it counts against.
+// It is exec (docker mounts a tmpfs noexec otherwise): builds run what they
+// compile under /tmp (go test, cargo, node-gyp); nosuid and nodev stay.
 func defaultTmpfs(c *Config, _ Env) string {
 	size := "1g"
 	if c.Memory <= 2<<30 {
 		size = strconv.FormatInt(c.Memory/2>>10, 10) + "k"
 	}
-	return "/tmp:rw,nosuid,nodev,size=" + size
+	return "/tmp:rw,exec,nosuid,nodev,size=" + size
 }
 
 // tmpfsSize is the size= of docker tmpfs options, 0 when there is none.

@@ -173,7 +173,7 @@ func TestLimitsAreCheckedUpFront(t *testing.T) {
 	}
 	// a small memory limit brings the default /tmp below it
 	c, err := Load(envOf(map[string]string{"HOME": "/h", "XMODE_SANDBOX_MEMORY": "64m"}), nil)
-	if err != nil || c.TmpfsOptions != "rw,nosuid,nodev,size=32768k" {
+	if err != nil || c.TmpfsOptions != "rw,exec,nosuid,nodev,size=32768k" {
 		t.Fatalf("tmpfs with 64m of memory: %q, %v", c.TmpfsOptions, err)
 	}
 	if _, err := ParseDuration("9999999h"); err == nil || !strings.Contains(err.Error(), "too long") {

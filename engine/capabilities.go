@@ -89,6 +89,25 @@ type WorktreeSyncer interface {
 	SyncBack(ctx context.Context, sb Sandbox) error
 }
 
+// WorktreePusher is a WorktreeSyncer that can also bring one path of the
+// host's worktree into the sandbox's copy (`sandbox cp` into a session on a
+// remote daemon). PushPath copies rel (a file, a link or a directory, as the
+// host's worktree has it now) over the sandbox's; it refuses a destination
+// whose directories in the sandbox's copy are symlinks.
+type WorktreePusher interface {
+	PushPath(ctx context.Context, sb Sandbox, rel string) error
+}
+
+// PushPath brings rel of the host's worktree into the sandbox's copy when
+// the adapter works on a copy; for every other adapter the host's worktree
+// is the sandbox's and this does nothing.
+func PushPath(ctx context.Context, a Adapter, sb Sandbox, rel string) error {
+	if p, ok := a.(WorktreePusher); ok {
+		return p.PushPath(ctx, sb, rel)
+	}
+	return nil
+}
+
 // SetProgress hands w to the adapter if it shows progress; a nil w leaves it
 // silent.
 func SetProgress(a Adapter, w io.Writer) {

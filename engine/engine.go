@@ -79,6 +79,17 @@ type ExecRequest struct {
 	// processes inherit: how a provider finds them to end them, even when
 	// the xmode that started them is gone (StepKiller).
 	Tag string
+	// TTY runs the step on a terminal of its own (a pty on the host, an
+	// exec with a TTY in docker), as `docker exec -t` does: its output is
+	// one stream, written to Stdout; Stdin is what the user types. Resize
+	// delivers the window size, the first value being the initial one.
+	TTY    bool
+	Resize <-chan WinSize
+}
+
+// WinSize is a terminal's size in characters.
+type WinSize struct {
+	Rows, Cols uint16
 }
 
 // ExecTagEnv is the variable that carries ExecRequest.Tag.

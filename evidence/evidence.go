@@ -87,6 +87,7 @@ type command struct {
 	Env       []string  `json:"env"`
 	Workdir   string    `json:"workdir"`
 	Engine    string    `json:"engine"`
+	TTY       bool      `json:"tty,omitempty"`
 	TimeoutMS int64     `json:"timeout_ms"`
 	StartedAt time.Time `json:"started_at"`
 }
@@ -121,6 +122,8 @@ type Request struct {
 	Tag string
 	// MaxLogBytes caps each log; DefaultMaxLogBytes when zero.
 	MaxLogBytes int64
+	// TTY: the step ran on a terminal; stdout.log is its transcript.
+	TTY bool
 }
 
 // Begin allocates the step, creates its directory, writes command.json and
@@ -182,7 +185,7 @@ func (s *Step) open(runDir string, req Request, now time.Time) error {
 	}
 	if err := s.writeJSON("command.json", command{
 		SessionID: req.Session.ID, RunID: req.Session.RunID, Seq: s.res.Seq, Name: s.res.Name, Argv: req.Argv, ArgvB64: s.res.ArgvB64,
-		Env: env, Workdir: req.Workdir, Engine: req.Session.Engine, TimeoutMS: req.Timeout.Milliseconds(), StartedAt: now,
+		Env: env, Workdir: req.Workdir, Engine: req.Session.Engine, TTY: req.TTY, TimeoutMS: req.Timeout.Milliseconds(), StartedAt: now,
 	}); err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/gitcli"
+	"github.com/xmode/xmode/internal/progress"
 	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
@@ -95,7 +96,7 @@ func NormaliseRepo(g storage.Guard, repo string) (string, error) {
 		return "", fail.Usagef("--repo %q: %v", repo, err)
 	}
 	if g.Root != "" && g.Contains(abs) {
-		return "", fail.Refusedf("--repo %s is inside the storage root %s: a sandbox's worktree is not a repository xmode clones from (a step may have written its .git); export its change request (`xmode cr export`) or push it elsewhere first", repo, g.Root)
+		return "", fail.Refusedf("--repo %s is inside the storage root %s: a sandbox's worktree is not a repository xmode clones from (a step may have written its .git); push what you need from it to another repository first", repo, g.Root)
 	}
 	if isURL {
 		return repo, nil
@@ -135,7 +136,7 @@ func (m *Manager) Warm(ctx context.Context, project, repo, ref string) (mach *st
 		return nil, false, err
 	}
 	if repo != "" {
-		if repo, err = NormaliseRepo(m.Guard, repo); err != nil {
+		if repo, _, err = ResolveRepo(ctx, m.Guard, repo); err != nil {
 			return nil, false, err
 		}
 	}
@@ -228,7 +229,10 @@ func (m *Manager) clone(ctx context.Context, project, repo string) error {
 	} else {
 		args = append(args, "--quiet")
 	}
-	if _, err := gitcli.Run(ctx, m.Progress, "", append(args, "--", repo, tmp)...); err != nil {
+	bar := progress.NewGit(m.Progress)
+	_, err = gitcli.Run(ctx, bar.Writer(), "", append(args, "--", repo, tmp)...)
+	bar.Close()
+	if err != nil {
 		root.RemoveAll(project + "/" + filepath.Base(tmp))
 		return fail.As(fail.Failed, fmt.Errorf("warm project machine %s: %w", project, err))
 	}
@@ -299,7 +303,10 @@ func (m *Manager) fetch(ctx context.Context, repoDir, project string) error {
 		args = append(args, "--progress")
 	}
 	args = append(args, "origin", "+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
-	if _, err := gitcli.Run(ctx, m.Progress, repoDir, args...); err != nil {
+	bar := progress.NewGit(m.Progress)
+	_, err := gitcli.Run(ctx, bar.Writer(), repoDir, args...)
+	bar.Close()
+	if err != nil {
 		return fail.As(fail.Failed, fmt.Errorf("fetch project machine %s: %w", project, err))
 	}
 	return nil

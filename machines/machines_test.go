@@ -107,8 +107,12 @@ func TestWarmThenFetchAndResolve(t *testing.T) {
 	if mach.HeadCommit != git(t, src, "rev-parse", "main") {
 		t.Fatalf("warm did not fetch: %s", mach.HeadCommit)
 	}
-	if _, _, err := m.Warm(ctx, "p", t.TempDir(), ""); fail.KindOf(err) != fail.Refused {
+	if _, _, err := m.Warm(ctx, "p", "file://"+src, ""); fail.KindOf(err) != fail.Refused {
 		t.Fatalf("warm from another repo: %v", err)
+	}
+	// A path that is no repository is a usage error, before anything else.
+	if _, _, err := m.Warm(ctx, "p", t.TempDir(), ""); fail.KindOf(err) != fail.Usage {
+		t.Fatalf("warm from a directory that is no repository: %v", err)
 	}
 	if _, _, err := m.Warm(ctx, "q", "", ""); fail.KindOf(err) != fail.Usage {
 		t.Fatalf("first warm without --repo: %v", err)

@@ -55,12 +55,14 @@ func (m *Manager) Checkout(ctx context.Context, project, repo, ref string, refre
 			return nil, err
 		}
 	case repo != "":
-		norm, err := NormaliseRepo(m.Guard, repo)
+		norm, _, err := ResolveRepo(ctx, m.Guard, repo)
 		if err != nil {
 			return nil, err
 		}
 		if norm != mach.Repo {
-			return nil, fail.Usagef("--repo %s is not the repository of project machine %s (%s): drop --repo, or use another --project", repo, project, mach.Repo)
+			// Refused, as by `machine warm`: the input is sound, the
+			// machine that exists is another repository's.
+			return nil, fail.Refusedf("--repo %s is not the repository of project machine %s (%s): drop --repo, or use another --project", repo, project, mach.Repo)
 		}
 	}
 	want := ref

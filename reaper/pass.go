@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/internal/progress"
 	"github.com/xmode/xmode/machines"
 	"github.com/xmode/xmode/store"
 )
@@ -233,10 +234,16 @@ func (r *Reaper) loseStaleSteps(ctx context.Context, dry bool, sum *summer) {
 func (r *Reaper) reapAll(ctx context.Context, jobs []job, sum *summer) {
 	ch := make(chan job)
 	var wg sync.WaitGroup
+	var bar *progress.Counter
+	if len(jobs) > 1 {
+		bar = progress.Count(r.Progress, len(jobs), "reaping")
+		defer bar.Done()
+	}
 	for range min(r.parallel(), len(jobs)) {
 		wg.Go(func() {
 			for j := range ch {
 				r.reapOne(ctx, j, sum)
+				bar.Add()
 			}
 		})
 	}

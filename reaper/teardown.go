@@ -25,7 +25,9 @@ type Reaper struct {
 	Store *store.Store
 	Guard storage.Guard
 	Log   io.Writer // one line per action; nil for silence
-	Now   func() time.Time
+	// Progress, a terminal, shows a bar over a pass's teardowns; nil for none.
+	Progress io.Writer
+	Now      func() time.Time
 
 	// ProvisionGrace is how long a session may stay provisioning before a
 	// pass ends it as failed (provision_failed): DefaultProvisionGrace.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/gitcli"
+	"github.com/xmode/xmode/internal/progress"
 	"github.com/xmode/xmode/machines"
 	"github.com/xmode/xmode/storage"
 )
@@ -113,6 +114,17 @@ func resolveRef(ctx context.Context, repo, ref string) (target, error) {
 		}
 	}
 	if machines.IsCommitish(strings.ToLower(ref)) {
+		if filepath.IsAbs(repo) {
+			// A local repository tells at once whether it has the
+			// commit: a mistake then leaves nothing, as a bad branch does.
+			// (A remote's commit is found only by the clone.)
+			if _, err := gitcli.Run(ctx, nil, repo, "rev-parse", "--verify", "--quiet", "--end-of-options", ref+"^{commit}"); err != nil {
+				if ctx.Err() != nil {
+					return target{}, ctx.Err()
+				}
+				return target{}, fail.Usagef("--ref %q: no such branch, tag or commit in %s (or more than one commit starts with it)", ref, repo)
+			}
+		}
 		return target{hash: strings.ToLower(ref)}, nil
 	}
 	return target{}, fail.Usagef("--ref %q: no such branch, tag or commit in %s", ref, repo)
@@ -125,13 +137,13 @@ func resolveRef(ctx context.Context, repo, ref string) (target, error) {
 // cloned like a file:// URL: shallow, and without hard links from the
 // sandbox's .git into the user's repository, which a step could write
 // through.
-func clone(ctx context.Context, repo string, t target, dir string, progress io.Writer) (string, error) {
+func clone(ctx context.Context, repo string, t target, dir string, out io.Writer) (string, error) {
 	if err := checkRepo(repo); err != nil {
 		return "", err
 	}
 	// A tag checked out detaches HEAD: git's advice about it is noise here.
 	args := []string{"-c", "advice.detachedHead=false", "clone", "--no-local"}
-	if progress != nil {
+	if out != nil {
 		args = append(args, "--progress")
 	} else {
 		args = append(args, "--quiet")
@@ -150,7 +162,10 @@ func clone(ctx context.Context, repo string, t target, dir string, progress io.W
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", fmt.Errorf("create the worktree: %w", err)
 	}
-	if _, err := gitcli.Run(ctx, progress, "", append(args, "--", repo, dir)...); err != nil {
+	bar := progress.NewGit(out)
+	_, err := gitcli.Run(ctx, bar.Writer(), "", append(args, "--", repo, dir)...)
+	bar.Close()
+	if err != nil {
 		if ctx.Err() != nil {
 			return "", err
 		}
@@ -162,10 +177,11 @@ func clone(ctx context.Context, repo string, t target, dir string, progress io.W
 			if ctx.Err() != nil {
 				return "", err
 			}
+			// The same mistake as a bad branch (exit 2), found only now.
 			if len(t.hash) < 40 {
-				return "", fail.Failedf("commit %s not found in %s (or more than one commit starts with it)", t.hash, repo)
+				return "", fail.Usagef("--ref %q: no such branch, tag or commit in %s (or more than one commit starts with it)", t.hash, repo)
 			}
-			return "", fail.Failedf("commit %s not found in %s", t.hash, repo)
+			return "", fail.Usagef("--ref %q: no such branch, tag or commit in %s", t.hash, repo)
 		}
 		if _, err := gitcli.Run(ctx, nil, dir, "checkout", "--quiet", "--detach", h); err != nil {
 			return "", fmt.Errorf("git checkout %s: %w", t.hash, err)

@@ -191,11 +191,19 @@ func TestRepoStartingWithDashRefused(t *testing.T) {
 	}
 }
 
+// A commit the repository lacks is the same mistake as a missing branch: a
+// usage error (exit 2), found by the clone for a remote repository, and
+// before anything is written for a local one (resolveRef).
 func TestCloneCommitNotFound(t *testing.T) {
 	f := newFixture(t)
 	for _, h := range []string{"deadbeef", strings.Repeat("ab", 20)} {
 		_, err := clone(context.Background(), f.dir, target{hash: h}, filepath.Join(t.TempDir(), "w"), nil)
-		if fail.KindOf(err) != fail.Failed || !strings.Contains(err.Error(), "commit "+h+" not found in "+f.dir) {
+		if fail.KindOf(err) != fail.Usage || !strings.Contains(err.Error(), `--ref "`+h+`": no such branch, tag or commit in `+f.dir) {
+			t.Errorf("clone %s: %v (kind %v)", h, err, fail.KindOf(err))
+		}
+		_, err = resolveRef(context.Background(), f.dir, h)
+		if fail.KindOf(err) != fail.Usage {
+			t.Errorf("resolveRef %s in a local repository: %v (kind %v), want a usage error before any clone", h, err, fail.KindOf(err))
 			t.Errorf("clone %s: %v (kind %v)", h, err, fail.KindOf(err))
 		}
 	}
@@ -215,8 +223,9 @@ func TestCloneProgressOnlyWhenAsked(t *testing.T) {
 	if _, err := clone(context.Background(), f.dir, target{ref: "refs/heads/trunk"}, filepath.Join(t.TempDir(), "w"), &progress); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(progress.String(), "Cloning into") {
-		t.Fatalf("progress = %q", progress.String())
+	// git's progress, drawn as bars (internal/progress), not git's lines.
+	if got := progress.String(); !strings.Contains(got, "Receiving objects 100%") || strings.Contains(got, "Cloning into") {
+		t.Fatalf("progress = %q", got)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -45,6 +44,15 @@ type ExecOptions struct {
 	// Agent makes this an agent step: it gets the step's events.jsonl and
 	// follows its stdout, and its summary becomes result.json's "agent".
 	Agent func(events io.Writer) AgentStream
+	// TTY runs the step on a terminal (`sandbox shell`, `exec -t`): one
+	// stream, the transcript, kept in stdout.log; Resize carries the
+	// window size (engine.ExecRequest).
+	TTY    bool
+	Resize <-chan engine.WinSize
+	// LookupEnv gives an --env entry without "=" (a name) its value from
+	// the host, as docker does; the evidence records only the name. Nil:
+	// os.LookupEnv.
+	LookupEnv func(string) (string, bool)
 }
 
 // AgentStream follows an agent step's stdout as it happens (secrets
@@ -65,12 +73,12 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	if o.Timeout < 0 {
 		return nil, fail.Usagef("--timeout %s must be positive (or left out for none)", o.Timeout)
 	}
-	for _, kv := range o.Env {
-		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
-			return nil, fail.Usagef("--env %s must be KEY=VALUE", redact.Mask)
-		}
+	env, err := o.environment()
+	if err != nil {
+		return nil, err
 	}
 	secrets, recordEnv := s.secrets(o)
+
 	if err := store.CheckOpen(sess, time.Now()); err != nil {
 		return nil, err
 	}
@@ -95,7 +103,7 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	// derived from it too.
 	step, err := evidence.Begin(ctx, s.Store, s.Guard, evidence.Request{
 		Session: sess, Name: o.Name, Argv: secrets.Strings(o.Argv), Env: recordEnv, Workdir: rel, Timeout: o.Timeout,
-		Tag: tag, MaxLogBytes: s.Cfg.EvidenceMaxBytes,
+		Tag: tag, MaxLogBytes: s.Cfg.EvidenceMaxBytes, TTY: o.TTY,
 	})
 	if err != nil {
 		return nil, err
@@ -116,8 +124,8 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	stderr := redact.NewWriter(tee(step.Stderr, liveErr), secrets)
 	stopBeat := s.heartbeat(ctx, sess.RunID, step.Seq())
 	status, runErr := adapter.Exec(ctx, sb, engine.ExecRequest{
-		Argv: o.Argv, Env: append(slices.Clone(o.Env), o.SecretEnv...), Workdir: rel, Timeout: o.Timeout, Grace: o.Grace,
-		Stdin: o.Stdin, Tag: tag, Stdout: stdout, Stderr: stderr,
+		Argv: o.Argv, Env: append(env, o.SecretEnv...), Workdir: rel, Timeout: o.Timeout, Grace: o.Grace,
+		Stdin: o.Stdin, Tag: tag, Stdout: stdout, Stderr: stderr, TTY: o.TTY, Resize: o.Resize,
 	})
 	stopBeat()
 	redact.Flush(stdout)
@@ -137,6 +145,30 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 		return nil, runErr
 	}
 	return res, err
+}
+
+// environment is the step's KEY=VALUE list: entries as given, and a bare
+// name with the host's value (left out when the host has none, as docker
+// does).
+func (o ExecOptions) environment() ([]string, error) {
+	lookup := o.LookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	env := make([]string, 0, len(o.Env))
+	for _, kv := range o.Env {
+		k, _, ok := strings.Cut(kv, "=")
+		if k == "" || strings.ContainsAny(k, " \t\n") {
+			// Not the entry itself: its value may be a secret.
+			return nil, fail.Usagef("--env %q…: give KEY=VALUE, or a variable's NAME to pass its value from here", k)
+		}
+		if ok {
+			env = append(env, kv)
+		} else if v, set := lookup(k); set {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env, nil
 }
 
 // newTag is a step's XMODE_EXEC_TAG: its processes carry it, so they can be
@@ -206,11 +238,13 @@ func (s *Service) secrets(o ExecOptions) (*redact.Set, []string) {
 	set := redact.NewSet()
 	recordEnv := make([]string, 0, len(o.Env)+len(o.SecretEnv))
 	for _, kv := range o.Env {
-		k, v, _ := strings.Cut(kv, "=")
-		if redact.SecretName(k) {
+		k, v, hasValue := strings.Cut(kv, "=")
+		if hasValue && redact.SecretName(k) {
 			set.Add(v)
 			kv = k + "=" + redact.Mask
 		}
+		// A bare NAME (its value passed from the host) is recorded as the
+		// name alone.
 		recordEnv = append(recordEnv, kv)
 	}
 	for _, kv := range o.SecretEnv {

@@ -31,6 +31,9 @@ type Service struct {
 	Guard    storage.Guard
 	Progress io.Writer // clone and pull progress; nil for none
 	Log      io.Writer // teardown actions; nil for none
+	// Notices receives what a user should know about a create that
+	// succeeds (uncommitted changes it left out); nil for none.
+	Notices io.Writer
 }
 
 // CreateOptions are `sandbox create`'s inputs, flags already merged into Cfg.
@@ -109,10 +112,14 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		sess.Repo, sess.Ref, sess.RunID = co.Machine.Repo, co.Ref, store.NewRunID()
 	} else if newRun {
 		if o.Repo == "" {
-			return nil, fail.Usagef("--repo is required: give a URL, a file:// URL or a local path (or --run to share a run's worktree)")
+			return nil, s.noRepo(ctx, o.Project)
 		}
-		if sess.Repo, err = machines.NormaliseRepo(s.Guard, o.Repo); err != nil {
+		var dirty bool
+		if sess.Repo, dirty, err = machines.ResolveRepo(ctx, s.Guard, o.Repo); err != nil {
 			return nil, err
+		}
+		if dirty && s.Notices != nil {
+			fmt.Fprintf(s.Notices, "xmode: note: %s has uncommitted changes; the sandbox gets what is committed, not them (commit first to include them)\n", sess.Repo)
 		}
 		if tgt, err = resolveRef(ctx, sess.Repo, o.Ref); err != nil {
 			return nil, err
@@ -170,6 +177,18 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		return nil, err
 	}
 	return created, nil
+}
+
+// noRepo is the error of a create without --repo: what to give, and, when
+// --project names a machine while project machines are off, how to use it.
+func (s *Service) noRepo(ctx context.Context, project string) error {
+	if project != "" {
+		if _, err := s.Store.GetMachine(ctx, project); err == nil {
+			return fail.Usagef("--project %s names a project machine, but project machines are off: set XMODE_PROJECT_MACHINES=1 to branch the sandbox from it, or give --repo to clone", project)
+		}
+		return fail.Usagef("--repo is required: give a URL, a file:// URL or a local path (--project alone needs XMODE_PROJECT_MACHINES=1 and a machine warmed with `xmode machine warm %s --repo URL`)", project)
+	}
+	return fail.Usagef("--repo is required: give a URL, a file:// URL or a local path (or --run to share a run's worktree)")
 }
 
 func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, co *machines.Checkout, engineName string, adapter engine.Adapter) (*store.Session, error) {

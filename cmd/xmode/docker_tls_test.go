@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -97,6 +98,33 @@ func TestDockerTLSDaemonCLI(t *testing.T) {
 		t.Fatalf("memory hog over TLS: %+v", st)
 	}
 
+	// cp in sync mode: a copy in reaches the sandbox's copy of the
+	// worktree, a copy out brings what the sandbox wrote; a directory the
+	// sandbox replaced with a link is not copied through.
+	in := filepath.Join(dir, "in.txt")
+	if err := os.WriteFile(in, []byte("from the host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dkWant(t, x("sandbox", "cp", in, s.ID+":sub"), 0)
+	if r := dkWant(t, x("sandbox", "exec", s.ID, "--", "cat", "sub/in.txt"), 0); r.stdout != "from the host\n" {
+		t.Fatalf("cp into a sync-mode sandbox: the sandbox reads %q", r.stdout)
+	}
+	dkWant(t, x("sandbox", "exec", s.ID, "--", "sh", "-c", "echo made inside > made.txt && ln -s /etc linkdir && ln -s sub inlink"), 0)
+	out := filepath.Join(dir, "made.txt")
+	dkWant(t, x("sandbox", "cp", s.ID+":made.txt", out), 0)
+	if b, err := os.ReadFile(out); err != nil || string(b) != "made inside\n" {
+		t.Fatalf("cp out of a sync-mode sandbox: %q %v", b, err)
+	}
+	// A link out never reaches this machine (sync back leaves it out); one
+	// inside is not followed by the daemon, which unpacks as root.
+	if r := dkWant(t, x("sandbox", "cp", in, s.ID+":linkdir/planted"), 3); !strings.Contains(r.stderr, "no such file or directory") {
+		t.Fatalf("cp through a link out the sandbox planted: %s", r)
+	}
+	if r := dkWant(t, x("sandbox", "cp", in, s.ID+":inlink/planted"), 4); !strings.Contains(r.stderr, "not a directory in the sandbox's worktree") {
+		t.Fatalf("cp through a link the sandbox planted: %s", r)
+	}
+	dkWant(t, x("sandbox", "exec", s.ID, "--", "sh", "-c", "! test -e /etc/planted && ! test -e sub/planted"), 0)
+
 	// stop: the container and the session's volume go, the evidence stays.
 	dkWant(t, x("sandbox", "stop", s.ID), 0)
 	if _, err := cli.ContainerInspect(ctx, s.ContainerID); err == nil {
@@ -105,7 +133,7 @@ func TestDockerTLSDaemonCLI(t *testing.T) {
 	if _, err := cli.VolumeInspect(ctx, "xmode-wt-"+s.ID); err == nil {
 		t.Fatal("sandbox stop left the session's volume")
 	}
-	if m, _ := filepath.Glob(filepath.Join(s.RunDir, "steps", "*")); len(m) != 5 {
+	if m, _ := filepath.Glob(filepath.Join(s.RunDir, "steps", "*")); len(m) != 8 {
 		t.Fatalf("evidence after stop: %v", m)
 	}
 

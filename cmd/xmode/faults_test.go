@@ -141,8 +141,10 @@ func TestClosedPipeKeepsEvidenceAndStatus(t *testing.T) {
 func TestStalledReaderKeepsTheDeadline(t *testing.T) {
 	t.Parallel()
 	root, id := newSession(t)
-	c := xmode(t, root, "sandbox", "exec", id, "--name", "flood", "--timeout", "3s", "--",
-		"sh", "-c", "yes xmode-stalled-reader-test | head -c 50000000; sleep 100")
+	// 8 MB: twice what the live queue holds, so the stream must stall;
+	// written in milliseconds, well inside the deadline on any machine.
+	c := xmode(t, root, "sandbox", "exec", id, "--name", "flood", "--timeout", "8s", "--",
+		"sh", "-c", "yes xmode-stalled-reader-test | head -c 8000000; sleep 100")
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -161,21 +163,21 @@ func TestStalledReaderKeepsTheDeadline(t *testing.T) {
 	case werr = <-done:
 	case <-time.After(60 * time.Second):
 		c.Process.Kill()
-		t.Fatal("exec with --timeout 3s still running after 60s behind a reader that never reads")
+		t.Fatal("exec with --timeout 8s still running after 60s behind a reader that never reads")
 	}
 	took := time.Since(start)
 	ee, ok := werr.(*exec.ExitError)
 	if !ok || ee.ExitCode() != 124 {
 		t.Fatalf("exit %v, want 124", werr)
 	}
-	// The deadline fired at 3 s; the stalled stream may add its one wait
+	// The deadline fired at 8 s; the stalled stream may add its one wait
 	// (2 s) and the end of the step its flush (2 s) — never the 30 s of old.
-	if took > 20*time.Second {
+	if took > 30*time.Second {
 		t.Fatalf("took %s", took)
 	}
 	m, _ := filepath.Glob(filepath.Join(root, "runs", "*", "steps", "0001-flood", "stdout.log"))
-	if st, err := os.Stat(m[0]); err != nil || st.Size() != 50000000 {
-		t.Fatalf("stdout.log: %v (want all 50000000 bytes while the terminal was stalled)", err)
+	if st, err := os.Stat(m[0]); err != nil || st.Size() != 8000000 {
+		t.Fatalf("stdout.log: %v (want all 8000000 bytes while the terminal was stalled)", err)
 	}
 }
 

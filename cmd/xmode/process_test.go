@@ -45,7 +45,8 @@ func alive(pid int) bool {
 }
 
 // Ctrl-C on `sandbox exec` ends the step's whole process group, background
-// children included, and the step is still recorded.
+// children included (SIGINT, as a terminal sends it: exit 130), and the
+// step is still recorded.
 func TestExecInterruptKillsProcessGroup(t *testing.T) {
 	root, id := newSession(t)
 	c := xmode(t, root, "sandbox", "exec", id, "--name", "sleepy", "--",
@@ -82,8 +83,11 @@ func TestExecInterruptKillsProcessGroup(t *testing.T) {
 		t.Fatalf("exec took %s to end after Ctrl-C", time.Since(start))
 	}
 	ee, ok := err.(*exec.ExitError)
-	if !ok || ee.ExitCode() != 128+int(syscall.SIGTERM) {
-		t.Fatalf("exit: %v (want 143, the step was TERMed); stderr: %s", err, stderr.String())
+	if !ok || ee.ExitCode() != 128+int(syscall.SIGINT) {
+		t.Fatalf("exit: %v (want 130: Ctrl-C reaches the step as SIGINT, as from a terminal); stderr: %s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "the step gets SIGINT now") {
+		t.Fatalf("stderr does not say what Ctrl-C does: %s", stderr.String())
 	}
 	for i := 0; alive(bg) && i < 100; i++ {
 		time.Sleep(20 * time.Millisecond)
@@ -93,7 +97,7 @@ func TestExecInterruptKillsProcessGroup(t *testing.T) {
 		t.Fatalf("background child %d survived Ctrl-C", bg)
 	}
 	res, err := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(pidFile)), "steps", "0001-sleepy", "result.json"))
-	if err != nil || !bytes.Contains(res, []byte(`"exit_code": 143`)) {
+	if err != nil || !bytes.Contains(res, []byte(`"exit_code": 130`)) {
 		t.Fatalf("step not recorded: %v %s", err, res)
 	}
 }

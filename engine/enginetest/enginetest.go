@@ -2,7 +2,8 @@
 // pass: exit statuses, signals, separate output streams, environment,
 // workdir, timeouts with TERM→KILL, killing the whole process tree,
 // cancellation, binary and very large output with bounded memory, 126/127,
-// stdin, concurrent steps and idempotent Destroy.
+// stdin, a terminal (TTY) and its resizes, Ctrl-C (engine.Interrupt),
+// concurrent steps and idempotent Destroy.
 //
 // The commands it runs use only POSIX sh and busybox applets (sh, sleep,
 // cat, echo, printf, head, kill, trap, grep, mkdir, ...) and paths relative
@@ -19,6 +20,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,6 +57,10 @@ func Run(t *testing.T, h Harness) {
 		{"ProcessTreeKilledOnTimeout", testTreeOnTimeout},
 		{"KillStepByTag", testKillStep},
 		{"ContextCancel", testCancel},
+		{"Interrupt", testInterrupt},
+		{"InterruptHurried", testInterruptHurried},
+		{"TTY", testTTY},
+		{"TTYResize", testTTYResize},
 		{"BinaryOutput", testBinaryOutput},
 		{"BinaryStdinRoundTrip", testBinaryStdin},
 		{"LargeOutputBoundedMemory", testLargeOutput},
@@ -468,6 +474,122 @@ func testCancel(t *testing.T, h Harness) {
 		t.Errorf("Exec(%s) returned %v after it started; cancellation must end the step promptly", describe(req), r.elapsed)
 	}
 	t.Logf("cancelled step: %+v after %v", r.st, r.elapsed)
+}
+
+// interrupted cancels a context after d the way Ctrl-C does: with an
+// engine.Interrupt cause for SIGINT; closing hurry is the second Ctrl-C.
+func interrupted(d time.Duration) (ctx context.Context, hurry chan struct{}, stop func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	hurry = make(chan struct{})
+	timer := time.AfterFunc(d, func() { cancel(&engine.Interrupt{Signal: syscall.SIGINT, Hurry: hurry}) })
+	return ctx, hurry, func() { timer.Stop(); cancel(nil) }
+}
+
+// Ctrl-C reaches the step as SIGINT, as from a terminal: it dies of it, 130.
+func testInterrupt(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	ctx, _, stop := interrupted(300 * time.Millisecond)
+	defer stop()
+	req := engine.ExecRequest{Argv: []string{"sleep", "30"}}
+	r := exec(t, ctx, a, sb, req, defaultLimit)
+	if r.err != nil {
+		t.Fatalf("Exec(%s) interrupted: error %v", describe(req), r.err)
+	}
+	want := engine.Status{ExitCode: 130, Signal: "SIGINT"}
+	if r.st != want {
+		t.Errorf("Exec(%s) interrupted by Ctrl-C: status %+v, want %+v (SIGINT first, not TERM)", describe(req), r.st, want)
+	}
+	if r.elapsed > 4*time.Second {
+		t.Errorf("Exec(%s) took %v to end after Ctrl-C", describe(req), r.elapsed)
+	}
+}
+
+// A second Ctrl-C cuts the grace period short: a step that ignores INT and
+// TERM is KILLed at once, not after its (long) grace.
+func testInterruptHurried(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	ctx, hurry, stop := interrupted(300 * time.Millisecond)
+	defer stop()
+	time.AfterFunc(900*time.Millisecond, func() { close(hurry) })
+	req := engine.ExecRequest{Argv: []string{"sh", "-c", `trap "" INT TERM; while :; do sleep 0.1; done`}, Grace: 30 * time.Second}
+	r := exec(t, ctx, a, sb, req, defaultLimit)
+	if r.err != nil {
+		t.Fatalf("Exec(%s) interrupted twice: error %v", describe(req), r.err)
+	}
+	if r.st.ExitCode != 137 {
+		t.Errorf("Exec(%s) interrupted twice: status %+v, want 137 (KILLed)", describe(req), r.st)
+	}
+	if r.elapsed > 10*time.Second {
+		t.Errorf("Exec(%s) took %v after a second Ctrl-C: the 30s grace was not cut short", describe(req), r.elapsed)
+	}
+}
+
+// lineWaiter is a writer that tells when a line has been written.
+type lineWaiter struct {
+	syncBuffer
+	want string
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *lineWaiter) Write(p []byte) (int, error) {
+	n, err := w.syncBuffer.Write(p)
+	if bytes.Contains(w.Bytes(), []byte(w.want)) {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return n, err
+}
+
+// A TTY step runs on a terminal of the requested size, gets its input and
+// passes its status through.
+func testTTY(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	sizes := make(chan engine.WinSize, 1)
+	sizes <- engine.WinSize{Rows: 33, Cols: 101}
+	close(sizes)
+	req := engine.ExecRequest{
+		Argv: []string{"sh", "-c", `test -t 0 && test -t 1 && echo is-a-tty; stty size; read x; echo "got:$x"; exit 7`},
+		TTY:  true, Resize: sizes, Stdin: strings.NewReader("hello\n"),
+	}
+	r := mustExec(t, context.Background(), a, sb, req)
+	out := string(r.stdout)
+	if r.st.ExitCode != 7 {
+		t.Errorf("Exec(%s): status %+v, want 7\noutput: %q", describe(req), r.st, out)
+	}
+	for _, want := range []string{"is-a-tty", "33 101", "got:hello"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("Exec(%s): output %q lacks %q", describe(req), out, want)
+		}
+	}
+	if len(r.stderr) != 0 {
+		t.Errorf("Exec(%s): a terminal is one stream, but stderr got %q", describe(req), r.stderr)
+	}
+}
+
+// A window resize reaches the step (SIGWINCH and the new size).
+func testTTYResize(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	sizes := make(chan engine.WinSize, 1)
+	sizes <- engine.WinSize{Rows: 20, Cols: 80}
+	out := &lineWaiter{want: "ready", seen: make(chan struct{})}
+	req := engine.ExecRequest{
+		Argv:   []string{"sh", "-c", `trap 'stty size; exit 0' WINCH; echo ready; i=0; while [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done; exit 9`},
+		TTY:    true,
+		Resize: sizes,
+		Stdout: out,
+	}
+	go func() {
+		defer close(sizes)
+		select {
+		case <-out.seen:
+			sizes <- engine.WinSize{Rows: 50, Cols: 120}
+		case <-time.After(15 * time.Second):
+		}
+	}()
+	r := mustExec(t, context.Background(), a, sb, req)
+	if got := string(out.Bytes()); r.st.ExitCode != 0 || !strings.Contains(got, "50 120") {
+		t.Errorf("Exec(%s) resized to 50x120: status %+v, output %q; want 0 and the new size", describe(req), r.st, got)
+	}
 }
 
 func allBytes() []byte {

@@ -260,12 +260,13 @@ func (g *attachGuard) release() bool {
 // execAttach starts an exec attached to its streams, the handshake bounded
 // by ctx (see attachGuard); the streams then stay open until closed,
 // whatever ctx does.
-func (p *Provider) execAttach(ctx context.Context, execID string) (types.HijackedResponse, error) {
+func (p *Provider) execAttach(ctx context.Context, execID string, tty bool) (types.HijackedResponse, error) {
 	if err := checkRef("exec", execID); err != nil {
 		return types.HijackedResponse{}, err
 	}
 	g := &attachGuard{}
-	hr, err := p.cli.ContainerExecAttach(context.WithValue(ctx, attachKey{}, g), execID, container.ExecAttachOptions{})
+	// The daemon multiplexes the streams unless the start asks for the TTY.
+	hr, err := p.cli.ContainerExecAttach(context.WithValue(ctx, attachKey{}, g), execID, container.ExecAttachOptions{Tty: tty})
 	intime := g.release()
 	if err != nil {
 		if ctx.Err() != nil {

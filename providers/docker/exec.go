@@ -92,16 +92,17 @@ done
 exit $rc`
 
 // killScript ends the processes of one step from a separate exec: $1 the
-// step's tag, $2 the grace period in tenths of a second (0: KILL at once).
-// TERM (and CONT, for stopped processes) first, KILL after the grace period.
+// step's tag, $2 the grace period in tenths of a second (0: KILL at once),
+// $3 the first signal (TERM; INT for Ctrl-C). That signal (and CONT, for
+// stopped processes) first, KILL after the grace period.
 // The step's wrapper is spared so the step reports how its command ended; it
 // exits by itself once its command is gone. Exit 0: nothing of the step is
 // left; 3: something survived.
 const killScript = `exec 2>/dev/null
-tag="` + ExecTagEnv + `=$1"; grace=$2; me=$$
+tag="` + ExecTagEnv + `=$1"; grace=$2; sig=${3:-TERM}; me=$$
 ` + scanFunc + `scan
 if [ "$grace" -gt 0 ] && [ -n "$T" ]; then
-	kill -s TERM $T
+	kill -s "$sig" $T
 	kill -s CONT $T
 	i=0
 	while [ "$i" -lt "$grace" ]; do
@@ -177,17 +178,40 @@ func (p *Provider) exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 	}
 	// The tag comes last so that it wins over a same-named entry of req.Env.
 	env := append(append([]string(nil), req.Env...), ExecTagEnv+"="+tag)
-	cmd := append([]string{"/bin/sh", "-c", wrapperFor(ci.HostConfig), "xmode-step"}, req.Argv...)
-
-	cctx, cancel := p.call(ctx)
-	created, err := p.cli.ContainerExecCreate(cctx, ci.ID, container.ExecOptions{
+	wrapper := wrapperFor(ci.HostConfig)
+	if req.TTY {
+		// Ctrl-C on the terminal signals its foreground group, the wrapper
+		// included: a handler (reset to the default in the command) keeps
+		// the wrapper alive to sweep up and report the command's status.
+		wrapper = "trap : INT QUIT; " + wrapper
+	}
+	cmd := append([]string{"/bin/sh", "-c", wrapper, "xmode-step"}, req.Argv...)
+	opts := container.ExecOptions{
 		Cmd:          cmd,
 		Env:          env,
 		WorkingDir:   dir,
 		AttachStdin:  req.Stdin != nil,
 		AttachStdout: true,
 		AttachStderr: true,
-	})
+		Tty:          req.TTY,
+	}
+	var size *engine.WinSize
+	if req.TTY {
+		select {
+		case ws, ok := <-req.Resize:
+			if ok {
+				size = &ws
+				opts.ConsoleSize = &[2]uint{uint(ws.Rows), uint(ws.Cols)} // API 1.42+
+				// Older daemons size the TTY only once the exec runs
+				// (resizeExec): the step sets it itself before its command.
+				opts.Cmd[2] = fmt.Sprintf("stty rows %d cols %d 2>/dev/null; %s", ws.Rows, ws.Cols, opts.Cmd[2])
+			}
+		default:
+		}
+	}
+
+	cctx, cancel := p.call(ctx)
+	created, err := p.cli.ContainerExecCreate(cctx, ci.ID, opts)
 	cancel()
 	if err != nil {
 		return engine.Status{}, p.wrap(err, "create exec in "+ContainerName(sb.SessionID))
@@ -197,10 +221,13 @@ func (p *Provider) exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 	// The attach stream must outlive a cancelled ctx: the step's output
 	// keeps flowing while its processes are being ended.
 	actx, acancel := p.call(context.WithoutCancel(ctx))
-	hr, err := p.execAttach(actx, execID)
+	hr, err := p.execAttach(actx, execID, req.TTY)
 	acancel()
 	if err != nil {
 		return engine.Status{}, p.wrap(err, "start exec in "+ContainerName(sb.SessionID))
+	}
+	if req.TTY {
+		go p.resizeExec(context.WithoutCancel(ctx), execID, size, req.Resize)
 	}
 	s := &step{p: p, ctx: ctx, containerID: ci.ID, execID: execID, tag: tag, req: req, started: started}
 	st, err := s.run(hr)
@@ -211,6 +238,26 @@ func (p *Provider) exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 		}
 	}
 	return st, err
+}
+
+// resizeExec sets a TTY exec's window size: first (again, for daemons
+// before API 1.42, which ignore ConsoleSize) once the exec runs, then every
+// size that comes until sizes closes.
+func (p *Provider) resizeExec(ctx context.Context, execID string, first *engine.WinSize, sizes <-chan engine.WinSize) {
+	set := func(ws engine.WinSize) error {
+		cctx, cancel := p.call(ctx)
+		defer cancel()
+		return p.cli.ContainerExecResize(cctx, execID, container.ResizeOptions{Height: uint(ws.Rows), Width: uint(ws.Cols)})
+	}
+	if first != nil {
+		// The exec may not have its TTY yet: retry briefly, as docker's CLI does.
+		for i := 0; i < 20 && set(*first) != nil; i++ {
+			time.Sleep(25 * time.Millisecond)
+		}
+	}
+	for ws := range sizes {
+		_ = set(ws)
+	}
 }
 
 // sessionContainer finds the session's container, checks it is one of
@@ -375,7 +422,12 @@ func (s *step) run(hr types.HijackedResponse) (engine.Status, error) {
 	if s.req.Stdin != nil {
 		go func() {
 			_, _ = io.Copy(hr.Conn, s.req.Stdin)
-			_ = hr.CloseWrite()
+			if !s.req.TTY {
+				// On a TTY the daemon takes the end of input for the end of
+				// the session and closes the output with it; a terminal's
+				// end of input is a key (Ctrl-D), already sent.
+				_ = hr.CloseWrite()
+			}
 		}()
 	}
 	head := &headBuffer{limit: 1 << 10}
@@ -383,7 +435,12 @@ func (s *step) run(hr types.HijackedResponse) (engine.Status, error) {
 	stderr := &streamWriter{w: orDiscard(s.req.Stderr)}
 	copyDone := make(chan struct{})
 	go func() {
-		_, _ = stdcopy.StdCopy(stdout, stderr, hr.Reader)
+		if s.req.TTY {
+			// A TTY exec's output is one raw stream, as on a terminal.
+			_, _ = io.Copy(stdout, hr.Reader)
+		} else {
+			_, _ = stdcopy.StdCopy(stdout, stderr, hr.Reader)
+		}
 		close(copyDone)
 	}()
 
@@ -408,7 +465,12 @@ func (s *step) run(hr types.HijackedResponse) (engine.Status, error) {
 		interrupted = true
 	}
 	if timedOut || interrupted {
-		st, restarted = s.end(bg, exited)
+		sig := syscall.SIGTERM
+		var hurry <-chan struct{}
+		if interrupted {
+			sig, hurry = engine.StopSignal(s.ctx)
+		}
+		st, restarted = s.end(bg, exited, sig, hurry)
 	} else if st.err == nil && !st.gone {
 		restarted = s.sweep(bg, st, copyDone)
 	}
@@ -501,14 +563,26 @@ func (s *step) poll(ctx context.Context, copyDone <-chan struct{}, out chan<- ex
 
 // end ends a step that timed out or was interrupted and waits for its main
 // process; restarted reports that the container had to be restarted.
-func (s *step) end(ctx context.Context, exited <-chan execState) (st execState, restarted bool) {
+func (s *step) end(ctx context.Context, exited <-chan execState, sig syscall.Signal, hurry <-chan struct{}) (st execState, restarted bool) {
 	// A deadline can come before the runtime has started the step, or
 	// while it is still becoming the step's shell; ending it then finds
 	// nothing, so it is ended again until its main process is gone.
 	s.waitStarted(ctx)
+	if hurry != nil {
+		// A second Ctrl-C: KILL now, beside the helper still in its grace.
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			select {
+			case <-hurry:
+				_ = s.p.endProcesses(ctx, s.containerID, s.tag, 0, syscall.SIGKILL)
+			case <-stop:
+			}
+		}()
+	}
 	giveUp := time.Now().Add(15*time.Second + s.grace())
 	for {
-		err := s.p.endProcesses(ctx, s.containerID, s.tag, s.grace())
+		err := s.p.endProcesses(ctx, s.containerID, s.tag, s.grace(), sig)
 		if err != nil && fail.KindOf(err) == fail.EngineUnavailable {
 			return execState{err: err}, false
 		}
@@ -567,7 +641,7 @@ func (s *step) sweep(ctx context.Context, st execState, copyDone <-chan struct{}
 	if err == nil && !left {
 		return false
 	}
-	if err := s.p.endProcesses(ctx, s.containerID, s.tag, 0); err != nil {
+	if err := s.p.endProcesses(ctx, s.containerID, s.tag, 0, syscall.SIGKILL); err != nil {
 		if fail.KindOf(err) == fail.EngineUnavailable {
 			return false
 		}
@@ -621,12 +695,12 @@ func (p *Provider) leftovers(ctx context.Context, containerID, tag string, hostP
 	return false, nil
 }
 
-// endProcesses runs killScript in the container: TERM to every process of
-// the step, KILL after grace. An error means it could not run (pids limit
+// endProcesses runs killScript in the container: sig (TERM, or the signal
+// that interrupted xmode) to every process of the step, KILL after grace. An error means it could not run (pids limit
 // exhausted, memory) or something survived.
-func (p *Provider) endProcesses(ctx context.Context, containerID, tag string, grace time.Duration) error {
+func (p *Provider) endProcesses(ctx context.Context, containerID, tag string, grace time.Duration, sig syscall.Signal) error {
 	tenths := int((grace + 99*time.Millisecond) / (100 * time.Millisecond))
-	cmd := []string{"/bin/sh", "-c", killScript, "xmode-kill", tag, strconv.Itoa(tenths)}
+	cmd := []string{"/bin/sh", "-c", killScript, "xmode-kill", tag, strconv.Itoa(tenths), strings.TrimPrefix(signalName(int(sig)), "SIG")}
 	var last error
 	for attempt := 0; attempt < 3; attempt++ {
 		if attempt > 0 {
@@ -667,7 +741,7 @@ func (p *Provider) runHelperAs(ctx context.Context, containerID, user string, cm
 		return 0, "", p.wrap(err, "create helper exec")
 	}
 	execID := created.ID
-	hr, err := p.execAttach(ctx, execID)
+	hr, err := p.execAttach(ctx, execID, false)
 	if err != nil {
 		return 0, "", p.wrap(err, "start helper exec")
 	}
@@ -847,5 +921,5 @@ func (p *Provider) KillStep(ctx context.Context, sb engine.Sandbox, tag string) 
 	if !ci.State.Running {
 		return nil
 	}
-	return p.endProcesses(ctx, ci.ID, tag, engine.DefaultGrace)
+	return p.endProcesses(ctx, ci.ID, tag, engine.DefaultGrace, syscall.SIGTERM)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/progress"
 	"github.com/xmode/xmode/storage"
 )
 
@@ -662,11 +662,8 @@ func (p *Provider) EnsureImage(ctx context.Context, ref string) error {
 		return p.wrap(err, "inspect image "+ref)
 	}
 
-	out := p.Progress
-	if out == nil {
-		out = io.Discard
-	} else {
-		fmt.Fprintf(out, "Unable to find image '%s' locally\n", ref)
+	if p.Progress != nil {
+		fmt.Fprintf(p.Progress, "Unable to find image '%s' locally\n", ref)
 	}
 	pctx, pcancel := context.WithTimeout(ctx, p.pullTimeout())
 	defer pcancel()
@@ -678,7 +675,7 @@ func (p *Provider) EnsureImage(ctx context.Context, ref string) error {
 		return pullFailed(ref, err)
 	}
 	defer rc.Close()
-	if err := renderPull(rc, out); err != nil {
+	if err := progress.Pull(rc, p.Progress, ref); err != nil {
 		if errors.Is(pctx.Err(), context.DeadlineExceeded) {
 			return fail.Enginef("image %s is not present locally and pulling it took longer than %s: load it with `docker load` or check the daemon's registry access", ref, p.pullTimeout())
 		}

@@ -44,7 +44,7 @@ func (p *Provider) copyIn(ctx context.Context, containerID, worktree, user strin
 	pr, pw := io.Pipe()
 	read := make(chan error, 1)
 	go func() {
-		err := writeTree(pw, worktree, uid, gid)
+		err := writeTree(pw, worktree, ".", uid, gid)
 		pw.CloseWithError(err)
 		read <- err
 	}()
@@ -77,18 +77,19 @@ func parseUser(user string) (int, int) {
 	return uid, gid
 }
 
-// writeTree writes dir as a tar whose entries are "worktree/<path>":
+// writeTree writes dir's sub (".": all of it) as a tar whose entries are
+// "worktree/<path>":
 // directories, regular files and symlinks (as links), nothing else; modes
 // without setuid, setgid or sticky bits; owned by uid:gid. The walk and
 // every open stay inside dir (os.Root) and follow no symlink.
-func writeTree(w io.Writer, dir string, uid, gid int) error {
+func writeTree(w io.Writer, dir, sub string, uid, gid int) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return fmt.Errorf("open the worktree: %w", err)
 	}
 	defer root.Close()
 	tw := tar.NewWriter(w)
-	err = fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
+	err = fs.WalkDir(root.FS(), sub, func(rel string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -136,6 +137,62 @@ func writeTree(w io.Writer, dir string, uid, gid int) error {
 		return fmt.Errorf("read the worktree: %w", err)
 	}
 	return tw.Close()
+}
+
+// PushPath brings rel of the host's worktree into a sync-mode sandbox's
+// copy (engine.WorktreePusher), for `sandbox cp` into a session: a tar of
+// it, made as copyIn makes one, unpacked by the daemon over SyncWorktree.
+// The daemon unpacks as root and follows links inside the container, so
+// every directory on the way to rel must be a directory in the sandbox's
+// copy, not a link a step planted there.
+func (p *Provider) PushPath(ctx context.Context, sb engine.Sandbox, rel string) error {
+	if sb.MountMode != MountSync {
+		return nil
+	}
+	if _, err := p.guard.CheckWorktree(sb.RunID, sb.Worktree); err != nil {
+		return err
+	}
+	if _, err := p.Ping(ctx); err != nil {
+		return err
+	}
+	ci, err := p.ownedContainer(ctx, sb)
+	if err != nil {
+		return err
+	}
+	rel = path.Clean(rel)
+	if rel == ".." || strings.HasPrefix(rel, "../") || path.IsAbs(rel) {
+		return fail.Usagef("%q is not a path inside the worktree", rel)
+	}
+	for d := path.Dir(rel); d != "."; d = path.Dir(d) {
+		cctx, cancel := p.call(ctx)
+		st, err := p.cli.ContainerStatPath(cctx, ci.ID, path.Join(SyncWorktree, d))
+		cancel()
+		if err != nil {
+			return p.wrap(err, "look up "+d+" in the sandbox's worktree")
+		}
+		if !st.Mode.IsDir() {
+			return fail.Refusedf("%s is not a directory in the sandbox's worktree (a symlink?): refusing to copy through it", d)
+		}
+	}
+	uid, gid := parseUser(ci.Config.User)
+	pr, pw := io.Pipe()
+	read := make(chan error, 1)
+	go func() {
+		err := writeTree(pw, sb.Worktree, rel, uid, gid)
+		pw.CloseWithError(err)
+		read <- err
+	}()
+	cctx, cancel := context.WithTimeout(ctx, p.syncTimeout())
+	defer cancel()
+	err = p.cli.CopyToContainer(cctx, ci.ID, SyncMount, pr, container.CopyToContainerOptions{})
+	pr.CloseWithError(errCopyEnded)
+	if rerr := <-read; rerr != nil && !errors.Is(rerr, errCopyEnded) {
+		return fmt.Errorf("copy %s into the sandbox: %w", rel, rerr)
+	}
+	if err != nil {
+		return p.wrap(err, "copy "+rel+" into the sandbox")
+	}
+	return nil
 }
 
 // SyncBack makes the host's worktree what the sandbox's copy is now

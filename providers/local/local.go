@@ -17,6 +17,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 )
@@ -119,6 +122,7 @@ func (p *Provider) Exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 		path: path, argv: req.Argv, dir: dir, env: env,
 		timeout: req.Timeout, grace: req.Grace,
 		stdin: req.Stdin, stdout: stdout, stderr: stderr,
+		tty: req.TTY, resize: req.Resize,
 	})
 }
 
@@ -130,6 +134,73 @@ type runSpec struct {
 	timeout, grace time.Duration
 	stdin          io.Reader
 	stdout, stderr io.Writer
+	tty            bool
+	resize         <-chan engine.WinSize
+}
+
+// stdio is how a step's standard streams are wired: the child's three
+// files, ours to close once it has them, the copies that carry its output,
+// and what to close when it is over.
+type stdio struct {
+	child   [3]*os.File
+	started []*os.File // the child's ends: closed in xmode once it started
+	outputs []*os.File // read ends drained by copies; cut if EOF never comes
+	input   *os.File   // our end of the child's input, nil for none
+	copies  []func()
+	term    *os.File // the pty's master (TTY steps)
+}
+
+// pipes gives the step our own pipes: the child gets the write ends as fds
+// 1 and 2, we copy from the read ends with a fixed buffer, so memory stays
+// bounded whatever the step prints, and we decide when to stop waiting for
+// EOF.
+func pipes(s runSpec) (*stdio, error) {
+	sio := &stdio{}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("host engine: stdout pipe: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		closeAll(outR, outW)
+		return nil, fmt.Errorf("host engine: stderr pipe: %w", err)
+	}
+	var inR *os.File
+	if s.stdin != nil {
+		// Always through a pipe, even for an *os.File: the child runs in a
+		// session of its own, and a terminal it could open would stop it.
+		if inR, sio.input, err = os.Pipe(); err != nil {
+			closeAll(outR, outW, errR, errW)
+			return nil, fmt.Errorf("host engine: stdin pipe: %w", err)
+		}
+	} else if inR, err = os.Open(os.DevNull); err != nil {
+		closeAll(outR, outW, errR, errW)
+		return nil, fmt.Errorf("host engine: stdin: %w", err)
+	}
+	sio.child = [3]*os.File{inR, outW, errW}
+	sio.started = []*os.File{inR, outW, errW}
+	sio.outputs = []*os.File{outR, errR}
+	sio.copies = []func(){func() { drain(s.stdout, outR) }, func() { drain(s.stderr, errR) }}
+	return sio, nil
+}
+
+// terminal gives the step a pty: the slave as its three streams and its
+// controlling terminal, the master copied to stdout (one stream, as on a
+// terminal) and fed with stdin.
+func terminal(s runSpec) (*stdio, error) {
+	master, slave, err := openPty()
+	if err != nil {
+		return nil, fmt.Errorf("host engine: open a pty: %w", err)
+	}
+	sio := &stdio{term: master}
+	sio.child = [3]*os.File{slave, slave, slave}
+	sio.started = []*os.File{slave}
+	sio.outputs = []*os.File{master}
+	sio.copies = []func(){func() { drain(s.stdout, master) }}
+	if s.stdin != nil {
+		sio.input = master
+	}
+	return sio, nil
 }
 
 // run starts the process and supervises it to the end: deadline, cancel,
@@ -139,52 +210,40 @@ func run(ctx context.Context, s runSpec) (engine.Status, error) {
 	if grace <= 0 {
 		grace = engine.DefaultGrace
 	}
-
-	// Our own pipes: the child gets the write ends as fds 1 and 2, we copy
-	// from the read ends with a fixed buffer, so memory stays bounded
-	// whatever the step prints, and we decide when to stop waiting for EOF.
-	outR, outW, err := os.Pipe()
+	open := pipes
+	if s.tty {
+		open = terminal
+	}
+	sio, err := open(s)
 	if err != nil {
-		return engine.Status{}, fmt.Errorf("host engine: stdout pipe: %w", err)
+		return engine.Status{}, err
 	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		closeAll(outR, outW)
-		return engine.Status{}, fmt.Errorf("host engine: stderr pipe: %w", err)
-	}
-	var inR, inW *os.File
-	if s.stdin != nil {
-		// Always through a pipe, even for an *os.File: the child runs in a
-		// process group of its own, and a background group reading the
-		// terminal directly would be stopped by SIGTTIN.
-		if inR, inW, err = os.Pipe(); err != nil {
-			closeAll(outR, outW, errR, errW)
-			return engine.Status{}, fmt.Errorf("host engine: stdin pipe: %w", err)
-		}
-	} else {
-		if inR, err = os.Open(os.DevNull); err != nil {
-			closeAll(outR, outW, errR, errW)
-			return engine.Status{}, fmt.Errorf("host engine: stdin: %w", err)
-		}
-	}
-
 	cmd := &exec.Cmd{
 		Path:   s.path,
 		Args:   s.argv,
 		Dir:    s.dir,
 		Env:    s.env,
-		Stdin:  inR,
-		Stdout: outW,
-		Stderr: errW,
-		// The leader dies with the xmode that started it, however xmode
-		// dies; KillStep finds what it left behind by the step's tag.
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+		Stdin:  sio.child[0],
+		Stdout: sio.child[1],
+		Stderr: sio.child[2],
+		// A session of its own: its process group is the step, and it has
+		// no controlling terminal it could be stopped by (SIGTTIN/SIGTTOU
+		// on `sh -i`), unless it is given one (TTY). The leader dies with
+		// the xmode that started it, however xmode dies; KillStep finds
+		// what it left behind by the step's tag.
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Setctty: s.tty, Pdeathsig: syscall.SIGKILL},
+	}
+	if s.tty {
+		resize(sio.term, s.resize, true)
 	}
 	startErr := cmd.Start()
-	// The child has its copies; ours would keep the pipes from reaching EOF.
-	closeAll(outW, errW, inR)
+	// The child has its copies; ours would keep the output from reaching EOF.
+	closeAll(sio.started...)
 	if startErr != nil {
-		closeAll(outR, errR, inW)
+		closeAll(sio.outputs...)
+		if sio.input != nil && sio.input != sio.term {
+			closeAll(sio.input)
+		}
 		if code, msg, ok := classifyStartError(startErr); ok {
 			fmt.Fprintf(s.stderr, "xmode: exec: %q: %s\n", s.argv[0], msg)
 			return engine.Status{ExitCode: code}, nil
@@ -194,16 +253,22 @@ func run(ctx context.Context, s runSpec) (engine.Status, error) {
 	pid := cmd.Process.Pid // also the process group id
 
 	var copies sync.WaitGroup
-	copies.Add(2)
-	go func() { defer copies.Done(); drain(s.stdout, outR) }()
-	go func() { defer copies.Done(); drain(s.stderr, errR) }()
-	if inW != nil {
+	for _, c := range sio.copies {
+		copies.Go(c)
+	}
+	if sio.input != nil {
+		in := sio.input
 		go func() {
 			// Not waited for: a reader that blocks (a terminal) must not
-			// hold up the step. Closing inW below makes its writes fail.
-			_, _ = io.Copy(inW, s.stdin)
-			_ = inW.Close()
+			// hold up the step. Closing in below makes its writes fail.
+			_, _ = io.Copy(in, s.stdin)
+			if in != sio.term {
+				_ = in.Close()
+			}
 		}()
+	}
+	if s.tty {
+		go resize(sio.term, s.resize, false)
 	}
 
 	// Learn that the leader exited without reaping it: while it is a
@@ -220,48 +285,7 @@ func run(ctx context.Context, s runSpec) (engine.Status, error) {
 		exited <- false
 	}()
 
-	var deadline <-chan time.Time
-	if s.timeout > 0 {
-		t := time.NewTimer(s.timeout)
-		defer t.Stop()
-		deadline = t.C
-	}
-	var (
-		timedOut  bool
-		reaped    bool
-		done      = ctx.Done()
-		killT     *time.Timer
-		killTimer <-chan time.Time
-	)
-	defer func() {
-		if killT != nil {
-			killT.Stop()
-		}
-	}()
-	terminate := func() {
-		deadline, done = nil, nil // one TERM is enough
-		signalGroup(cmd.Process, pid, syscall.SIGTERM)
-		// A stopped process (SIGTSTP, SIGTTIN) only acts on TERM once
-		// continued.
-		signalGroup(cmd.Process, pid, syscall.SIGCONT)
-		killT = time.NewTimer(grace)
-		killTimer = killT.C
-	}
-wait:
-	for {
-		select {
-		case reaped = <-exited:
-			break wait
-		case <-deadline:
-			timedOut = true
-			terminate()
-		case <-done:
-			terminate()
-		case <-killTimer:
-			killTimer = nil
-			signalGroup(cmd.Process, pid, syscall.SIGKILL)
-		}
-	}
+	timedOut, reaped := supervise(ctx, cmd.Process, pid, s.timeout, grace, exited)
 	// The leader is gone: whatever it left behind in its group (`cmd &`)
 	// goes with it.
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
@@ -269,11 +293,11 @@ wait:
 		waitErr = cmd.Wait()
 	}
 
-	// Both copies end at EOF once every holder of the write ends is gone;
+	// The copies end at EOF once every holder of the child's ends is gone;
 	// a process that escaped the group may keep them open, so wait only a
-	// little, then cut the pipes.
-	if inW != nil {
-		_ = inW.Close()
+	// little, then cut them.
+	if sio.input != nil && sio.input != sio.term {
+		_ = sio.input.Close()
 	}
 	copied := make(chan struct{})
 	go func() { copies.Wait(); close(copied) }()
@@ -282,16 +306,126 @@ wait:
 	case <-copied:
 		drainTimer.Stop()
 	case <-drainTimer.C:
-		closeAll(outR, errR)
+		closeAll(sio.outputs...)
 		<-copied
 	}
-	closeAll(outR, errR)
+	closeAll(sio.outputs...)
 
 	st := cmd.ProcessState
 	if st == nil {
 		return engine.Status{}, fmt.Errorf("host engine: wait for %q: %w", s.argv[0], waitErr)
 	}
 	return statusOf(st, timedOut), nil
+}
+
+// supervise waits for the leader to exit, ending the step's group at the
+// deadline or when ctx is done: TERM (or the signal that interrupted xmode,
+// engine.Interrupt) and CONT, KILL after the grace period or at once when
+// the interrupt hurries. reaped reports that cmd.Wait already ran.
+func supervise(ctx context.Context, p *os.Process, pid int, timeout, grace time.Duration, exited <-chan bool) (timedOut, reaped bool) {
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.C
+	}
+	var (
+		done      = ctx.Done()
+		hurry     <-chan struct{}
+		killT     *time.Timer
+		killTimer <-chan time.Time
+	)
+	defer func() {
+		if killT != nil {
+			killT.Stop()
+		}
+	}()
+	terminate := func(sig syscall.Signal) {
+		deadline, done = nil, nil // one signal is enough
+		signalGroup(p, pid, sig)
+		// A stopped process (SIGTSTP, SIGTTIN) only acts on it once
+		// continued.
+		signalGroup(p, pid, syscall.SIGCONT)
+		killT = time.NewTimer(grace)
+		killTimer = killT.C
+	}
+	for {
+		select {
+		case reaped = <-exited:
+			return timedOut, reaped
+		case <-deadline:
+			timedOut = true
+			terminate(syscall.SIGTERM)
+		case <-done:
+			var sig syscall.Signal
+			sig, hurry = engine.StopSignal(ctx)
+			terminate(sig)
+		case <-hurry:
+			hurry = nil
+			signalGroup(p, pid, syscall.SIGKILL)
+		case <-killTimer:
+			killTimer = nil
+			signalGroup(p, pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// openPty opens a pty whose master xmode reads through the runtime's
+// poller (pty.Open leaves it blocking), so that closing it ends a read
+// that a process escaped with the slave would otherwise keep for ever.
+func openPty() (master, slave *os.File, err error) {
+	m, slave, err := pty.Open()
+	if err != nil {
+		return nil, nil, err
+	}
+	fd, err := unix.Dup(int(m.Fd()))
+	m.Close()
+	if err == nil {
+		err = unix.SetNonblock(fd, true)
+	}
+	if err != nil {
+		slave.Close()
+		return nil, nil, err
+	}
+	unix.CloseOnExec(fd)
+	return os.NewFile(uintptr(fd), "/dev/ptmx"), slave, nil
+}
+
+// resize sets the pty's window size from sizes: only the first one when
+// first (before the step starts, so it starts with the right size), else
+// every later one until sizes closes or the pty is closed.
+func resize(term *os.File, sizes <-chan engine.WinSize, first bool) {
+	if sizes == nil {
+		return
+	}
+	set := func(ws engine.WinSize) error {
+		rc, err := term.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var ierr error
+		if err := rc.Control(func(fd uintptr) {
+			ierr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: ws.Rows, Col: ws.Cols})
+		}); err != nil {
+			return err
+		}
+		return ierr
+	}
+	if first {
+		select {
+		case ws, ok := <-sizes:
+			if ok {
+				_ = set(ws)
+			}
+		default:
+		}
+		return
+	}
+	for ws := range sizes {
+		if errors.Is(set(ws), os.ErrClosed) {
+			return
+		}
+	}
 }
 
 // drain copies r to w with a fixed buffer until EOF or until r is closed.

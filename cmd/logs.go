@@ -1,0 +1,360 @@
+package cmd
+
+import (
+	"context"
+
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fatih/color"
+	"github.com/spf13/cobra"
+
+	"github.com/xmode/xmode/evidence"
+	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/sandbox"
+	"github.com/xmode/xmode/store"
+)
+
+// followPoll is how often `logs --follow` looks for more output and
+// whether the step is still running.
+const followPoll = 200 * time.Millisecond
+
+// followStale: a step whose heartbeat is this old has lost its xmode
+// (reaper.DefaultStaleAfter); following it ends.
+const followStale = 30 * time.Second
+
+func (a *App) newLogs() *cobra.Command {
+	var follow, stderr, all bool
+	cmd := &cobra.Command{
+		Use:   "logs SESSION [STEP] [--follow] [--stderr|--all]",
+		Short: "The evidence browser: a session's steps, or what one step printed",
+		Long: `Without STEP, a table of the session's steps: number, name, how it ended
+(exit code, running or lost), duration, when it started, its command; failed
+steps stand out. With STEP (its number, or its name: the latest step of that
+name), what the step printed: its stdout log, its stderr log with --stderr,
+both with --all (each on the stream it came from). A shell's transcript is
+its stdout log.
+
+--follow streams a step that is still running (the last step without STEP)
+and ends when the step ends. --json prints the steps as JSON, or the step
+with its output.
+
+Logs are read from runs/<run>/steps/<seq>-<name>/ through the storage guard:
+nothing a step planted there (a symlink, a FIFO) is followed.` + exitStatusHelp,
+		Example: `  xmode sandbox logs sbx_7k2m9q4x
+  xmode sandbox logs 7k2m 3              # step 3's stdout
+  xmode sandbox logs 7k2m test --stderr  # the latest step named test
+  xmode sandbox logs 7k2m --follow       # the running step, live
+  xmode sandbox logs 7k2m --json | jq '.[] | select(.exit_code != 0)'`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) < 1 || len(args) > 2 {
+				return fail.Usagef("expected a session and maybe a step: xmode sandbox logs SESSION [STEP]")
+			}
+			return nil
+		},
+		ValidArgsFunction: a.completeSteps,
+		Annotations:       map[string]string{"interrupted": "stopped following"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if stderr && all {
+				return fail.Usagef("--stderr and --all do not go together: --all prints both logs")
+			}
+			if follow && a.json {
+				return fail.Usagef("--follow and --json do not go together: follow a step, then ask for its JSON")
+			}
+			svc, err := a.service(cmd.Context(), nil)
+			if err != nil {
+				return err
+			}
+			sess, err := svc.Store.Resolve(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			steps, err := sessionSteps(cmd.Context(), svc.Store, sess)
+			if err != nil {
+				return err
+			}
+			if len(args) == 1 && !follow {
+				return a.logsTable(svc, sess, steps)
+			}
+			var st store.StepRow
+			if len(args) == 2 {
+				if st, err = pickStep(sess, steps, args[1]); err != nil {
+					return err
+				}
+			} else if len(steps) == 0 {
+				return fail.NotFoundf("session %s has no steps yet: run one with `xmode sandbox exec %s -- CMD`", sess.ID, sess.ID)
+			} else {
+				st = steps[len(steps)-1]
+			}
+			files := []string{evidence.StdoutFile}
+			switch {
+			case stderr:
+				files = []string{evidence.StderrFile}
+			case all:
+				files = []string{evidence.StdoutFile, evidence.StderrFile}
+			}
+			if a.json {
+				return a.stepJSON(svc, st, files)
+			}
+			if follow {
+				return a.follow(cmd.Context(), svc, st, files)
+			}
+			for i, f := range files {
+				if err := a.copyLog(svc, st, f, a.streamFor(i, all)); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVarP(&follow, "follow", "f", false, "stream a running step's output until it ends")
+	f.BoolVar(&stderr, "stderr", false, "print the step's stderr log instead of its stdout log")
+	f.BoolVar(&all, "all", false, "print both logs: stdout's on stdout, stderr's on stderr")
+	return cmd
+}
+
+// sessionSteps are the steps the session ran (a shared run has others').
+func sessionSteps(ctx context.Context, st *store.Store, sess *store.Session) ([]store.StepRow, error) {
+	all, err := st.Steps(ctx, sess.RunID)
+	if err != nil {
+		return nil, err
+	}
+	var out []store.StepRow
+	for _, s := range all {
+		if s.SessionID == sess.ID {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// pickStep finds STEP: a number, or a name (the latest step of that name).
+func pickStep(sess *store.Session, steps []store.StepRow, ref string) (store.StepRow, error) {
+	if n, err := strconv.Atoi(ref); err == nil {
+		for _, s := range steps {
+			if s.Seq == n {
+				return s, nil
+			}
+		}
+	} else {
+		for i := len(steps) - 1; i >= 0; i-- {
+			if steps[i].Name == ref {
+				return steps[i], nil
+			}
+		}
+	}
+	return store.StepRow{}, fail.NotFoundf("no step %q in session %s: `xmode sandbox logs %s` lists its steps", ref, sess.ID, sess.ID)
+}
+
+// streamFor is where the i-th log goes: stdout, or with --all the second
+// (stderr's) to stderr.
+func (a *App) streamFor(i int, all bool) io.Writer {
+	if all && i == 1 {
+		return a.Err
+	}
+	return a.Out
+}
+
+func (a *App) copyLog(svc *sandbox.Service, st store.StepRow, file string, w io.Writer) error {
+	f, err := evidence.Open(svc.Guard, st.RunID, st.Seq, st.Name, file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(w, f)
+	return err
+}
+
+// follow streams the logs of a step until it is no longer running (or its
+// xmode is gone), then prints what is left.
+func (a *App) follow(ctx context.Context, svc *sandbox.Service, st store.StepRow, files []string) error {
+	var open []*os.File
+	for _, name := range files {
+		f, err := evidence.Open(svc.Guard, st.RunID, st.Seq, st.Name, name)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		open = append(open, f)
+	}
+	drain := func() error {
+		for i, f := range open {
+			if _, err := io.Copy(a.streamFor(i, len(files) == 2), f); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for {
+		if err := drain(); err != nil {
+			return err
+		}
+		row, err := stepRow(ctx, svc.Store, st)
+		if err != nil {
+			return err
+		}
+		if row.State != "running" || row.Gone(time.Now().Add(-followStale)) {
+			if err := drain(); err != nil {
+				return err
+			}
+			switch {
+			case row.State == "running":
+				a.info("xmode: step %d's xmode is gone; the reaper records it as lost", row.Seq)
+			default:
+				a.info("xmode: step %d ended: %s", row.Seq, stepExit(row))
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(followPoll):
+		}
+	}
+}
+
+func stepRow(ctx context.Context, st *store.Store, want store.StepRow) (store.StepRow, error) {
+	steps, err := st.Steps(ctx, want.RunID)
+	if err != nil {
+		return want, err
+	}
+	for _, s := range steps {
+		if s.Seq == want.Seq {
+			return s, nil
+		}
+	}
+	return want, fail.NotFoundf("step %d of run %s is gone from the store", want.Seq, want.RunID)
+}
+
+// stepView is a step as --json shows it (logs, show): contract §3's step
+// shape, plus its state; exit_code, finished_at and duration_ms are null
+// while it runs.
+type stepView struct {
+	SessionID          string     `json:"session_id"`
+	Seq                int        `json:"seq"`
+	Name               string     `json:"name"`
+	Argv               []string   `json:"argv"`
+	State              string     `json:"state"`
+	ExitCode           *int       `json:"exit_code"`
+	Signal             string     `json:"signal"`
+	TimedOut           bool       `json:"timed_out"`
+	OOMKilled          bool       `json:"oom_killed"`
+	StartedAt          time.Time  `json:"started_at"`
+	FinishedAt         *time.Time `json:"finished_at"`
+	DurationMS         *int64     `json:"duration_ms"`
+	Dir                string     `json:"dir"`
+	StdoutPath         string     `json:"stdout_path"`
+	StderrPath         string     `json:"stderr_path"`
+	Truncated          bool       `json:"truncated"`
+	EvidenceIncomplete bool       `json:"evidence_incomplete,omitempty"`
+	LostReason         string     `json:"lost_reason,omitempty"`
+	Stdout             *string    `json:"stdout,omitempty"`
+	Stderr             *string    `json:"stderr,omitempty"`
+}
+
+func viewStep(svc *sandbox.Service, s store.StepRow) stepView {
+	v := stepView{
+		SessionID: s.SessionID, Seq: s.Seq, Name: s.Name, Argv: s.Argv, State: s.State, ExitCode: s.ExitCode,
+		Signal: s.Signal, TimedOut: s.TimedOut, OOMKilled: s.OOMKilled, StartedAt: s.StartedAt, FinishedAt: s.FinishedAt,
+		Truncated: s.Truncated, EvidenceIncomplete: s.EvidenceIncomplete, LostReason: s.LostReason,
+	}
+	if v.Argv == nil {
+		v.Argv = []string{}
+	}
+	if s.FinishedAt != nil {
+		d := s.FinishedAt.Sub(s.StartedAt).Milliseconds()
+		v.DurationMS = &d
+	}
+	if dir, err := evidence.StepDir(svc.Guard, s.RunID, s.Seq, s.Name); err == nil {
+		v.Dir = dir
+		v.StdoutPath, v.StderrPath = dir+"/"+evidence.StdoutFile, dir+"/"+evidence.StderrFile
+	}
+	return v
+}
+
+func viewSteps(svc *sandbox.Service, steps []store.StepRow) []stepView {
+	out := make([]stepView, 0, len(steps))
+	for _, s := range steps {
+		out = append(out, viewStep(svc, s))
+	}
+	return out
+}
+
+// stepJSON prints one step with the logs asked for.
+func (a *App) stepJSON(svc *sandbox.Service, st store.StepRow, files []string) error {
+	v := viewStep(svc, st)
+	for _, name := range files {
+		f, err := evidence.Open(svc.Guard, st.RunID, st.Seq, st.Name, name)
+		if err != nil {
+			return err
+		}
+		b, err := io.ReadAll(f)
+		f.Close()
+		if err != nil {
+			return err
+		}
+		text := string(b)
+		if name == evidence.StdoutFile {
+			v.Stdout = &text
+		} else {
+			v.Stderr = &text
+		}
+	}
+	return a.printJSON(v)
+}
+
+// stepTable prints the session's steps; failed and lost ones in red.
+func (a *App) logsTable(svc *sandbox.Service, sess *store.Session, steps []store.StepRow) error {
+	if a.json {
+		return a.printJSON(viewSteps(svc, steps))
+	}
+	if len(steps) == 0 {
+		a.info("session %s has no steps yet: run one with `xmode sandbox exec %s -- CMD`", sess.ID, sess.ID)
+		return nil
+	}
+	now := time.Now()
+	t := newTable(a.Out, "STEP", "NAME", "EXIT", "DURATION", "STARTED", "COMMAND")
+	for _, s := range steps {
+		t.row(strconv.Itoa(s.Seq), s.Name, a.stepStatus(s), stepDuration(s, now), ago(s.StartedAt, now), truncate(clean(strings.Join(s.Argv, " ")), 50))
+	}
+	return t.flush()
+}
+
+// stepStatus is how a step ended, coloured: red when it failed or was lost.
+func (a *App) stepStatus(s store.StepRow) string {
+	switch {
+	case s.ExitCode != nil:
+		text := strconv.Itoa(*s.ExitCode)
+		if s.TimedOut {
+			text += " (timeout)"
+		}
+		if s.OOMKilled {
+			text += " (oom)"
+		}
+		if *s.ExitCode != 0 {
+			return a.paint(color.FgRed, text)
+		}
+		return a.paint(color.FgGreen, text)
+	case s.State == "lost":
+		return a.paint(color.FgRed, "lost")
+	}
+	return a.paint(color.FgCyan, "running")
+}
+
+func stepDuration(s store.StepRow, now time.Time) string {
+	if s.FinishedAt == nil {
+		if s.State == "running" {
+			return human(now.Sub(s.StartedAt))
+		}
+		return "-"
+	}
+	d := s.FinishedAt.Sub(s.StartedAt)
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(100 * time.Millisecond).String()
+}

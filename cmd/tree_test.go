@@ -1,0 +1,69 @@
+package cmd
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+// Every command a user can see has examples in its --help.
+func TestEveryCommandHasExamples(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if !c.IsAvailableCommand() && c.HasParent() {
+			return
+		}
+		if strings.TrimSpace(c.Example) == "" {
+			t.Errorf("`%s --help` has no examples: give the command an Example", c.CommandPath())
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(Tree())
+}
+
+// suggestion is an xmode command line a message tells the user to run: in
+// backquotes, its lowercase words up to an argument, a flag or the end.
+var suggestion = regexp.MustCompile("`xmode((?: [a-z][a-z-]*)+)(?:`| [%A-Z$<\"'-])")
+
+// No message suggests a command that does not exist: every `xmode …` in
+// the code outside tests names a command of the tree.
+func TestSuggestedCommandsExist(t *testing.T) {
+	root := Tree()
+	seen := 0
+	err := filepath.WalkDir("..", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "testdata" || d.Name() == "docs") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range suggestion.FindAllStringSubmatch(string(b), -1) {
+			seen++
+			words := strings.Fields(m[1])
+			c, rest, err := root.Find(words)
+			if err != nil || c == root || len(rest) > 0 && c.HasSubCommands() {
+				t.Errorf("%s suggests `xmode%s`, which is not a command", path, m[1])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seen < 10 {
+		t.Fatalf("found only %d suggestions: the scan is broken", seen)
+	}
+}
