@@ -73,6 +73,8 @@ func TestBadValuesNameTheirSource(t *testing.T) {
 		"XMODE_PROJECT_CACHE_MOUNT":     "/",
 		"XMODE_USER":                    "two words",
 		"XMODE_SANDBOX_STORAGE_VOLUME":  "../x",
+		"XMODE_POOL_SIZE":               "-1",
+		"XMODE_POOL_MAX_AGE":            "0s",
 	}
 	for name, val := range cases {
 		_, err := Load(envOf(map[string]string{"HOME": "/h", name: val}), nil)

@@ -118,29 +118,8 @@ type NewSession struct {
 func (s *Store) CreateSession(ctx context.Context, n NewSession) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		now := millis(n.CreatedAt)
-		if n.MaxOpen > 0 {
-			rows, err := tx.QueryContext(ctx, `SELECT id FROM sessions
-				WHERE user = ? AND status IN ('provisioning', 'open') AND expires_at > ? ORDER BY created_at`, n.User, now)
-			if err != nil {
-				return fmt.Errorf("count open sessions: %w", err)
-			}
-			var open []string
-			for rows.Next() {
-				var id string
-				if err := rows.Scan(&id); err != nil {
-					rows.Close()
-					return err
-				}
-				open = append(open, id)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			if len(open) >= n.MaxOpen {
-				return fail.Refusedf("user %s already has %d open sandboxes, the limit (XMODE_SANDBOX_MAX_OPEN=%d): %s; free one with `xmode sandbox stop ID`",
-					n.User, len(open), n.MaxOpen, strings.Join(open, ", "))
-			}
+		if err := checkQuota(ctx, tx, n.User, n.MaxOpen, n.CreatedAt); err != nil {
+			return err
 		}
 		if n.NewRun {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO runs (id, created_at, repo, ref, project) VALUES (?, ?, ?, ?, ?)`,
@@ -155,6 +134,14 @@ func (s *Store) CreateSession(ctx context.Context, n NewSession) error {
 			}
 			if reclaimed.Valid {
 				return fail.Refusedf("run %s has ended and its worktree was reclaimed: create a new sandbox without --run", n.RunID)
+			}
+			// A pool entry's run is nobody's yet: the claim gives it to one session.
+			var pooled int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pool_entries WHERE run_id = ?`, n.RunID).Scan(&pooled); err != nil {
+				return err
+			}
+			if pooled > 0 {
+				return fail.NotFoundf("no run %s", n.RunID)
 			}
 		}
 		vols, _ := json.Marshal(nonNil(n.Volumes))
