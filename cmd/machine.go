@@ -180,10 +180,17 @@ With the docker engine configured, the project's cache volume goes too.` + exitS
 					a.info("stopped %s", s.ID)
 				}
 			}
-			// The pool is the machine's, not anyone's sessions: it goes first.
-			drained, err := svc.DrainPool(cmd.Context(), project, nil)
+			// The pool is the machine's, not anyone's: it goes first — once
+			// no open session keeps the machine (Remove refuses then).
+			users, err := svc.Store.MachineSessions(cmd.Context(), project)
 			if err != nil {
 				return err
+			}
+			drained := 0
+			if len(users) == 0 {
+				if drained, err = svc.DrainPool(cmd.Context(), project, nil); err != nil {
+					return err
+				}
 			}
 			if drained > 0 {
 				a.info("retired %d pool entries", drained)

@@ -87,7 +87,7 @@ func (s *Service) claim(ctx context.Context, o CreateOptions, sess store.Session
 	}
 	want, also := sess.BaseCommit, ""
 	if !slices.ContainsFunc(commits, func(c store.PoolCommit) bool { return c.Commit == want }) {
-		if !s.moveIsFaster(ctx, o.Project, sess.Engine, commits[0], want) {
+		if !s.moveIsFaster(ctx, o.Project, sess.Engine, engine.MountMode(adapter), commits[0], want) {
 			return nil, co, nil
 		}
 		also = commits[0].Commit
@@ -133,9 +133,13 @@ func (s *Service) moveClaimed(ctx context.Context, sess *store.Session, commit s
 // moveIsFaster says whether moving an entry at from to want beats making a
 // sandbox: always with docker (a fresh one also starts a container, and a
 // checkout writes at most both trees), on the host when fewer paths change
-// than a fresh worktree of the machine checks out.
-func (s *Service) moveIsFaster(ctx context.Context, project, engineName string, from store.PoolCommit, want string) bool {
-	if engineName == "docker" {
+// than a fresh worktree of the machine checks out. Never in sync mode: the
+// sandbox works on a copy of the worktree made when the entry was.
+func (s *Service) moveIsFaster(ctx context.Context, project, engineName, mountMode string, from store.PoolCommit, want string) bool {
+	switch {
+	case mountMode == "sync":
+		return false
+	case engineName == "docker":
 		return true
 	}
 	n, err := s.Machines().Changed(ctx, project, from.Commit, want)
@@ -191,6 +195,9 @@ const fillParallel = 4
 // rest goes on; the error return is for a pass that could not start.
 func (s *Service) MaintainPools(ctx context.Context, o PoolOptions) (*PoolReport, error) {
 	rep := &PoolReport{}
+	if o.Log != nil {
+		o.Log = &lockedWriter{w: o.Log} // entries are made side by side
+	}
 	r := s.reaper()
 	r.Log = o.Log
 	defer r.Close()
@@ -463,6 +470,17 @@ func (s *Service) DrainPool(ctx context.Context, project string, log io.Writer) 
 		}
 	}
 	return n, nil
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func logf(w io.Writer, format string, args ...any) {
