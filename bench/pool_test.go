@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/config"
-	_ "github.com/xmode/xmode/providers/local" // the host engine, for in-process claims
 	"github.com/xmode/xmode/providers/docker/dockertest"
+	_ "github.com/xmode/xmode/providers/local" // the host engine, for in-process claims
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
