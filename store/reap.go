@@ -215,9 +215,9 @@ func (s *Store) ClaimProvisioning(ctx context.Context, id, holder string, before
 }
 
 // ClaimRun claims a run's worktree for removal. It refuses a run with a
-// provisioning or open session or a pool entry, and marks the run reclaimed (if it has a row
-// and is not yet) in the same transaction, so no session can join it while
-// its worktree goes. A run without a row (a database reset under an old
+// provisioning or open session or a pool entry, and marks the run reclaimed
+// (if it has a row and is not yet) in the same transaction, so no session
+// can join it while its worktree goes. A run without a row (a database reset under an old
 // storage root) can be claimed too. An orphan sweep (sweep set) also leaves
 // a run alone while another reaper holds one of its sessions: that reaper
 // removes the worktree itself once it has ended the session.

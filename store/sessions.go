@@ -157,6 +157,38 @@ func (s *Store) CreateSession(ctx context.Context, n NewSession) error {
 	})
 }
 
+// checkQuota refuses a new session of user when it would have more than
+// max open, unexpired sessions (0: unlimited); inside the transaction that
+// inserts it, so racing creates cannot overshoot.
+func checkQuota(ctx context.Context, tx *sql.Tx, user string, max int, now time.Time) error {
+	if max <= 0 {
+		return nil
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT id FROM sessions
+		WHERE user = ? AND status IN ('provisioning', 'open') AND expires_at > ? ORDER BY created_at`, user, millis(now))
+	if err != nil {
+		return fmt.Errorf("count open sessions: %w", err)
+	}
+	var open []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		open = append(open, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(open) >= max {
+		return fail.Refusedf("user %s already has %d open sandboxes, the limit (XMODE_SANDBOX_MAX_OPEN=%d): %s; free one with `xmode sandbox stop ID`",
+			user, len(open), max, strings.Join(open, ", "))
+	}
+	return nil
+}
+
 func nonNil(v []string) []string {
 	if v == nil {
 		return []string{}
