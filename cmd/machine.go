@@ -28,13 +28,17 @@ instead of a clone of its own. See docs/project-machines.md.`,
 
 func (a *App) newMachineWarm() *cobra.Command {
 	var repo, ref string
+	var pool int
 	cmd := &cobra.Command{
-		Use:   "warm PROJECT --repo URL [--ref REF]",
+		Use:   "warm PROJECT --repo URL [--ref REF] [--pool N]",
 		Short: "Create a project machine (clone) or refresh it (fetch)",
 		Long: `Clone the project's repository into its machine the first time (with
 progress on a terminal), fetch every branch and tag on later calls. --ref sets
 the machine's default ref (what sandboxes of the project check out without
---ref); the first warm otherwise takes the remote's HEAD. Prints the project.` + exitStatusHelp,
+--ref); the first warm otherwise takes the remote's HEAD. --pool N keeps N
+sandboxes of the project ready for ` + "`sandbox create --project`" + ` to claim; every warm
+then fills the pool and retires the entries the fetch left behind.
+Prints the project.` + exitStatusHelp,
 		Example: `  xmode machine warm prom --repo https://github.com/prometheus/prometheus.git
   xmode machine warm prom          # fetch`,
 		Args:              exactArgs(1, "one project"),
@@ -43,6 +47,9 @@ the machine's default ref (what sandboxes of the project check out without
 		RunE: func(cmd *cobra.Command, args []string) error {
 			svc, err := a.service(cmd.Context(), nil)
 			if err != nil {
+				return err
+			}
+			if err := checkPoolFlag(cmd, svc.Cfg, pool); err != nil {
 				return err
 			}
 			start := time.Now()
@@ -55,25 +62,29 @@ the machine's default ref (what sandboxes of the project check out without
 			if err != nil {
 				return err
 			}
-			views, err := svc.Machines().Views(cmd.Context(), mach.Project)
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return a.printJSON(views[0])
-			}
-			fmt.Fprintln(a.Out, mach.Project)
 			verb := "fetched"
 			if cloned {
 				verb = "cloned"
 			}
 			a.info("%s %s from %s: %s at %s, in %s", verb, mach.Project, mach.Repo, mach.DefaultRef,
 				shortSHA(mach.HeadCommit), time.Since(start).Round(time.Millisecond))
-			return nil
+			if err := a.warmPool(cmd.Context(), cmd, svc, mach.Project, pool); err != nil {
+				return err
+			}
+			if !a.json {
+				fmt.Fprintln(a.Out, mach.Project)
+				return nil
+			}
+			views, err := svc.Machines().Views(cmd.Context(), mach.Project)
+			if err != nil {
+				return err
+			}
+			return a.printJSON(views[0])
 		},
 	}
 	cmd.Flags().StringVar(&repo, "repo", "", "repository: URL, file:// URL or local path (required the first time)")
 	cmd.Flags().StringVar(&ref, "ref", "", "default branch, tag or commit of the machine (default: the remote's HEAD)")
+	poolFlag(cmd, &pool)
 	return cmd
 }
 
@@ -142,7 +153,11 @@ func (a *App) newMachineShow() *cobra.Command {
 			kv.row("Created:", v.CreatedAt.Local().Format(time.DateTime)+" ("+ago(v.CreatedAt, now)+")")
 			kv.row("Last fetch:", v.LastFetchAt.Local().Format(time.DateTime)+" ("+ago(v.LastFetchAt, now)+")")
 			kv.row("Open sessions:", fmt.Sprint(v.OpenSessions))
-			return kv.flush()
+			kv.row("Pool:", poolSummary(v))
+			if err := kv.flush(); err != nil {
+				return err
+			}
+			return a.printPool(a.Out, v)
 		},
 	}
 }
@@ -180,6 +195,21 @@ With the docker engine configured, the project's cache volume goes too.` + exitS
 					a.info("stopped %s", s.ID)
 				}
 			}
+			// The pool is the machine's, not anyone's: it goes first — once
+			// no open session keeps the machine (Remove refuses then).
+			users, err := svc.Store.MachineSessions(cmd.Context(), project)
+			if err != nil {
+				return err
+			}
+			drained := 0
+			if len(users) == 0 {
+				if drained, err = svc.DrainPool(cmd.Context(), project, nil); err != nil {
+					return err
+				}
+			}
+			if drained > 0 {
+				a.info("retired %d pool entries", drained)
+			}
 			res, err := svc.Machines().Remove(cmd.Context(), project)
 			if err != nil {
 				return err
@@ -187,8 +217,9 @@ With the docker engine configured, the project's cache volume goes too.` + exitS
 			if a.json {
 				return a.printJSON(struct {
 					machines.Removed
-					Stopped []string `json:"sessions_stopped"`
-				}{res, append([]string{}, stopped...)})
+					Stopped     []string `json:"sessions_stopped"`
+					PoolRetired int      `json:"pool_retired"`
+				}{res, append([]string{}, stopped...), drained})
 			}
 			fmt.Fprintln(a.Out, project)
 			var what []string

@@ -34,7 +34,11 @@ func (a *App) newReap(use string) *cobra.Command {
     XMODE_SANDBOX_ENGINE=docker), and worktrees of runs without an open
     session. Objects of another install are never touched, nor worktrees
     of run directories the store has no record of, unless
-    --reclaim-unknown asks for them.
+    --reclaim-unknown asks for them;
+  - the project machines' pools are kept (XMODE_PROJECT_MACHINES=1):
+    entries older than XMODE_POOL_MAX_AGE, made for other settings, behind
+    their machine or beyond its pool size are retired, and each pool is
+    filled to its size (docs/project-machines.md, "The pool").
 
 Silent on success, for cron (a bar on a terminal); -v prints one line per action, --json the
 summary, --dry-run what it would do (changing nothing). Overlapping passes
@@ -85,6 +89,7 @@ EXIT STATUS
 				a.reapFailures(sum)
 				return fail.Failedf("reap interrupted after %s: %v; run it again to finish", time.Duration(sum.DurationMS)*time.Millisecond, err)
 			}
+			a.reapPools(cmd.Context(), svc, sum, dryRun, r.Log)
 			if a.json {
 				if err := a.printJSON(sum); err != nil {
 					return err

@@ -57,7 +57,9 @@ type Config struct {
 	MinFree            int64
 	ProjectMachines    bool
 	ProjectCacheMount  string
-	CRMaxBytes         int64 // largest change request accepted
+	CRMaxBytes         int64         // largest change request accepted
+	PoolSize           int           // ready sandboxes kept per project machine (0: no pool)
+	PoolMaxAge         time.Duration // a pool entry older than this is replaced
 	CloudStatusCommand string
 	CloudPollInterval  time.Duration
 	CloudStaleAfter    time.Duration
@@ -384,6 +386,20 @@ var settings = []setting{
 		c.ClaudeBin = v
 		return checkBin(v)
 	}},
+	// Warm pools (docs/project-machines.md, "The pool").
+	{name: "XMODE_POOL_SIZE", def: lit("0"), apply: func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > MaxPoolSize {
+			return fmt.Errorf("%q is not a pool size: use a whole number from 0 (no pool) to %d", v, MaxPoolSize)
+		}
+		c.PoolSize = n
+		return nil
+	}},
+	{name: "XMODE_POOL_MAX_AGE", def: lit("24h"), apply: func(c *Config, v string) error {
+		d, err := ParseDuration(v)
+		c.PoolMaxAge = d
+		return err
+	}},
 	{name: "CODEX_CLOUD_STATUS_COMMAND", def: lit("codex cloud status {task_id}"), apply: func(c *Config, v string) error {
 		if strings.TrimSpace(v) == "" {
 			return fmt.Errorf("the status command may not be empty")
@@ -463,6 +479,10 @@ func defaultUser(_ *Config, _ Env) string {
 	}
 	return strconv.Itoa(os.Getuid())
 }
+
+// MaxPoolSize bounds a project machine's pool: each entry of the docker
+// engine holds a running container.
+const MaxPoolSize = 256
 
 // MinPids is the lowest XMODE_SANDBOX_PIDS_LIMIT a sandbox can run under.
 const MinPids = 8

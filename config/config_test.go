@@ -74,6 +74,8 @@ func TestBadValuesNameTheirSource(t *testing.T) {
 		"XMODE_USER":                    "two words",
 		"XMODE_SANDBOX_STORAGE_VOLUME":  "../x",
 		"XMODE_CR_MAX_BYTES":            "0",
+		"XMODE_POOL_SIZE":               "-1",
+		"XMODE_POOL_MAX_AGE":            "0s",
 	}
 	for name, val := range cases {
 		_, err := Load(envOf(map[string]string{"HOME": "/h", name: val}), nil)

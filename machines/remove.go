@@ -66,6 +66,13 @@ func (m *Manager) Remove(ctx context.Context, project string) (Removed, error) {
 		return out, fail.Refusedf("project machine %s is in use by %d open session(s): %s; stop them (`xmode sandbox stop ID`) or use --force",
 			project, len(ids), strings.Join(ids, ", "))
 	}
+	// The caller drains the pool first; an entry left is one being made
+	// right now (a refill that has not reached `git worktree add`).
+	if pool, err := m.Store.PoolEntries(ctx, project); err != nil {
+		return out, err
+	} else if len(pool) > 0 {
+		return out, fail.Refusedf("project machine %s still has %d pool entries (a refill is running): try again in a moment", project, len(pool))
+	}
 	// The volume first: when the engine is unreachable nothing is removed
 	// and the command can simply be repeated.
 	if out.VolumeRemoved, out.VolumeNote, err = m.removeVolume(ctx, out.Volume); err != nil {
@@ -163,8 +170,9 @@ func (m *Manager) removeVolume(ctx context.Context, name string) (bool, string, 
 // View is a machine as `machine list` and `machine show` print it.
 type View struct {
 	store.Machine
-	Path         string `json:"path"`
-	OpenSessions int    `json:"open_sessions"`
+	Path         string   `json:"path"`
+	OpenSessions int      `json:"open_sessions"`
+	Pool         PoolView `json:"pool"`
 }
 
 // Views returns every machine, or only project's when it is not empty
@@ -193,7 +201,11 @@ func (m *Manager) Views(ctx context.Context, project string) ([]View, error) {
 			return nil, err
 		}
 		repoDir, _ := m.RepoDir(mach.Project)
-		views = append(views, View{Machine: *mach, Path: repoDir, OpenSessions: len(users)})
+		pool, err := m.poolView(ctx, mach)
+		if err != nil {
+			return nil, err
+		}
+		views = append(views, View{Machine: *mach, Path: repoDir, OpenSessions: len(users), Pool: pool})
 	}
 	return views, nil
 }

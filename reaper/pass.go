@@ -51,7 +51,8 @@ type PassOptions struct {
 // WorktreesReclaimed and WorktreesKeptShared are what those teardowns did;
 // OrphansRemoved counts the leaked objects the sweep removed: containers and
 // volumes of this install without an open session, and worktrees of runs
-// without one. Each session and object is counted by the one pass that
+// without one. PoolFilled and PoolRetired are the pool entries made and
+// retired after the pass (`xmode reap` keeps the project machines' pools). Each session and object is counted by the one pass that
 // handled it, however many passes overlap.
 type Summary struct {
 	DryRun              bool      `json:"dry_run"`
@@ -63,6 +64,8 @@ type Summary struct {
 	WorktreesKeptShared int       `json:"worktrees_kept_shared"`
 	OrphansRemoved      int       `json:"orphans_removed"`
 	StepsLost           int       `json:"steps_lost"`
+	PoolFilled          int       `json:"pool_filled"`
+	PoolRetired         int       `json:"pool_retired"`
 	Errors              []Failure `json:"errors"`
 	DurationMS          int64     `json:"duration_ms"`
 }

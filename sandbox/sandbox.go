@@ -105,8 +105,16 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		return nil, fail.Usagef("--refresh fetches a project machine: it needs --project, XMODE_PROJECT_MACHINES=1 and no --run")
 	}
 	if fromMachine {
-		if co, err = s.Machines().Checkout(ctx, o.Project, o.Repo, o.Ref, o.Refresh); err != nil {
-			return nil, err
+		// A ready sandbox from the project's pool when one fits: nothing to
+		// check out, no container to make. An empty pool costs one read.
+		claimed, resolved, err := s.claim(ctx, o, sess, adapter)
+		if err != nil || claimed != nil {
+			return claimed, err
+		}
+		if co = resolved; co == nil {
+			if co, err = s.Machines().Checkout(ctx, o.Project, o.Repo, o.Ref, o.Refresh); err != nil {
+				return nil, err
+			}
 		}
 		defer co.Close()
 		sess.Repo, sess.Ref, sess.RunID = co.Machine.Repo, co.Ref, store.NewRunID()
@@ -217,22 +225,9 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	}
 	// An image pull shows its progress like `docker run` does.
 	engine.SetProgress(adapter, s.Progress)
-	instance, err := s.Store.InstanceID(ctx)
+	spec, err := s.spec(ctx, sess.ID, sess.RunID, sess.Project, sess.WorktreePath, sess.Image, engineName, co)
 	if err != nil {
 		return nil, err
-	}
-	spec := engine.Spec{
-		SessionID: sess.ID, RunID: sess.RunID, Project: sess.Project, Worktree: sess.WorktreePath, Image: sess.Image,
-		Labels: map[string]string{
-			"xmode.managed": "true", "xmode.session": sess.ID, "xmode.run": sess.RunID, "xmode.instance": instance,
-		},
-	}
-	if co != nil {
-		spec.MachineGitDir = co.GitDir()
-		if engineName == "docker" {
-			spec.CacheVolume, spec.CacheMount = co.Machine.Volume, s.Cfg.ProjectCacheMount
-			spec.Env = machines.CacheEnv(s.Cfg.ProjectCacheMount)
-		}
 	}
 	sb, err := adapter.Provision(ctx, spec)
 	// Record what exists even on failure, so teardown can find it.
@@ -252,6 +247,31 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 		return nil, err
 	}
 	return s.Store.Get(ctx, sess.ID)
+}
+
+// spec is the engine.Spec of a session's sandbox — and of a pool entry made
+// ahead of time for one, which must be exactly what a create would make:
+// the contract's labels, and for a worktree of a project machine its .git
+// and (docker) the project's cache volume and environment.
+func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree, image, engineName string, co *machines.Checkout) (engine.Spec, error) {
+	instance, err := s.Store.InstanceID(ctx)
+	if err != nil {
+		return engine.Spec{}, err
+	}
+	spec := engine.Spec{
+		SessionID: sessionID, RunID: runID, Project: project, Worktree: worktree, Image: image,
+		Labels: map[string]string{
+			"xmode.managed": "true", "xmode.session": sessionID, "xmode.run": runID, "xmode.instance": instance,
+		},
+	}
+	if co != nil {
+		spec.MachineGitDir = co.GitDir()
+		if engineName == "docker" {
+			spec.CacheVolume, spec.CacheMount = co.Machine.Volume, s.Cfg.ProjectCacheMount
+			spec.Env = machines.CacheEnv(s.Cfg.ProjectCacheMount)
+		}
+	}
+	return spec, nil
 }
 
 // branch makes the session's worktree a detached git worktree of the

@@ -17,6 +17,9 @@ type Machine struct {
 	Volume      string    `json:"volume"` // the dependency-cache volume (docker engine)
 	CreatedAt   time.Time `json:"created_at"`
 	LastFetchAt time.Time `json:"last_fetch_at"`
+	// PoolSize is what `machine warm --pool N` set; nil follows
+	// XMODE_POOL_SIZE.
+	PoolSize *int `json:"-"`
 }
 
 const machineCols = `project, repo, default_ref, head_commit, volume, created_at, last_fetch_at`
@@ -24,10 +27,15 @@ const machineCols = `project, repo, default_ref, head_commit, volume, created_at
 func scanMachine(row scanner) (*Machine, error) {
 	var m Machine
 	var created, fetched int64
-	if err := row.Scan(&m.Project, &m.Repo, &m.DefaultRef, &m.HeadCommit, &m.Volume, &created, &fetched); err != nil {
+	var pool sql.NullInt64
+	if err := row.Scan(&m.Project, &m.Repo, &m.DefaultRef, &m.HeadCommit, &m.Volume, &created, &fetched, &pool); err != nil {
 		return nil, err
 	}
 	m.CreatedAt, m.LastFetchAt = fromMillis(created), fromMillis(fetched)
+	if pool.Valid {
+		n := int(pool.Int64)
+		m.PoolSize = &n
+	}
 	return &m, nil
 }
 
@@ -47,7 +55,7 @@ func (s *Store) PutMachine(ctx context.Context, m Machine) error {
 
 // GetMachine returns the machine of a project; fail.NotFound when there is none.
 func (s *Store) GetMachine(ctx context.Context, project string) (*Machine, error) {
-	m, err := scanMachine(s.db.QueryRowContext(ctx, `SELECT `+machineCols+` FROM project_machines WHERE project = ?`, project))
+	m, err := scanMachine(s.db.QueryRowContext(ctx, `SELECT `+machineCols+`, pool_size FROM project_machines WHERE project = ?`, project))
 	if err != nil {
 		return nil, errNoRows(err, "no project machine %s: warm it with `xmode machine warm %s --repo URL`", project, project)
 	}
@@ -56,7 +64,7 @@ func (s *Store) GetMachine(ctx context.Context, project string) (*Machine, error
 
 // ListMachines returns every machine, by project.
 func (s *Store) ListMachines(ctx context.Context) ([]*Machine, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+machineCols+` FROM project_machines ORDER BY project`)
+	rows, err := s.db.QueryContext(ctx, `SELECT `+machineCols+`, pool_size FROM project_machines ORDER BY project`)
 	if err != nil {
 		return nil, fmt.Errorf("list project machines: %w", err)
 	}

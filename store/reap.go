@@ -81,9 +81,13 @@ func (s *Store) StaleProvisioning(ctx context.Context, before time.Time) ([]*Ses
 }
 
 // ActiveSessions returns the IDs of every provisioning, open or submitted
-// session and the runs they are on.
+// session and the runs they are on, pool entries included: an entry is a
+// session made ahead of time, whose container and worktree are not orphans.
+// One statement, so an entry being claimed is seen in one table or the
+// other.
 func (s *Store) ActiveSessions(ctx context.Context) (sessions, runs map[string]bool, err error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, run_id FROM sessions WHERE status IN (`+activeStatuses+`)`)
+	rows, err := s.db.QueryContext(ctx, `SELECT id, run_id FROM sessions WHERE status IN (`+activeStatuses+`)
+		UNION ALL SELECT session_id, run_id FROM pool_entries`)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list open sessions: %w", err)
 	}
@@ -217,9 +221,9 @@ func (s *Store) ClaimProvisioning(ctx context.Context, id, holder string, before
 }
 
 // ClaimRun claims a run's worktree for removal. It refuses a run with a
-// provisioning or open session, and marks the run reclaimed (if it has a row
-// and is not yet) in the same transaction, so no session can join it while
-// its worktree goes. A run without a row (a database reset under an old
+// provisioning or open session or a pool entry, and marks the run reclaimed
+// (if it has a row and is not yet) in the same transaction, so no session
+// can join it while its worktree goes. A run without a row (a database reset under an old
 // storage root) can be claimed too. An orphan sweep (sweep set) also leaves
 // a run alone while another reaper holds one of its sessions: that reaper
 // removes the worktree itself once it has ended the session.
@@ -227,8 +231,8 @@ func (s *Store) ClaimRun(ctx context.Context, runID, holder string, sweep bool, 
 	var c Claim
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		var open int
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM sessions WHERE run_id = ? AND status IN (`+activeStatuses+`)`,
-			runID).Scan(&open); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM sessions WHERE run_id = ? AND status IN (`+activeStatuses+`))
+			+ (SELECT count(*) FROM pool_entries WHERE run_id = ?)`, runID, runID).Scan(&open); err != nil {
 			return err
 		}
 		if open > 0 {

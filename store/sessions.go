@@ -137,29 +137,8 @@ type NewSession struct {
 func (s *Store) CreateSession(ctx context.Context, n NewSession) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		now := millis(n.CreatedAt)
-		if n.MaxOpen > 0 {
-			rows, err := tx.QueryContext(ctx, `SELECT id FROM sessions
-				WHERE user = ? AND status IN (`+activeStatuses+`) AND expires_at > ? ORDER BY created_at`, n.User, now)
-			if err != nil {
-				return fmt.Errorf("count open sessions: %w", err)
-			}
-			var open []string
-			for rows.Next() {
-				var id string
-				if err := rows.Scan(&id); err != nil {
-					rows.Close()
-					return err
-				}
-				open = append(open, id)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			if len(open) >= n.MaxOpen {
-				return fail.Refusedf("user %s already has %d open sandboxes, the limit (XMODE_SANDBOX_MAX_OPEN=%d): %s; free one with `xmode sandbox stop ID`",
-					n.User, len(open), n.MaxOpen, strings.Join(open, ", "))
-			}
+		if err := checkQuota(ctx, tx, n.User, n.MaxOpen, n.CreatedAt); err != nil {
+			return err
 		}
 		if n.NewRun {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO runs (id, created_at, repo, ref, project) VALUES (?, ?, ?, ?, ?)`,
@@ -180,18 +159,65 @@ func (s *Store) CreateSession(ctx context.Context, n NewSession) error {
 			if reclaimed.Valid {
 				return fail.Refusedf("run %s has ended and its worktree was reclaimed: create a new sandbox without --run", n.RunID)
 			}
+			// A pool entry's run is nobody's yet: the claim gives it to one session.
+			var pooled int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM pool_entries WHERE run_id = ?`, n.RunID).Scan(&pooled); err != nil {
+				return err
+			}
+			if pooled > 0 {
+				return fail.NotFoundf("no run %s", n.RunID)
+			}
 		}
-		vols, _ := json.Marshal(nonNil(n.Volumes))
-		_, err := tx.ExecContext(ctx, `INSERT INTO sessions (`+sessionCols+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, '', '', ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)`,
-			n.ID, n.RunID, n.User, n.Project, n.RunnerMode, n.Engine, StatusProvisioning,
-			now, millis(n.ExpiresAt), n.WorktreePath, n.Repo, n.Ref, n.BaseCommit,
-			n.ContainerID, n.MountMode, n.Image, string(vols), n.Network)
-		if err != nil {
-			return fmt.Errorf("insert session: %w", err)
-		}
-		return nil
+		s := n.Session
+		s.Status = StatusProvisioning
+		return insertSession(ctx, tx, s)
 	})
+}
+
+// insertSession inserts a new session row (no end, no measured size yet).
+func insertSession(ctx context.Context, tx *sql.Tx, s Session) error {
+	vols, _ := json.Marshal(nonNil(s.Volumes))
+	_, err := tx.ExecContext(ctx, `INSERT INTO sessions (`+sessionCols+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, '', '', ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)`,
+		s.ID, s.RunID, s.User, s.Project, s.RunnerMode, s.Engine, s.Status,
+		millis(s.CreatedAt), millis(s.ExpiresAt), s.WorktreePath, s.Repo, s.Ref, s.BaseCommit,
+		s.ContainerID, s.MountMode, s.Image, string(vols), s.Network)
+	if err != nil {
+		return fmt.Errorf("insert session %s: %w", s.ID, err)
+	}
+	return nil
+}
+
+// checkQuota refuses a new session of user when it would have more than
+// max open, unexpired sessions (0: unlimited); inside the transaction that
+// inserts it, so racing creates cannot overshoot.
+func checkQuota(ctx context.Context, tx *sql.Tx, user string, max int, now time.Time) error {
+	if max <= 0 {
+		return nil
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT id FROM sessions
+		WHERE user = ? AND status IN (`+activeStatuses+`) AND expires_at > ? ORDER BY created_at`, user, millis(now))
+	if err != nil {
+		return fmt.Errorf("count open sessions: %w", err)
+	}
+	var open []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		open = append(open, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(open) >= max {
+		return fail.Refusedf("user %s already has %d open sandboxes, the limit (XMODE_SANDBOX_MAX_OPEN=%d): %s; free one with `xmode sandbox stop ID`",
+			user, len(open), max, strings.Join(open, ", "))
+	}
+	return nil
 }
 
 func nonNil(v []string) []string {

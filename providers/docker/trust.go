@@ -15,6 +15,7 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/storage"
 )
 
 // What keeps the host safe from what a sandbox leaves behind on the host's
@@ -64,13 +65,7 @@ func (p *Provider) giveWorktree(spec engine.Spec, user string) error {
 		dirs = append(dirs, admin)
 	}
 	for _, d := range dirs {
-		err := filepath.WalkDir(d, func(path string, _ fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			return os.Lchown(path, uid, gid)
-		})
-		if err != nil {
+		if err := storage.ChownTree(d, uid, gid); err != nil {
 			return fmt.Errorf("give the worktree to the sandbox user %s: %w", user, err)
 		}
 	}

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/xmode/xmode/providers/docker/dockertest"
+	"github.com/xmode/xmode/store"
+)
+
+// The pool on the docker engine, volume mode, through the CLI: an entry is
+// a running, hardened container made exactly as a create makes one; the
+// reaper leaves it alone while it is in the pool and removes it once its
+// row is gone; a claim gives the session that very container, the worktree
+// moving to another ref as the sandbox user's; settings other than the
+// pool's are not claimed and get the pool retired; stop destroys.
+func TestPoolDocker(t *testing.T) {
+	t.Parallel()
+	cli := dockertest.Require(t)
+	img := dockertest.Image(t)
+	vol, root := dockertest.StorageVolume(t, cli)
+	dkRemoveSandboxes(t, cli, vol, root)
+	dir := t.TempDir()
+	repo := filepath.Join(dir, "repo")
+	if err := makeRepo(repo); err != nil {
+		t.Fatal(err)
+	}
+	// Cache volumes are named by project, per daemon: a unique project.
+	project := "pool-" + strings.TrimPrefix(store.NewRunID(), "run_")
+	env := []string{"XMODE_SANDBOX_ENGINE=docker", "XMODE_RUNNER_MODE=cloud_worker", "XMODE_SANDBOX_IMAGE=" + img,
+		"XMODE_SANDBOX_DOCKER_HOST=" + dockertest.Host(), "XMODE_SANDBOX_STORAGE_VOLUME=" + vol,
+		"XMODE_SANDBOX_STORAGE_MOUNT=" + root, "XMODE_PROJECT_MACHINES=1", "XMODE_SANDBOX_MAX_OPEN=0"}
+	x := func(more []string, args ...string) dkResult {
+		t.Helper()
+		return dkWant(t, dkXmode(t, root, append(slices.Clone(env), more...), args...), 0)
+	}
+	show := func() poolShow {
+		t.Helper()
+		var p poolShow
+		dkJSON(t, x(nil, "machine", "show", project, "--json"), &p)
+		return p
+	}
+	ctx := context.Background()
+	inspect := func(ref string) container.InspectResponse {
+		t.Helper()
+		ci, err := cli.ContainerInspect(ctx, ref)
+		if err != nil {
+			t.Fatalf("inspect %s: %v", ref, err)
+		}
+		return ci
+	}
+	t.Cleanup(func() { cli.VolumeRemove(context.Background(), "xmode_proj_"+project, true) })
+
+	x(nil, "machine", "warm", project, "--repo", repo, "--pool", "1")
+	p := show()
+	if p.Pool.Ready != 1 || p.Pool.Entries[0].ContainerID == "" {
+		t.Fatalf("pool after warm --pool 1: %+v", p.Pool)
+	}
+	entry := p.Pool.Entries[0]
+	ci := inspect("xmode-" + entry.ID)
+	dkRemoveInstance(t, cli, ci.Config.Labels["xmode.instance"])
+	if !ci.State.Running || ci.ID != entry.ContainerID || ci.Config.Labels["xmode.session"] != entry.ID || ci.Config.Labels["xmode.run"] != entry.RunID {
+		t.Fatalf("the entry's container: running %v, id %s, labels %v; entry %+v", ci.State.Running, ci.ID, ci.Config.Labels, entry)
+	}
+
+	// A reap pass leaves the pool alone: its container and worktree live.
+	x(nil, "reap")
+	if !inspect(entry.ContainerID).State.Running {
+		t.Fatal("a reap removed a pool entry's container")
+	}
+	if _, err := os.Stat(entry.Worktree); err != nil {
+		t.Fatalf("a reap removed a pool entry's worktree: %v", err)
+	}
+
+	// The claim: that container, open, at the machine's commit; the worktree
+	// the sandbox user's, clean.
+	var claimed dkSession
+	dkJSON(t, x(nil, "sandbox", "create", "--project", project, "--json"), &claimed)
+	if claimed.ID != entry.ID || claimed.ContainerID != entry.ContainerID || claimed.Status != "open" || claimed.MountMode != "volume" {
+		t.Fatalf("claimed %+v from entry %+v", claimed, entry)
+	}
+	if r := x(nil, "sandbox", "exec", claimed.ID, "--", "sh", "-c", "id -u; cat README; touch made-by-step"); r.stdout != "65532\nversion two\n" {
+		t.Fatalf("a step in the claimed sandbox: %q", r.stdout)
+	}
+	os.Remove(filepath.Join(claimed.WorktreePath, "made-by-step"))
+	if st := gitOut(t, claimed.WorktreePath, "-c", "safe.directory=*", "status", "--porcelain"); st != "" {
+		t.Fatalf("the claimed worktree is not clean: %s", st)
+	}
+	if head := gitOut(t, claimed.WorktreePath, "-c", "safe.directory=*", "rev-parse", "HEAD"); head != p.Commit {
+		t.Fatalf("the claimed worktree is at %s, the machine at %s", head, p.Commit)
+	}
+
+	// A fresh session (the pool is empty) gets exactly the same container:
+	// mounts, limits, hardening, user, environment — but for its IDs.
+	var fresh dkSession
+	dkJSON(t, x(nil, "sandbox", "create", "--project", project, "--json"), &fresh)
+	if fresh.ID == entry.ID {
+		t.Fatal("an empty pool claimed")
+	}
+	a, b := dkShape(t, inspect(claimed.ContainerID), claimed), dkShape(t, inspect(fresh.ContainerID), fresh)
+	if a != b {
+		t.Fatalf("a claimed sandbox differs from a fresh one:\nclaimed %s\nfresh   %s", a, b)
+	}
+
+	// Another ref: the refilled entry moves there; what git wrote is the
+	// sandbox user's, so steps can write it.
+	x(nil, "reap")
+	p = show()
+	var moved dkSession
+	dkJSON(t, x(nil, "sandbox", "create", "--project", project, "--ref", "v1", "--json"), &moved)
+	if moved.ID != p.Pool.Entries[0].ID || moved.ContainerID != p.Pool.Entries[0].ContainerID {
+		t.Fatalf("create --ref v1 made %s, the pool held %+v", moved.ID, p.Pool.Entries)
+	}
+	if r := x(nil, "sandbox", "exec", moved.ID, "--", "sh", "-c", "cat README; echo edited > README && echo writable"); r.stdout != "version one\nwritable\n" {
+		t.Fatalf("README in the moved sandbox: %q", r.stdout)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(filepath.Join(moved.WorktreePath, "sub", "dir", "file.txt"), &st); err != nil || st.Uid != 65532 {
+		t.Fatalf("a file of the moved worktree belongs to uid %d (%v), want the sandbox user", st.Uid, err)
+	}
+
+	// Settings other than the pool's: not claimed, and a reap with them
+	// retires the pool and makes it anew for them.
+	x(nil, "reap")
+	p = show()
+	other := []string{"XMODE_SANDBOX_MEMORY=256m"}
+	var mismatched dkSession
+	dkJSON(t, x(other, "sandbox", "create", "--project", project, "--json"), &mismatched)
+	if mismatched.ID == p.Pool.Entries[0].ID {
+		t.Fatal("a create with another memory limit claimed the pool's entry")
+	}
+	if m := inspect(mismatched.ContainerID).HostConfig.Memory; m != 256<<20 {
+		t.Fatalf("the create with XMODE_SANDBOX_MEMORY=256m got memory %d", m)
+	}
+	r := x(other, "reap", "-v")
+	if !strings.Contains(r.stdout, "made for other settings") {
+		t.Fatalf("a reap with other settings did not retire the pool:\n%s", r.stdout)
+	}
+	if !dkGone(t, cli, p.Pool.Entries[0].ContainerID) {
+		t.Fatal("the retired entry's container is still there")
+	}
+	p = show()
+	if len(p.Pool.Entries) != 1 || inspect(p.Pool.Entries[0].ContainerID).HostConfig.Memory != 256<<20 {
+		t.Fatalf("the pool after a reap with other settings: %+v", p.Pool)
+	}
+
+	// An entry whose row vanished (a restored store): its container is an
+	// orphan, its worktree too.
+	lost := p.Pool.Entries[0]
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(root, "xmode.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`DELETE FROM pool_entries WHERE session_id = ?`, lost.ID); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	r = dkWant(t, dkXmode(t, root, env, "reap", "-v", "--reclaim-unknown"), 0)
+	if !strings.Contains(r.stdout, lost.ID+" removed orphan container") || !dkGone(t, cli, lost.ContainerID) {
+		t.Fatalf("the container of a vanished entry was not reaped:\n%s", r.stdout)
+	}
+	if _, err := os.Stat(lost.Worktree); !os.IsNotExist(err) {
+		t.Fatalf("the worktree of a vanished entry was not reclaimed: %v", err)
+	}
+
+	// Stop destroys a claimed sandbox; it never comes back to the pool.
+	x(nil, "sandbox", "stop", claimed.ID)
+	if !dkGone(t, cli, claimed.ContainerID) {
+		t.Fatal("stop left the claimed container")
+	}
+	if p = show(); slices.Contains(p.ids(), claimed.ID) {
+		t.Fatal("a stopped session is back in the pool")
+	}
+
+	// Older than XMODE_POOL_MAX_AGE: replaced.
+	old := p.ids()
+	r = x([]string{"XMODE_POOL_MAX_AGE=1ms"}, "reap", "-v")
+	if p = show(); len(p.Pool.Entries) != 1 || slices.Contains(old, p.Pool.Entries[0].ID) || !strings.Contains(r.stdout, "older than XMODE_POOL_MAX_AGE") {
+		t.Fatalf("aged pool %v is now %v:\n%s", old, p.ids(), r.stdout)
+	}
+
+	// machine rm takes the pool with it.
+	last := p.Pool.Entries[0]
+	x(nil, "machine", "rm", project, "--force")
+	if !dkGone(t, cli, last.ContainerID) {
+		t.Fatal("machine rm left the pool's container")
+	}
+}
+
+var recordName = regexp.MustCompile(`/worktrees/[^/"]+`)
+
+// dkShape is everything about a session's container that the daemon
+// recorded (configuration, host configuration, mounts), with the
+// session's own IDs and its worktree record's name taken out.
+func dkShape(t *testing.T, ci container.InspectResponse, s dkSession) string {
+	t.Helper()
+	norm := func(v any) string {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := strings.NewReplacer(s.ID, "SESSION", s.RunID, "RUN").Replace(string(b))
+		return recordName.ReplaceAllString(out, "/worktrees/RECORD")
+	}
+	ci.Config.Hostname = ""
+	var mounts []string
+	for _, m := range ci.Mounts {
+		mounts = append(mounts, norm(m))
+	}
+	slices.Sort(mounts) // the daemon lists them in no set order
+	return norm(ci.Config) + norm(ci.HostConfig) + strings.Join(mounts, "")
+}
