@@ -125,6 +125,14 @@ func (d *gitDirs) head() (Hash, error) {
 		if !strings.HasPrefix(ref, "refs/") || strings.Contains(ref, "..") {
 			return Hash{}, fmt.Errorf("HEAD names %q", ref)
 		}
+		if ov := d.overlay(); ov != nil {
+			b, err := readRegular(ov, ref, 4096)
+			ov.Close()
+			if err == nil {
+				v = strings.TrimSpace(string(b))
+				continue
+			}
+		}
 		if b, err := readRegular(d.common, ref, 4096); err == nil {
 			v = strings.TrimSpace(string(b))
 			continue
@@ -136,6 +144,20 @@ func (d *gitDirs) head() (Hash, error) {
 		return h, nil
 	}
 	return Hash{}, errors.New("HEAD: too many symbolic refs")
+}
+
+// overlay opens a project machine worktree's overlay (storage.RecordOverlay:
+// what git wrote from inside a docker sandbox), nil when it has none. The
+// caller closes it.
+func (d *gitDirs) overlay() *os.Root {
+	if d.kind != KindMachine || d.record == nil {
+		return nil
+	}
+	ov, err := d.record.OpenRoot(storage.RecordOverlay)
+	if err != nil {
+		return nil
+	}
+	return ov
 }
 
 func (d *gitDirs) packedRef(ref string) (Hash, error) {

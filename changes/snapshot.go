@@ -284,6 +284,9 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 	obj := &objects{store: st}
 	if dirs.common != nil {
 		obj.src = openSource(dirs.common, "the sandbox's git directory", s.MaxBytes)
+		if ov := dirs.overlay(); ov != nil {
+			obj.src.alt = openSource(ov, "the run's git overlay", s.MaxBytes)
+		}
 		defer obj.src.Close()
 	}
 	// The base is read from the sandbox's objects, each checked against its

@@ -41,6 +41,9 @@ type objectSource struct {
 	cacheSize int64
 	reading   map[Hash]bool // objects being resolved: a ref-delta back to one is a cycle
 	zr        io.ReadCloser // reused: a zlib reader costs ~40 KB to make
+	// alt is searched for what this source lacks: the run's own objects
+	// (storage.RecordOverlay) beside a project machine's.
+	alt *objectSource
 }
 
 type packPos struct {
@@ -157,6 +160,9 @@ func readRegular(root *os.Root, name string, max int64) ([]byte, error) {
 
 // Close releases the packs and the directory.
 func (s *objectSource) Close() error {
+	if s.alt != nil {
+		s.alt.Close()
+	}
 	for _, p := range s.packs {
 		p.f.Close()
 	}
@@ -214,6 +220,9 @@ func (s *objectSource) find(h Hash, depth int) (string, []byte, error) {
 			return "", nil, fmt.Errorf("object %s in %s: %w", h, p.name, err)
 		}
 		return o.typ, o.data, nil
+	}
+	if s.alt != nil {
+		return s.alt.find(h, depth)
 	}
 	return "", nil, fmt.Errorf("object %s: %w in %s", h, errNotFound, s.name)
 }

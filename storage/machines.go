@@ -71,3 +71,15 @@ func (g Guard) RemoveMachine(project string) (bool, error) {
 	}
 	return true, nil
 }
+
+// RecordOverlay is the directory, inside a project-machine worktree's
+// record (.git/worktrees/<name>/), that holds what git writes from inside a
+// docker sandbox instead of the machine: objects/ (the machine's objects its
+// alternate), refs/ (a copy of the machine's refs at create) and logs/. The
+// sandbox sees them where git looks (the machine's objects, refs and logs);
+// the machine itself stays read-only. Teardown removes it with the record.
+const RecordOverlay = "xmode"
+
+// MachineObjectsMount is where a docker sandbox sees the machine's own
+// objects, read-only: the alternate of the run's objects.
+const MachineObjectsMount = "/xmode/machine-objects"

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -79,4 +80,72 @@ func TestMachineCacheVolumeDocker(t *testing.T) {
 		t.Fatalf("machine rm of one project removed another's volume: %v", err)
 	}
 	mustRun(t, dx("machine", "rm", two, "--force"))
+}
+
+// git works in a docker sandbox of a project machine — status, diff, add,
+// commit, branch, stash — and its writes land in the run's own overlay:
+// the machine's objects, refs, config and hooks are as they were, and the
+// change request holds the agent's commit.
+func TestGitInDockerMachineWorktree(t *testing.T) {
+	t.Parallel()
+	cli := dockertest.Require(t)
+	img := dockertest.Image(t)
+	for _, mode := range []string{"bind", "volume"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			repo := filepath.Join(dir, "repo")
+			if err := makeRepo(repo); err != nil {
+				t.Fatal(err)
+			}
+			root := filepath.Join(dir, "root")
+			env := []string{"XMODE_SANDBOX_ENGINE=docker", "XMODE_RUNNER_MODE=cloud_worker", "XMODE_SANDBOX_IMAGE=" + img,
+				"XMODE_SANDBOX_DOCKER_HOST=" + dockertest.Host()}
+			if mode == "volume" {
+				vol, mountpoint := dockertest.StorageVolume(t, cli)
+				root = mountpoint
+				env = append(env, "XMODE_SANDBOX_STORAGE_VOLUME="+vol, "XMODE_SANDBOX_STORAGE_MOUNT="+mountpoint)
+			}
+			project := "g" + strings.TrimPrefix(store.NewRunID(), "run_")
+			dx := func(args ...string) *exec.Cmd {
+				c := mx(t, root, args...)
+				c.Env = append(c.Env, env...)
+				return c
+			}
+			mustRun(t, dx("machine", "warm", project, "--repo", repo, "-q"))
+			machine := filepath.Join(root, "project_machines", project, "repo")
+			before := gitOut(t, machine, "for-each-ref")
+			objects := func() string { return gitOut(t, machine, "count-objects", "-v") }
+			objBefore := objects()
+			id := mustRun(t, dx("sandbox", "create", "--project", project, "-q"))
+			t.Cleanup(func() {
+				dx("sandbox", "stop", id).Run()
+				cli.VolumeRemove(context.Background(), "xmode_proj_"+project, true)
+			})
+			out := mustRun(t, dx("sandbox", "exec", id, "--env", "HOME=/tmp", "--", "sh", "-c", `set -e
+export GIT_AUTHOR_NAME=agent GIT_AUTHOR_EMAIL=agent@example.com GIT_COMMITTER_NAME=agent GIT_COMMITTER_EMAIL=agent@example.com
+echo three > README && git status --porcelain && git diff --stat | tail -1
+git add README && git commit -qm 'agent: version three'
+git branch agent-work && git branch --list agent-work
+echo wip >> README && git stash -q && git stash list | wc -l && git stash pop -q
+git log --oneline -1 --format=%s`))
+			for _, want := range []string{"M README", "1 file changed", "agent-work", "\n1\n", "agent: version three"} {
+				if !strings.Contains("\n"+out+"\n", want) {
+					t.Fatalf("git in the sandbox: %q lacks %q", out, want)
+				}
+			}
+			if after := gitOut(t, machine, "for-each-ref"); after != before {
+				t.Fatalf("the sandbox moved the machine's refs:\n%s\nwas\n%s", after, before)
+			}
+			if got := objects(); got != objBefore {
+				t.Fatalf("the sandbox wrote the machine's objects:\n%s\nwas\n%s", got, objBefore)
+			}
+			cr := mustRun(t, dx("cr", "create", id, "--title", "agent work", "-q"))
+			show := mustRun(t, dx("cr", "show", cr, "--json"))
+			if !strings.Contains(show, "agent: version three") {
+				t.Fatalf("the change request lacks the agent's commit:\n%s", show)
+			}
+			mustRun(t, dx("cr", "verify", cr))
+		})
+	}
 }

@@ -56,6 +56,7 @@ func Run(t *testing.T, h Harness) {
 		{"ProcessTreeKilledAfterExit", testTreeAfterExit},
 		{"ProcessTreeKilledOnTimeout", testTreeOnTimeout},
 		{"KillStepByTag", testKillStep},
+		{"GitWorks", testGit},
 		{"ContextCancel", testCancel},
 		{"Interrupt", testInterrupt},
 		{"InterruptHurried", testInterruptHurried},
@@ -412,6 +413,24 @@ func testKillStep(t *testing.T, h Harness) {
 	wantGone(t, a, sb, "a TERM-ignoring background process of a step ended by KillStep")
 	if err := engine.KillStep(context.Background(), a, sb, tag); err != nil {
 		t.Fatalf("KillStep of a step already gone: %v", err)
+	}
+}
+
+// testGit: agents and people use git in their worktree — status, diff,
+// add, commit, branch, stash — so git must work in every sandbox.
+func testGit(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	r := sh(t, a, sb, `set -e
+export GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@example.com GIT_COMMITTER_NAME=a GIT_COMMITTER_EMAIL=a@example.com HOME=$PWD
+git init -q -b main repo && cd repo
+echo one > f && git add f && git commit -qm one
+echo two > f && git diff --stat | grep -q '1 file changed'
+git status --porcelain | grep -q '^ M f'
+git stash -q && test "$(cat f)" = one && git stash pop -q && test "$(cat f)" = two
+git commit -qam two && git branch side HEAD~1 && git checkout -q side && test "$(cat f)" = one
+git log --oneline main | wc -l`)
+	if r.err != nil || r.st.ExitCode != 0 || strings.TrimSpace(string(r.stdout)) != "2" {
+		t.Fatalf("git in the sandbox: status %+v err %v\nstdout: %s\nstderr: %s", r.st, r.err, r.stdout, r.stderr)
 	}
 }
 

@@ -434,6 +434,17 @@ func (p *Provider) projectMounts(ctx context.Context, spec engine.Spec, containe
 		for _, f := range []string{"commondir", "gitdir"} {
 			out = append(out, p.storageMount(method, vol, path.Join(recordRel, f), path.Join(recordTarget, f), true)...)
 		}
+		// git writes (add, commit, branch, stash) go to the run's own
+		// overlay in its record, mounted over the machine's objects, refs
+		// and logs; the machine's objects stay readable as the alternate.
+		if err := prepareOverlay(admin, gitDir); err != nil {
+			return nil, err
+		}
+		overlay := path.Join(recordRel, storage.RecordOverlay)
+		for _, d := range []string{"objects", "refs", "logs"} {
+			out = append(out, p.storageMount(method, vol, path.Join(overlay, d), path.Join(target, d), false)...)
+		}
+		out = append(out, p.storageMount(method, vol, path.Join(rel, "objects"), storage.MachineObjectsMount, true)...)
 	}
 	if spec.CacheVolume != "" {
 		mnt := p.cacheMount(spec)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -177,4 +178,38 @@ func diedError(ci container.InspectResponse) error {
 		why += ": " + ci.State.Error
 	}
 	return fail.Failedf("the sandbox's container stopped as soon as it started (%s): its init and keep-alive (%s) could not run — check XMODE_SANDBOX_PIDS_LIMIT and XMODE_SANDBOX_MEMORY, and that the image has %s; stop this session and create a new one", why, strings.Join(KeepAlive, " "), KeepAlive[0])
+}
+
+// prepareOverlay makes the run's git overlay in its record (see
+// storage.RecordOverlay): objects/ with the machine's objects as its
+// alternate (the path the sandbox sees them at), and a copy of the
+// machine's refs, so branches and tags read as in the machine. It runs on
+// the host before any step, on what xmode made; a record that has it
+// already (a pool entry claimed) is left as it is.
+func prepareOverlay(record, gitDir string) error {
+	rec, err := os.OpenRoot(record)
+	if err != nil {
+		return fmt.Errorf("open worktree record %s: %w", record, err)
+	}
+	defer rec.Close()
+	if _, err := rec.Lstat(storage.RecordOverlay); err == nil {
+		return nil
+	}
+	for _, d := range []string{"objects/info", "objects/pack", "logs"} {
+		if err := rec.MkdirAll(path.Join(storage.RecordOverlay, d), 0o755); err != nil {
+			return fmt.Errorf("make the run's git overlay: %w", err)
+		}
+	}
+	if err := rec.WriteFile(path.Join(storage.RecordOverlay, "objects/info/alternates"), []byte(storage.MachineObjectsMount+"\n"), 0o644); err != nil {
+		return fmt.Errorf("make the run's git overlay: %w", err)
+	}
+	machine, err := os.OpenRoot(gitDir)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", gitDir, err)
+	}
+	defer machine.Close()
+	if _, err := storage.CopyTree(machine, "refs", rec, path.Join(storage.RecordOverlay, "refs"), storage.CopyOptions{}); err != nil {
+		return fmt.Errorf("copy the machine's refs into the run's overlay: %w", err)
+	}
+	return nil
 }

@@ -15,8 +15,10 @@ import (
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -82,7 +84,8 @@ var (
 
 // Image returns ImageRef, importing it once per process when the daemon
 // lacks it (or has one built from another busybox): /bin/busybox in an
-// empty root, a symlink for every applet, /etc/passwd and /etc/group, /tmp.
+// empty root, a symlink for every applet, the host's git with its
+// libraries, /etc/passwd and /etc/group, /tmp.
 func Image(t testing.TB) string {
 	t.Helper()
 	cli := Require(t)
@@ -98,8 +101,17 @@ func buildImage(cli *client.Client) error {
 	if err != nil {
 		return err
 	}
-	sum := sha256.Sum256(bin)
-	digest := hex.EncodeToString(sum[:8])
+	git, err := gitFiles()
+	if err != nil {
+		return err
+	}
+	h := sha256.New()
+	h.Write(bin)
+	for _, f := range git {
+		h.Write([]byte(f.name))
+		h.Write(f.data)
+	}
+	digest := hex.EncodeToString(h.Sum(nil)[:8])
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if img, err := cli.ImageInspect(ctx, ImageRef); err == nil && img.Config != nil && img.Config.Labels["xmode.test.busybox"] == digest {
@@ -122,6 +134,7 @@ func buildImage(cli *client.Client) error {
 	for _, d := range []string{"bin", "etc", "proc", "sys", "dev", "root", "home", "usr", "usr/bin", "var"} {
 		dir(d, 0o755)
 	}
+	made := map[string]bool{"usr": true, "usr/bin": true}
 	dir("tmp", 0o1777)
 	file("bin/busybox", 0o755, bin)
 	for _, applet := range strings.Fields(string(out)) {
@@ -129,6 +142,18 @@ func buildImage(cli *client.Client) error {
 			continue
 		}
 		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/" + applet, Linkname: "busybox", Mode: 0o777, ModTime: now})
+	}
+	// The host's git and the libraries it links, so steps can run git in
+	// their worktree (git inside sandboxes, the conformance suite's GitWorks).
+	for _, f := range git {
+		parts := strings.Split(f.name, "/")
+		for i := 1; i < len(parts); i++ {
+			if d := strings.Join(parts[:i], "/"); !made[d] {
+				dir(d, 0o755)
+				made[d] = true
+			}
+		}
+		file(f.name, 0o755, f.data)
 	}
 	file("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"))
 	file("etc/group", 0o644, []byte("root:x:0:\nnogroup:x:65534:\n"))
@@ -153,6 +178,48 @@ func buildImage(cli *client.Client) error {
 	}
 	_, err = cli.ImageInspect(ctx, ImageRef)
 	return err
+}
+
+type imageFile struct {
+	name string // in the image, no leading /
+	data []byte
+}
+
+// gitFiles is the host's git binary and the shared libraries ldd says it
+// needs (with the dynamic loader), as files of the test image.
+func gitFiles() ([]imageFile, error) {
+	git, err := exec.LookPath("git")
+	if err != nil {
+		return nil, err
+	}
+	if git, err = filepath.EvalSymlinks(git); err != nil {
+		return nil, err
+	}
+	out, err := exec.Command("ldd", git).Output()
+	if err != nil {
+		return nil, fmt.Errorf("ldd %s: %w", git, err)
+	}
+	paths := []string{git}
+	for _, line := range strings.Split(string(out), "\n") {
+		for _, f := range strings.Fields(line) {
+			if strings.HasPrefix(f, "/") {
+				paths = append(paths, f)
+			}
+		}
+	}
+	var files []imageFile
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		name := strings.TrimPrefix(p, "/")
+		if p == git {
+			name = "usr/bin/git"
+		}
+		files = append(files, imageFile{name, data})
+	}
+	return files, nil
 }
 
 type importError struct{ msg string }
