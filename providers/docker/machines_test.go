@@ -67,7 +67,8 @@ func machineWorktree(t *testing.T, root, project, run string) (gitDir, worktree 
 // A worktree branched from a project machine: git's files are where the
 // worktree's .git file points, read-only but for the worktree's own record,
 // whose files that redirect git (commondir, gitdir, the worktree's .git)
-// stay read-only too;
+// stay read-only too, and what git writes to objects goes to the run's
+// overlay;
 // the project's cache volume is mounted, writable by the sandbox user, and
 // outlives the session; the sandbox's env carries Spec.Env.
 func TestProjectMachineSandbox(t *testing.T) {
@@ -103,19 +104,26 @@ func TestProjectMachineSandbox(t *testing.T) {
 			got := e.ok(sb, `gd=$(sed -n 's/^gitdir: //p' .git); cat "$gd/HEAD" >/dev/null && cat "$gd/commondir" && ls "$gd/../../objects" | head -1 >/dev/null && echo readable
 				touch "$gd/index.test" && echo admin-writable
 				touch "$gd/../../hooks/pre-commit" 2>/dev/null || echo hooks-readonly
-				touch "$gd/../../objects/x" 2>/dev/null || echo objects-readonly
+				touch "$gd/../../objects/x" && echo objects-overlay
 				touch "$gd/../../config" 2>/dev/null || echo config-readonly
 				echo "gitdir: /elsewhere" > .git 2>/dev/null || echo dotgit-readonly
 				echo /planted > "$gd/commondir" 2>/dev/null || echo commondir-readonly
 				echo /planted > "$gd/gitdir" 2>/dev/null || echo gitdir-readonly
 				echo c > /cache/f && echo cache-writable
 				echo "$XMODE_TEST_SPEC_ENV $XDG_CACHE_HOME"`)
-			want := "../..\nreadable\nadmin-writable\nhooks-readonly\nobjects-readonly\nconfig-readonly\ndotgit-readonly\ncommondir-readonly\ngitdir-readonly\ncache-writable\nyes /cache"
+			want := "../..\nreadable\nadmin-writable\nhooks-readonly\nobjects-overlay\nconfig-readonly\ndotgit-readonly\ncommondir-readonly\ngitdir-readonly\ncache-writable\nyes /cache"
 			if got != want {
 				t.Errorf("in the sandbox:\n%s\nwant:\n%s", got, want)
 			}
 			if _, err := os.Stat(filepath.Join(gitDir, "hooks", "pre-commit")); err == nil {
 				t.Error("the sandbox planted a hook in the machine's .git")
+			}
+			// what it wrote into the objects went to the run's overlay
+			if _, err := os.Stat(filepath.Join(gitDir, "objects", "x")); err == nil {
+				t.Error("the sandbox wrote into the machine's objects")
+			}
+			if m, _ := filepath.Glob(filepath.Join(gitDir, "worktrees", "*", "xmode", "objects", "x")); len(m) != 1 {
+				t.Errorf("the sandbox's object is not in the run's overlay: %v", m)
 			}
 			if len(sb.Volumes) != 0 {
 				t.Errorf("the cache volume is a session volume: %v", sb.Volumes)

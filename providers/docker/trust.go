@@ -211,5 +211,10 @@ func prepareOverlay(record, gitDir string) error {
 	if _, err := storage.CopyTree(machine, "refs", rec, path.Join(storage.RecordOverlay, "refs"), storage.CopyOptions{}); err != nil {
 		return fmt.Errorf("copy the machine's refs into the run's overlay: %w", err)
 	}
-	return nil
+	// The record's owner (who the steps run as) owns its overlay too.
+	var st syscall.Stat_t
+	if err := syscall.Stat(record, &st); err != nil {
+		return err
+	}
+	return storage.ChownTree(filepath.Join(record, storage.RecordOverlay), int(st.Uid), int(st.Gid))
 }
