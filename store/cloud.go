@@ -260,31 +260,12 @@ func (s *Store) ClaimDueCloudTasks(ctx context.Context, holder string, now time.
 
 // ReleaseCloudTask drops the holder's lease on a task.
 func (s *Store) ReleaseCloudTask(ctx context.Context, taskID, holder string) error {
-	_, err := s.db.ExecContext(ctx, `DELETE FROM meta WHERE key = ? AND substr(value, instr(value, ' ') + 1) = ?`,
-		CloudClaimPrefix+taskID, holder)
-	if err != nil {
-		return fmt.Errorf("release lease on %s: %w", taskID, err)
-	}
-	return nil
+	return s.releaseKey(ctx, CloudClaimPrefix+taskID, holder)
 }
 
 // CloudClaims lists the poller leases: task ID → holder.
 func (s *Store) CloudClaims(ctx context.Context) (map[string]string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT key, value FROM meta WHERE key >= ? AND key < ?`, CloudClaimPrefix, CloudClaimPrefix+"~")
-	if err != nil {
-		return nil, fmt.Errorf("list leases: %w", err)
-	}
-	defer rows.Close()
-	out := map[string]string{}
-	for rows.Next() {
-		var k, v string
-		if err := rows.Scan(&k, &v); err != nil {
-			return nil, err
-		}
-		h, _ := parseClaim(v)
-		out[k[len(CloudClaimPrefix):]] = h
-	}
-	return out, rows.Err()
+	return s.claimsUnder(ctx, CloudClaimPrefix)
 }
 
 // PollUpdate is what one step of the poller learned about a task.

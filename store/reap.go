@@ -281,18 +281,29 @@ func sessionClaimOnRun(ctx context.Context, tx *sql.Tx, runID, holder string, st
 
 // Release drops a claim the holder took (someone who took it over keeps it).
 func (s *Store) Release(ctx context.Context, id, holder string) error {
-	_, err := s.exec(ctx, `DELETE FROM meta WHERE key = ? AND substr(value, instr(value, ' ') + 1) = ?`, claimKey(id), holder)
+	return s.releaseKey(ctx, claimKey(id), holder)
+}
+
+// releaseKey drops the claim or lease at key if holder still holds it.
+func (s *Store) releaseKey(ctx context.Context, key, holder string) error {
+	_, err := s.exec(ctx, `DELETE FROM meta WHERE key = ? AND substr(value, instr(value, ' ') + 1) = ?`, key, holder)
 	if err != nil {
-		return fmt.Errorf("release claim on %s: %w", id, err)
+		return fmt.Errorf("release %s: %w", key, err)
 	}
 	return nil
 }
 
 // Claims lists the reap claims: session or run ID → holder.
 func (s *Store) Claims(ctx context.Context) (map[string]string, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT key, value FROM meta WHERE key >= ? AND key < ?`, ClaimPrefix, ClaimPrefix+"~")
+	return s.claimsUnder(ctx, ClaimPrefix)
+}
+
+// claimsUnder lists the claims whose key starts with prefix: the rest of
+// the key → holder.
+func (s *Store) claimsUnder(ctx context.Context, prefix string) (map[string]string, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT key, value FROM meta WHERE key >= ? AND key < ?`, prefix, prefix+"~")
 	if err != nil {
-		return nil, fmt.Errorf("list claims: %w", err)
+		return nil, fmt.Errorf("list claims %s*: %w", prefix, err)
 	}
 	defer rows.Close()
 	out := map[string]string{}
@@ -302,7 +313,7 @@ func (s *Store) Claims(ctx context.Context) (map[string]string, error) {
 			return nil, err
 		}
 		h, _ := parseClaim(v)
-		out[strings.TrimPrefix(k, ClaimPrefix)] = h
+		out[strings.TrimPrefix(k, prefix)] = h
 	}
 	return out, rows.Err()
 }
