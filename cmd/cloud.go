@@ -10,7 +10,6 @@ import (
 	"github.com/fatih/color"
 	"github.com/spf13/cobra"
 
-	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/codexcloud"
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
@@ -150,7 +149,7 @@ EXIT STATUS
 				logTo = a.Err
 			}
 			p := &codexcloud.Poller{Store: svc.Store, Client: codexcloud.NewCLI(svc.Cfg),
-				Capturer: codexcloud.ChangeRequests{Changes: &changes.Service{Store: svc.Store, Guard: svc.Guard, MaxBytes: svc.Cfg.CRMaxBytes, User: svc.Cfg.User, Cfg: svc.Cfg}}, End: cloudEnd(svc), StaleAfter: svc.Cfg.CloudStaleAfter}
+				Capturer: codexcloud.ChangeRequests{Changes: changesOf(svc)}, End: cloudEnd(svc), StaleAfter: svc.Cfg.CloudStaleAfter}
 			if verbose && !a.quiet {
 				p.Log = logTo
 			}

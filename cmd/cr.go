@@ -13,6 +13,7 @@ import (
 
 	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
 )
 
@@ -26,7 +27,12 @@ func (a *App) changes(ctx context.Context) (*changes.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &changes.Service{Store: svc.Store, Guard: svc.Guard, MaxBytes: svc.Cfg.CRMaxBytes, User: svc.Cfg.User, Cfg: svc.Cfg}, nil
+	return changesOf(svc), nil
+}
+
+// changesOf is the change-request service of a storage root.
+func changesOf(svc *sandbox.Service) *changes.Service {
+	return &changes.Service{Store: svc.Store, Guard: svc.Guard, MaxBytes: svc.Cfg.CRMaxBytes, User: svc.Cfg.User, Cfg: svc.Cfg}
 }
 
 func (a *App) warn(warnings []string) {

@@ -21,7 +21,7 @@ import (
 // changeRequests builds a run's change request with the changes package
 // and tells its review state from the store.
 func changeRequests(svc *sandbox.Service) crs {
-	return crs{&changes.Service{Store: svc.Store, Guard: svc.Guard, MaxBytes: svc.Cfg.CRMaxBytes, User: svc.Cfg.User, Cfg: svc.Cfg}}
+	return crs{changesOf(svc)}
 }
 
 type crs struct{ svc *changes.Service }
