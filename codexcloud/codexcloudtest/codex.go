@@ -18,6 +18,14 @@ const (
 	taskURLPrefix = "https://chatgpt.com/codex/tasks/"
 )
 
+// probeEnv, set to 1, makes the stand-in's --version also print standInMark,
+// so RealCodex can tell it from the real CLI (which ignores the variable):
+// testscript.Main puts the stand-in on every test's PATH as "codex".
+const (
+	probeEnv    = "XMODE_CODEXCLOUDTEST_PROBE"
+	standInMark = "codexcloudtest stand-in"
+)
+
 // Main is the stand-in `codex`: `codex cloud exec|status|list|diff` and
 // `codex --version`, with codex 0.171's output and exit codes. It returns the
 // exit code.
@@ -40,6 +48,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if len(args) == 1 && (args[0] == "--version" || args[0] == "-V") {
 		fmt.Fprintln(stdout, version)
+		if os.Getenv(probeEnv) == "1" {
+			fmt.Fprintln(stdout, standInMark)
+		}
 		return 0
 	}
 	dir := os.Getenv(DirEnv)

@@ -355,10 +355,14 @@ func RealCodex(tb testing.TB) string {
 		}
 	}
 	c := exec.Command(bin, "--version")
-	c.Env = append(os.Environ(), "HOME="+tb.TempDir())
+	c.Env = append(os.Environ(), "HOME="+tb.TempDir(), probeEnv+"=1")
 	out, err := c.Output()
 	if err != nil || !strings.Contains(string(out), RealVersion) {
 		missing(tb, fmt.Sprintf("%s --version: %q, %v; want %s", bin, out, err, RealVersion))
+		return ""
+	}
+	if strings.Contains(string(out), standInMark) {
+		missing(tb, fmt.Sprintf("the codex on PATH (%s) is this package's stand-in, not the real CLI: install @openai/codex@%s or set XMODE_TEST_CODEX_BIN", bin, RealVersion))
 		return ""
 	}
 	return bin
