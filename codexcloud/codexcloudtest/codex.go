@@ -215,6 +215,20 @@ func (c *cli) taskArg(args []string, usage string) (string, int, bool) {
 	return id, 0, true
 }
 
+// taskDetails is the backend's get_task_details call that status and diff
+// both make; on failure it prints the real CLI's error and returns its exit code.
+func (c *cli) taskDetails(id string) (Task, int, bool) {
+	if c.cfg.Unreachable {
+		return Task{}, c.anyhowError("http error: get_task_details failed: error sending request for url (" + backend + "/wham/tasks/" + id + ")"), false
+	}
+	t, err := c.st.task(id)
+	if err != nil {
+		// Not observed against the real backend: an HTTP error naming the call.
+		return Task{}, c.anyhowError("http error: get_task_details failed: 404 Not Found; body: {\"detail\":\"Not Found\"}"), false
+	}
+	return t, 0, true
+}
+
 func (c *cli) status(args []string) int {
 	id, code, ok := c.taskArg(args, "codex cloud status <TASK_ID>")
 	if !ok {
@@ -226,13 +240,9 @@ func (c *cli) status(args []string) int {
 		return 1
 	}
 	time.Sleep(c.cfg.StatusDelay)
-	if c.cfg.Unreachable {
-		return c.anyhowError("http error: get_task_details failed: error sending request for url (" + backend + "/wham/tasks/" + id + ")")
-	}
-	t, err := c.st.task(id)
-	if err != nil {
-		// Not observed against the real backend: an HTTP error naming the call.
-		return c.anyhowError("http error: get_task_details failed: 404 Not Found; body: {\"detail\":\"Not Found\"}")
+	t, code, ok := c.taskDetails(id)
+	if !ok {
+		return code
 	}
 	label := map[string]string{StatusPending: "PENDING", StatusRunning: "PENDING", StatusReady: "READY",
 		StatusError: "ERROR", StatusApplied: "APPLIED"}[t.Status]
@@ -346,12 +356,9 @@ func (c *cli) diff(args []string) int {
 		return 1
 	}
 	time.Sleep(c.cfg.DiffDelay)
-	if c.cfg.Unreachable {
-		return c.anyhowError("http error: get_task_details failed: error sending request for url (" + backend + "/wham/tasks/" + id + ")")
-	}
-	t, err := c.st.task(id)
-	if err != nil {
-		return c.anyhowError("http error: get_task_details failed: 404 Not Found; body: {\"detail\":\"Not Found\"}")
+	t, code, ok := c.taskDetails(id)
+	if !ok {
+		return code
 	}
 	if (t.Status != StatusReady && t.Status != StatusApplied) || t.Diff == "" {
 		return c.anyhowError(fmt.Sprintf("No diff available for task %s; it may still be running.", id))
