@@ -149,6 +149,19 @@ func (s *script) mkdirFor(p string) {
 	s.add("mkdir -p -- " + q(d))
 }
 
+// clearFor makes room for a new entry at p: its directories made (files and
+// symlinks in their way replaced) before p itself is removed, as busybox rm
+// -rf fails with ENOTDIR under a file where GNU rm -f does not.
+func (s *script) clearFor(p string) {
+	s.mkdirFor(p)
+	s.add("rm -rf -- " + q(p))
+	for k := range s.files {
+		if k == p || strings.HasPrefix(k, p+"/") {
+			delete(s.files, k)
+		}
+	}
+}
+
 // op appends one random edit.
 func (s *script) op() {
 	switch s.rnd.Intn(11) {
@@ -157,8 +170,7 @@ func (s *script) op() {
 		if s.rnd.Intn(2) == 0 {
 			p = newNames[s.rnd.Intn(len(newNames))]
 		}
-		s.add("rm -rf -- " + q(p))
-		s.mkdirFor(p)
+		s.clearFor(p)
 		s.add(printf(s.content(), p))
 		s.files[p] = "file"
 	case 2: // append
@@ -173,9 +185,9 @@ func (s *script) op() {
 	case 4: // rename
 		p := s.pick()
 		to := newNames[s.rnd.Intn(len(newNames))]
-		if to != p {
-			s.add("rm -rf -- " + q(to))
-			s.mkdirFor(to)
+		// Not into its own subtree, nor onto a directory holding it.
+		if to != p && !strings.HasPrefix(to, p+"/") && !strings.HasPrefix(p, to+"/") {
+			s.clearFor(to)
 			s.add("mv -- " + q(p) + " " + q(to))
 			s.files[to] = s.files[p]
 			delete(s.files, p)
@@ -195,14 +207,12 @@ func (s *script) op() {
 			p = newNames[s.rnd.Intn(len(newNames))]
 		}
 		targets := []string{"README", "no/such/target", "../outside", "/etc/passwd", "docs", "ünïcødé/naïve.txt"}
-		s.add("rm -rf -- " + q(p))
-		s.mkdirFor(p)
+		s.clearFor(p)
 		s.add("ln -s -- " + q(targets[s.rnd.Intn(len(targets))]) + " " + q(p))
 		s.files[p] = "link"
 	case 7: // a file becomes a directory
 		p := s.pick()
-		s.add("rm -rf -- " + q(p))
-		s.mkdirFor(p + "/inside.txt")
+		s.clearFor(p + "/inside.txt")
 		s.add(printf(s.content(), p+"/inside.txt"))
 		delete(s.files, p)
 		s.files[p+"/inside.txt"] = "file"
@@ -219,8 +229,7 @@ func (s *script) op() {
 		s.files[d] = "file"
 	case 9: // an empty file
 		p := newNames[s.rnd.Intn(len(newNames))]
-		s.add("rm -rf -- " + q(p))
-		s.mkdirFor(p)
+		s.clearFor(p)
 		s.add(": > " + q(p))
 		s.files[p] = "file"
 	case 10: // ignored files, an ignored directory, an empty directory
