@@ -179,6 +179,13 @@ func doctor(ctx context.Context, cfg *config.Config) []engine.Check {
 			continue
 		}
 		checks, _ := engine.Health(cctx, a)
+		if c, ok := engine.StepContainment(a); ok {
+			status := engine.CheckOK
+			if c.Weak {
+				status = engine.CheckWarn
+			}
+			checks = append(checks, engine.Check{Name: name + " steps", Status: status, Method: c.Method, Detail: c.Method + ": " + c.Detail, Fix: c.Fix})
+		}
 		engine.Close(a)
 		for _, c := range checks {
 			if c.Status == engine.CheckFail {

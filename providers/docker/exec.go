@@ -1028,3 +1028,13 @@ func (p *Provider) KillStep(ctx context.Context, sb engine.Sandbox, tag string) 
 	}
 	return p.endProcesses(ctx, ci.ID, stepTag(tag), engine.DefaultGrace, syscall.SIGTERM)
 }
+
+// Containment says how a docker step is contained (engine.StepContainer):
+// the container's PID namespace holds every process of every step, and a
+// step's end KILLs whatever belongs to no live step.
+func (p *Provider) Containment() engine.Containment {
+	return engine.Containment{
+		Method: "container",
+		Detail: "each step runs in the session's container; when it ends, every process there that belongs to no running step is KILLed (tagged or not, in a session of its own or not), and a killed xmode's step is ended by `sandbox stop` or `xmode reap`",
+	}
+}
