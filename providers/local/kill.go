@@ -28,7 +28,10 @@ func (p *Provider) KillStep(ctx context.Context, _ engine.Sandbox, tag string) e
 		return err
 	}
 	p.findParent()
-	if dir := findCgroup(p.cgMount, p.cgParent, cgroupName(tag)); dir != "" {
+	p.cgMu.Lock()
+	mount, parent := p.cgMount, p.cgParent
+	p.cgMu.Unlock()
+	if dir := findCgroup(mount, parent, cgroupName(tag)); dir != "" {
 		if err := endCgroup(dir); err != nil {
 			return fmt.Errorf("host engine: %w", err)
 		}

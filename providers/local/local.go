@@ -262,20 +262,7 @@ func run(ctx context.Context, s runSpec) (st engine.Status, cgErr, err error) {
 	if s.tty {
 		resize(sio.term, s.resize, true)
 	}
-	cg := s.cgroup
-	cmd := newCmd(cg)
-	startErr := cmd.Start()
-	if startErr != nil && cg != nil {
-		// Nothing of the step ran. If it starts without its cgroup, the
-		// cgroup was the trouble (clone3 refused it): go on without.
-		cmd2 := newCmd(nil)
-		if err2 := cmd2.Start(); err2 == nil {
-			cgErr = fmt.Errorf("start a step in cgroup %s: %w", cg.dir, startErr)
-			cmd, startErr = cmd2, nil
-			_ = cg.end()
-			cg = nil
-		}
-	}
+	cmd, cg, cgErr, startErr := start(newCmd, s.cgroup)
 	// The child has its copies; ours would keep the output from reaching EOF.
 	closeAll(sio.started...)
 	if startErr != nil {
@@ -364,6 +351,23 @@ func run(ctx context.Context, s runSpec) (st engine.Status, cgErr, err error) {
 		return engine.Status{}, cgErr, fmt.Errorf("host engine: wait for %q: %w", s.argv[0], waitErr)
 	}
 	return statusOf(ps, timedOut), cgErr, nil
+}
+
+// start starts the step in its cgroup cg, if any. Should that fail, the
+// step starts without it when it can: nothing of it ran the first time, so
+// the cgroup was the trouble (clone3 refused it), which cgErr says.
+func start(newCmd func(*stepCgroup) *exec.Cmd, cg *stepCgroup) (cmd *exec.Cmd, _ *stepCgroup, cgErr, err error) {
+	cmd = newCmd(cg)
+	err = cmd.Start()
+	if err == nil || cg == nil {
+		return cmd, cg, nil, err
+	}
+	bare := newCmd(nil)
+	if bare.Start() != nil {
+		return cmd, cg, nil, err
+	}
+	_ = cg.end()
+	return bare, nil, fmt.Errorf("start a step in cgroup %s: %w", cg.dir, err), nil
 }
 
 // supervise waits for the leader to exit, ending the step's group at the
