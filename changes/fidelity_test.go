@@ -261,7 +261,7 @@ func fidelityCase(t *testing.T, e *env, seed int64, o sandbox.CreateOptions, com
 		s.endStep()
 	}
 	sess := e.create(o)
-	t.Cleanup(func() { e.svc.Stop(context.Background(), sess) })
+	t.Cleanup(func() { e.svc.Stop(context.Background(), sess, false) })
 	if sess.MountMode != mount {
 		t.Fatalf("session %s: engine %s, mount %q; want mount %q", sess.ID, sess.Engine, sess.MountMode, mount)
 	}

@@ -30,7 +30,10 @@ func (a *App) newDoctor() *cobra.Command {
 with a fix. Every engine built in checks its own deployment (docker: the
 daemon, TLS, the image, the runtime, the mount model); its failures are
 failures when it is the configured engine (XMODE_SANDBOX_ENGINE) and
-warnings otherwise.
+warnings otherwise. Each engine also says how it keeps a step's processes
+together so that none outlives the step ("host steps": cgroup, or
+process-group where no cgroup can be made, a warning; "docker steps":
+container); --json gives it as "method".
 
 --adopt makes a storage root whose store was lost (xmode.db missing, emptied
 or another install's, while runs/ or project_machines/ remain) usable again,
@@ -179,6 +182,13 @@ func doctor(ctx context.Context, cfg *config.Config) []engine.Check {
 			continue
 		}
 		checks, _ := engine.Health(cctx, a)
+		if c, ok := engine.StepContainment(a); ok {
+			status := engine.CheckOK
+			if c.Weak {
+				status = engine.CheckWarn
+			}
+			checks = append(checks, engine.Check{Name: name + " steps", Status: status, Method: c.Method, Detail: c.Method + ": " + c.Detail, Fix: c.Fix})
+		}
 		engine.Close(a)
 		for _, c := range checks {
 			if c.Status == engine.CheckFail {

@@ -252,6 +252,7 @@ type stepView struct {
 	Truncated          bool       `json:"truncated"`
 	EvidenceIncomplete bool       `json:"evidence_incomplete,omitempty"`
 	LostReason         string     `json:"lost_reason,omitempty"`
+	StoppedBy          string     `json:"stopped_by,omitempty"`
 	Stdout             *string    `json:"stdout,omitempty"`
 	Stderr             *string    `json:"stderr,omitempty"`
 }
@@ -261,6 +262,7 @@ func viewStep(svc *sandbox.Service, s store.StepRow) stepView {
 		SessionID: s.SessionID, Seq: s.Seq, Name: s.Name, Argv: s.Argv, State: s.State, ExitCode: s.ExitCode,
 		Signal: s.Signal, TimedOut: s.TimedOut, OOMKilled: s.OOMKilled, StartedAt: s.StartedAt, FinishedAt: s.FinishedAt,
 		Truncated: s.Truncated, EvidenceIncomplete: s.EvidenceIncomplete, LostReason: s.LostReason,
+		StoppedBy: s.StoppedBy,
 	}
 	if v.Argv == nil {
 		v.Argv = []string{}
@@ -334,6 +336,9 @@ func (a *App) stepStatus(s store.StepRow) string {
 		}
 		if s.OOMKilled {
 			text += " (oom)"
+		}
+		if s.StoppedBy != "" {
+			text += " (stopped)"
 		}
 		if *s.ExitCode != 0 {
 			return a.paint(color.FgRed, text)

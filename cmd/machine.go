@@ -188,7 +188,7 @@ With the docker engine configured, the project's cache volume goes too.` + exitS
 					return err
 				}
 				for _, s := range users {
-					if _, err := svc.Stop(cmd.Context(), s); err != nil {
+					if _, err := svc.Stop(cmd.Context(), s, true); err != nil {
 						return fmt.Errorf("stop %s: %w", s.ID, err)
 					}
 					stopped = append(stopped, s.ID)

@@ -214,7 +214,8 @@ EXIT STATUS
 }
 
 func (a *App) newStop() *cobra.Command {
-	return &cobra.Command{
+	var force bool
+	cmd := &cobra.Command{
 		Use:   "stop SESSION...",
 		Short: "Reap sessions now: remove their sandbox and worktree, keep their evidence",
 		Long: `Stop one or more sessions: the engine's container goes, the worktree is
@@ -222,9 +223,17 @@ reclaimed unless another open session shares the run, the evidence (steps/)
 stays. Stopping an ended session is not an error. Each session stopped is
 printed on stdout (with --json, the sessions as a JSON array); when some
 cannot be stopped the others still are, and the exit status is the first
-failure's.` + exitStatusHelp,
+failure's.
+
+A session with a step running in another xmode (another terminal's
+` + "`sandbox exec`" + `) is refused with exit 4, naming the step, and left as it
+is. --force stops it anyway, as ` + "`docker rm -f`" + ` does: the step gets TERM
+(KILL after 5s), its ` + "`sandbox exec`" + ` says it was stopped by ` + "`sandbox stop`" + ` and
+exits with the status the signal gave (143, or 137 when it had to be
+KILLed), and its result.json and row record "stopped_by": "sandbox stop".` + exitStatusHelp,
 		Example: `  xmode sandbox stop sbx_7k2m9q4x
   xmode sandbox stop 7k2m q4x8 rt5a             # several, by unique prefix
+  xmode sandbox stop --force 7k2m               # even while a step runs in it
   xmode sandbox list -q | xargs xmode sandbox stop`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
@@ -241,7 +250,7 @@ failure's.` + exitStatusHelp,
 			var stopped []*store.Session
 			var first error
 			for _, ref := range args {
-				sess, err := a.stopOne(cmd, svc, ref)
+				sess, err := a.stopOne(cmd, svc, ref, force)
 				if err != nil {
 					if len(args) > 1 {
 						fmt.Fprintf(a.Err, "%s %s: %v\n", a.paint(color.FgRed, "xmode:"), clean(ref), err)
@@ -270,16 +279,18 @@ failure's.` + exitStatusHelp,
 			return first
 		},
 	}
+	cmd.Flags().BoolVarP(&force, "force", "f", false, "stop a session even while a step runs in it (the step is ended)")
+	return cmd
 }
 
 // stopOne stops one session and says what happened to it.
-func (a *App) stopOne(cmd *cobra.Command, svc *sandbox.Service, ref string) (*store.Session, error) {
+func (a *App) stopOne(cmd *cobra.Command, svc *sandbox.Service, ref string, force bool) (*store.Session, error) {
 	sess, err := svc.Store.Resolve(cmd.Context(), ref)
 	if err != nil {
 		return nil, err
 	}
 	wasEnded := sess.Ended()
-	out, err := svc.Stop(cmd.Context(), sess)
+	out, err := svc.Stop(cmd.Context(), sess, force)
 	if err != nil {
 		return nil, err
 	}

@@ -209,6 +209,8 @@ func (a *App) stepDone(cfg *config.Config, res *evidence.Result, err error, time
 		_ = a.printJSON(res)
 	}
 	switch {
+	case res.StoppedBy != "":
+		fmt.Fprintf(a.Err, "xmode: step %d (%s) was stopped by `%s` (exit %d)\n", res.Seq, res.Name, res.StoppedBy, res.ExitCode)
 	case res.TimedOut:
 		fmt.Fprintf(a.Err, "xmode: step %d (%s) timed out after %s\n", res.Seq, res.Name, timeout)
 	case res.OOMKilled:

@@ -388,7 +388,7 @@ func TestPollerAbandonsStoppedSession(t *testing.T) {
 	sess := l.session()
 	task := l.submit(sess)
 	r := &reaper.Reaper{Cfg: l.cfg, Store: l.st, Guard: l.guard}
-	if _, err := r.Stop(context.Background(), l.sess(sess.ID)); err != nil {
+	if _, err := r.Stop(context.Background(), l.sess(sess.ID), false); err != nil {
 		t.Fatal(err)
 	}
 	if sum := l.pass(PassOptions{}); sum.Abandoned != 1 || sum.Polled != 0 {

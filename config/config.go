@@ -49,6 +49,7 @@ type Config struct {
 	Network            string
 	ReadonlyRoot       bool
 	BindHardened       bool   // bind mode gets volume mode's limits and hardening
+	HostCgroup         bool   // host steps each get a cgroup v2 of their own where the machine allows it
 	SandboxUser        string // "uid:gid"; "" when the storage root does not exist yet
 	TTL                time.Duration
 	MaxTTL             time.Duration
@@ -274,6 +275,17 @@ var settings = []setting{
 		b, err := ParseBool(v)
 		c.ReadonlyRoot = b
 		return err
+	}},
+	{name: "XMODE_HOST_CGROUP", def: lit("auto"), apply: func(c *Config, v string) error {
+		switch v {
+		case "auto":
+			c.HostCgroup = true
+		case "off":
+			c.HostCgroup = false
+		default:
+			return fmt.Errorf("%q is not auto or off", v)
+		}
+		return nil
 	}},
 	{name: "XMODE_SANDBOX_BIND_HARDENED", def: lit("0"), apply: func(c *Config, v string) error {
 		b, err := ParseBool(v)

@@ -53,6 +53,9 @@ const (
 type Check struct {
 	Name   string `json:"name"`
 	Status string `json:"status"` // CheckOK, CheckWarn or CheckFail
+	// Method is what a check found in force, where it names one (a step
+	// containment method: Containment.Method).
+	Method string `json:"method,omitempty"`
 	Detail string `json:"detail"`
 	Fix    string `json:"fix,omitempty"`
 }
@@ -200,4 +203,31 @@ func MountMode(a Adapter) string {
 		return m.MountMode()
 	}
 	return ""
+}
+
+// Containment is how an engine keeps a step's processes together so that
+// none outlives the step (`xmode doctor` shows it).
+type Containment struct {
+	// Method names it: "cgroup" or "process-group" (host), "container"
+	// (docker).
+	Method string
+	Detail string
+	// Fix says how to get a stronger method; Weak marks a method that lets
+	// some processes outlive a killed xmode until `xmode reap`.
+	Fix  string
+	Weak bool
+}
+
+// StepContainer is an engine that can say how it contains steps.
+type StepContainer interface {
+	Containment() Containment
+}
+
+// StepContainment returns how the adapter contains steps, and false when
+// it cannot say.
+func StepContainment(a Adapter) (Containment, bool) {
+	if c, ok := a.(StepContainer); ok {
+		return c.Containment(), true
+	}
+	return Containment{}, false
 }

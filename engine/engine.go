@@ -77,7 +77,9 @@ type ExecRequest struct {
 	Stderr  io.Writer
 	// Tag is put in the step's environment as XMODE_EXEC_TAG, which its
 	// processes inherit: how a provider finds them to end them, even when
-	// the xmode that started them is gone (StepKiller).
+	// the xmode that started them is gone (StepKiller). A provider may
+	// carry a value derived from it (docker: 16 hex digits) and names what
+	// else it keeps of the step by it (the host: the step's cgroup).
 	Tag string
 	// TTY runs the step on a terminal of its own (a pty on the host, an
 	// exec with a TTY in docker), as `docker exec -t` does: its output is

@@ -52,6 +52,10 @@ type Result struct {
 	// EvidenceIncomplete: some evidence could not be written (a full disk);
 	// the status above is still the command's.
 	EvidenceIncomplete bool `json:"evidence_incomplete,omitempty"`
+	// StoppedBy names what ended the step while it ran: "sandbox stop"
+	// (`xmode sandbox stop --force` from another terminal); absent when
+	// nothing did.
+	StoppedBy string `json:"stopped_by,omitempty"`
 	// Agent summarises an agent step's event stream (contract §7).
 	Agent *Agent `json:"agent,omitempty"`
 }
@@ -155,7 +159,7 @@ func Begin(ctx context.Context, st *store.Store, g storage.Guard, req Request) (
 		s.close()
 		// The row says running; nothing will run: record it as xmode's own
 		// failure (125), as far as the disk lets us.
-		_ = st.FinishStep(context.WithoutCancel(ctx), store.StepEnd{RunID: s.runID, Seq: seq, Finished: time.Now(), ExitCode: 125, EvidenceIncomplete: true})
+		_, _ = st.FinishStep(context.WithoutCancel(ctx), store.StepEnd{RunID: s.runID, Seq: seq, Finished: time.Now(), ExitCode: 125, EvidenceIncomplete: true})
 		return nil, storage.WriteError(g.Root, err)
 	}
 	return s, nil
@@ -288,18 +292,23 @@ func (s *Step) Finish(ctx context.Context, status engine.Status) (*Result, error
 		s.res.Truncated = s.res.Truncated || l.truncated
 	}
 	s.res.EvidenceIncomplete = len(inc.Lost) > 0
-	if err := s.writeJSON("result.json", s.res); err != nil {
-		s.res.EvidenceIncomplete = true
-		lose("no result.json", err)
-	}
-	s.close()
-	err := s.st.FinishStep(ctx, store.StepEnd{
+	// The row first: it says whether the step was stopped (StopSteps),
+	// which result.json records too.
+	stoppedBy, err := s.st.FinishStep(ctx, store.StepEnd{
 		RunID: s.runID, Seq: s.res.Seq, Finished: now, ExitCode: status.ExitCode, Signal: status.Signal,
 		TimedOut: status.TimedOut, OOMKilled: status.OOMKilled, Truncated: s.res.Truncated, EvidenceIncomplete: s.res.EvidenceIncomplete,
 	})
+	s.res.StoppedBy = stoppedBy
 	if err != nil {
 		lose("the store still says the step is running (the reaper marks it lost)", err)
 	}
+	if err := s.writeJSON("result.json", s.res); err != nil {
+		s.res.EvidenceIncomplete = true
+		lose("no result.json", err)
+		// Said on the row as well, where it can still be written.
+		_ = s.st.SetEvidenceIncomplete(ctx, s.runID, s.res.Seq)
+	}
+	s.close()
 	if len(inc.Lost) > 0 {
 		return &s.res, inc
 	}

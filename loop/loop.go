@@ -166,7 +166,7 @@ func (l *Loop) Run(ctx context.Context, o Options) (*Result, error) {
 		res.CR = cr
 	}
 	if !o.Keep {
-		if _, err := l.Svc.Stop(end, sess); err != nil {
+		if _, err := l.Svc.Stop(end, sess, true); err != nil {
 			loopErr = errors.Join(loopErr, fmt.Errorf("stop session %s: %w", sess.ID, err))
 		} else {
 			l.note("stopped %s; evidence kept in %s", sess.ID, sess.RunDir)

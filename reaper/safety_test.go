@@ -207,7 +207,7 @@ func TestOrphanEngineObjects(t *testing.T) {
 	}
 	live := e.create("")
 	ended := e.create("")
-	e.svc.Stop(ctx, ended)
+	e.svc.Stop(ctx, ended, false)
 	src := &fakeSource{objs: []engine.Object{
 		{Kind: engine.KindVolume, ID: "vol-ended", Name: "vol-ended", SessionID: ended.ID, Instance: me},
 		{Kind: engine.KindContainer, ID: "c1", Name: "xmode-live", SessionID: live.ID, Instance: me},

@@ -8,11 +8,13 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/machines"
 	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
@@ -109,7 +111,32 @@ func (r *Reaper) logf(sessionID, format string, args ...any) {
 }
 
 // Stop is the reaper for one session, now: the design's SandboxSession#stop!.
-func (r *Reaper) Stop(ctx context.Context, sess *store.Session) (Outcome, error) {
+// While a step of the session runs under a live xmode (another terminal's
+// `sandbox exec`) it refuses, naming the step, and changes nothing; with
+// force, as `docker rm -f`, it records the step as stopped by `sandbox
+// stop`, ends it, and lets its xmode record its end before the sandbox goes.
+func (r *Reaper) Stop(ctx context.Context, sess *store.Session, force bool) (Outcome, error) {
+	steps, err := r.Store.RunningSteps(ctx, sess.ID)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("stop %s: %w", sess.ID, err)
+	}
+	stale := r.now().Add(-r.staleAfter())
+	var live []string
+	for _, st := range steps {
+		if !st.Gone(stale) {
+			pid, _, _ := strings.Cut(st.Owner, ":")
+			live = append(live, fmt.Sprintf("step %d (%s, xmode pid %s)", st.Seq, st.Name, pid))
+		}
+	}
+	if len(live) > 0 {
+		if !force {
+			return Outcome{}, fail.Refusedf("session %s has a running step: %s; wait for it to end, or end it with the session: `xmode sandbox stop --force %s`",
+				sess.ID, strings.Join(live, ", "), sess.ID)
+		}
+		if err := r.Store.StopSteps(ctx, sess.ID, store.StoppedBySandboxStop); err != nil {
+			return Outcome{}, err
+		}
+	}
 	return r.Teardown(ctx, sess, store.StatusDestroyed, store.ReasonStopped, "")
 }
 
@@ -212,6 +239,9 @@ func (r *Reaper) endSteps(ctx context.Context, sess *store.Session) error {
 		if err := engine.KillStep(ctx, adapter, sess.Sandbox(), st.Tag); err != nil {
 			return fmt.Errorf("end step %d: %w", st.Seq, err)
 		}
+		if !st.Gone(stale) {
+			r.awaitEnd(ctx, st, stale)
+		}
 		if st.Gone(stale) {
 			lost, err := r.Store.LoseStep(ctx, st.RunID, st.Seq, r.now(), "its xmode was gone (last heartbeat "+st.Heartbeat.Format(time.RFC3339)+"); the session was torn down")
 			if err != nil {
@@ -223,6 +253,27 @@ func (r *Reaper) endSteps(ctx context.Context, sess *store.Session) error {
 		}
 	}
 	return nil
+}
+
+// stepEndWait bounds how long a teardown waits for the xmode of a step it
+// ended to record the step's end.
+const stepEndWait = 15 * time.Second
+
+// awaitEnd waits, bounded, for the live xmode of a step whose processes
+// were just ended to record its end (its status, its evidence), so that the
+// sandbox is not removed under it; it stops waiting when that xmode is gone.
+func (r *Reaper) awaitEnd(ctx context.Context, st store.StepRow, stale time.Time) {
+	deadline := time.Now().Add(stepEndWait)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		row, err := r.Store.Step(ctx, st.RunID, st.Seq)
+		if err != nil || row.State != "running" || row.Gone(stale) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // freeFirst removes the session's worktree before the store can record

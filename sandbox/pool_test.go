@@ -166,7 +166,7 @@ func TestPoolClaimsReadySandboxes(t *testing.T) {
 	f.checkWorktree(t, fresh, f.near)
 
 	// A stopped session is destroyed, never returned to the pool.
-	if _, err := f.svc.Stop(ctx, sess); err != nil {
+	if _, err := f.svc.Stop(ctx, sess, false); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(sess.WorktreePath); !os.IsNotExist(err) {

@@ -316,8 +316,8 @@ func describeEngine(e string) string {
 }
 
 // Stop is `sandbox stop`: reap this one session now.
-func (s *Service) Stop(ctx context.Context, sess *store.Session) (reaper.Outcome, error) {
-	return s.reaper().Stop(ctx, sess)
+func (s *Service) Stop(ctx context.Context, sess *store.Session, force bool) (reaper.Outcome, error) {
+	return s.reaper().Stop(ctx, sess, force)
 }
 
 // MeasureWorktrees fills in WorktreeBytes of the sessions still open (an

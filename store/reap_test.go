@@ -141,7 +141,7 @@ func TestClaimExpiredRechecks(t *testing.T) {
 	if c, _ := s.ClaimExpired(ctx, n.ID, "a", now, fresh, never); c.Result != StepRunning {
 		t.Fatalf("renewed step: %+v", c)
 	}
-	if err := s.FinishStep(ctx, StepEnd{RunID: n.RunID, Seq: seq, Finished: now}); err != nil {
+	if _, err := s.FinishStep(ctx, StepEnd{RunID: n.RunID, Seq: seq, Finished: now}); err != nil {
 		t.Fatal(err)
 	}
 	s.Heartbeat(ctx, n.RunID, seq, now)

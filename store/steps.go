@@ -36,6 +36,9 @@ type StepRow struct {
 	EvidenceIncomplete bool
 	Truncated          bool
 	LostReason         string
+	// StoppedBy names what stopped the step while it ran ("sandbox
+	// stop"), "" when nothing did.
+	StoppedBy string
 }
 
 // EncodeArgv is how the store keeps an argv byte for byte: a JSON array of
@@ -160,18 +163,51 @@ type StepEnd struct {
 	Truncated, EvidenceIncomplete bool
 }
 
-// FinishStep records a step's outcome. A step the reaper marked lost while
-// its xmode was suspended is finished all the same: its own end is better
-// evidence than the reaper's guess.
-func (s *Store) FinishStep(ctx context.Context, e StepEnd) error {
-	_, err := s.exec(ctx, `UPDATE steps SET state = 'finished', finished_at = ?, exit_code = ?, signal = ?,
+// FinishStep records a step's outcome and returns what stopped it, if
+// something did (StopSteps). A step the reaper marked lost while its xmode
+// was suspended is finished all the same: its own end is better evidence
+// than the reaper's guess.
+func (s *Store) FinishStep(ctx context.Context, e StepEnd) (stoppedBy string, err error) {
+	err = s.db.QueryRowContext(ctx, `UPDATE steps SET state = 'finished', finished_at = ?, exit_code = ?, signal = ?,
 		timed_out = ?, oom_killed = ?, truncated = ?, evidence_incomplete = ?, lost_reason = ''
-		WHERE run_id = ? AND seq = ?`,
-		millis(e.Finished), e.ExitCode, e.Signal, e.TimedOut, e.OOMKilled, e.Truncated, e.EvidenceIncomplete, e.RunID, e.Seq)
+		WHERE run_id = ? AND seq = ? RETURNING stopped_by`,
+		millis(e.Finished), e.ExitCode, e.Signal, e.TimedOut, e.OOMKilled, e.Truncated, e.EvidenceIncomplete, e.RunID, e.Seq).Scan(&stoppedBy)
 	if err != nil {
-		return fmt.Errorf("record step %s/%d: %w", e.RunID, e.Seq, err)
+		return "", fmt.Errorf("record step %s/%d: %w", e.RunID, e.Seq, err)
+	}
+	return stoppedBy, nil
+}
+
+// SetEvidenceIncomplete marks a finished step's evidence incomplete (its
+// result.json could not be written after its row was).
+func (s *Store) SetEvidenceIncomplete(ctx context.Context, runID string, seq int) error {
+	_, err := s.exec(ctx, `UPDATE steps SET evidence_incomplete = 1 WHERE run_id = ? AND seq = ?`, runID, seq)
+	return err
+}
+
+// StoppedBySandboxStop is StepRow.StoppedBy for a step `sandbox stop
+// --force` ended.
+const StoppedBySandboxStop = "sandbox stop"
+
+// StopSteps marks the session's running steps as stopped by by, before
+// their processes are ended: their xmode records it with their end.
+func (s *Store) StopSteps(ctx context.Context, sessionID, by string) error {
+	if _, err := s.exec(ctx, `UPDATE steps SET stopped_by = ? WHERE session_id = ? AND state = 'running'`, by, sessionID); err != nil {
+		return fmt.Errorf("mark the steps of %s stopped: %w", sessionID, err)
 	}
 	return nil
+}
+
+// Step reads one step of a run.
+func (s *Store) Step(ctx context.Context, runID string, seq int) (StepRow, error) {
+	rows, err := s.steps(ctx, `WHERE run_id = ? AND seq = ?`, runID, seq)
+	if err != nil {
+		return StepRow{}, err
+	}
+	if len(rows) == 0 {
+		return StepRow{}, fail.NotFoundf("no step %d in run %s", seq, runID)
+	}
+	return rows[0], nil
 }
 
 // Steps lists a run's steps in order.
@@ -210,7 +246,7 @@ func (s *Store) LoseStep(ctx context.Context, runID string, seq int, now time.Ti
 func (s *Store) steps(ctx context.Context, where string, args ...any) ([]StepRow, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT run_id, seq, session_id, name, argv, dir, state, started_at,
 		finished_at, exit_code, signal, timed_out, oom_killed, tag, owner, heartbeat_at, evidence_incomplete, truncated,
-		lost_reason FROM steps `+where, args...)
+		lost_reason, stopped_by FROM steps `+where, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list steps: %w", err)
 	}
@@ -223,7 +259,7 @@ func (s *Store) steps(ctx context.Context, where string, args ...any) ([]StepRow
 		var finished, code sql.NullInt64
 		if err := rows.Scan(&r.RunID, &r.Seq, &r.SessionID, &r.Name, &argv, &r.Dir, &r.State, &started,
 			&finished, &code, &r.Signal, &r.TimedOut, &r.OOMKilled, &r.Tag, &r.Owner, &beat, &r.EvidenceIncomplete,
-			&r.Truncated, &r.LostReason); err != nil {
+			&r.Truncated, &r.LostReason, &r.StoppedBy); err != nil {
 			return nil, err
 		}
 		if r.Argv, err = DecodeArgv(argv); err != nil {

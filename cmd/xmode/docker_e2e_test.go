@@ -66,6 +66,44 @@ func TestDockerEngineCLI(t *testing.T) {
 		dkDoctorOK(t, cli, mountpoint, img, env, vol)
 	})
 
+	// `sandbox stop` while another terminal's step runs: refused (exit 4),
+	// then --force ends the step, which its exec reports.
+	t.Run("stop-force", func(t *testing.T) {
+		t.Parallel()
+		root := filepath.Join(t.TempDir(), "root")
+		dkRemoveSandboxes(t, cli, "", root)
+		var s struct {
+			ID string `json:"id"`
+		}
+		dkJSON(t, dkWant(t, dkXmode(t, root, dockerEnv, "sandbox", "create", "--repo", repo, "--json"), 0), &s)
+		done := make(chan dkResult, 1)
+		go func() {
+			done <- dkXmode(t, root, dockerEnv, "sandbox", "exec", s.ID, "--name", "long", "--", "sh", "-c", "touch up; exec sleep 300")
+		}()
+		deadline := time.Now().Add(30 * time.Second)
+		for m, _ := filepath.Glob(filepath.Join(root, "runs", "*", "worktree", "up")); len(m) == 0; m, _ = filepath.Glob(filepath.Join(root, "runs", "*", "worktree", "up")) {
+			if time.Now().After(deadline) {
+				t.Fatal("the long step never started")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if r := dkWant(t, dkXmode(t, root, dockerEnv, "sandbox", "stop", s.ID), 4); !strings.Contains(r.stderr, "step 1 (long") {
+			t.Errorf("the refusal does not name the step:\n%s", r)
+		}
+		dkWant(t, dkXmode(t, root, dockerEnv, "sandbox", "stop", "--force", s.ID), 0)
+		long := <-done
+		if long.code != 143 || !strings.Contains(long.stderr, "stopped by `sandbox stop`") {
+			t.Errorf("the stopped exec:\n%s", long)
+		}
+		m, _ := filepath.Glob(filepath.Join(root, "runs", "*", "steps", "0001-long", "result.json"))
+		if len(m) != 1 {
+			t.Fatal("no result.json for the stopped step")
+		}
+		if b, err := os.ReadFile(m[0]); err != nil || !strings.Contains(string(b), `"stopped_by": "sandbox stop"`) {
+			t.Errorf("result.json: %v\n%s", err, b)
+		}
+	})
+
 	t.Run("runner-modes", func(t *testing.T) {
 		t.Parallel()
 		root := filepath.Join(t.TempDir(), "root")

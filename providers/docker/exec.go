@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -37,37 +38,68 @@ import (
 // and when the xmode that ran the step is gone (KillStep).
 const ExecTagEnv = engine.ExecTagEnv
 
-// scanFunc defines scan(), which finds the processes of one step using
-// shell builtins only (it must work when the pids limit leaves no process to
-// spare): the sessions of every process whose environment carries $tag, and
-// every member of those sessions (which catches children that cleared their
-// environment). It sets L to the step's wrapper (an exec root: parent pid 0
-// as seen in the container) and T to everything else; zombies, PID 1 and its
-// session (the init and the keep-alive) and $me are never listed.
-const scanFunc = `scan() {
-	sids=" "
+// sweepFunc defines sweep(), which finds what must end when a step ends,
+// using shell builtins only (it must work when the pids limit leaves no
+// process to spare; docs/docker.md, "When a step ends"). A process is
+// spared when it is PID 1 or in its session (the init and the keep-alive),
+// a zombie, $me, or of a live exec: an exec root (its parent is outside the
+// container: a step's wrapper or one of xmode's helpers) other than the
+// ending step's, everything in the session or below such a root, and
+// everything carrying a live root's XMODE_EXEC_TAG. sweep sets L to the
+// ending step's root ($dead, or else the root carrying $tag) and K to every
+// other process: the ending step's, whatever environment or session they
+// have, and the leftovers of steps already over. A root's tag is the 16
+// characters after XMODE_EXEC_TAG= (read drops the NULs between variables,
+// so the next one follows at once): stepTag makes every tag that long.
+const sweepFunc = `tagof() {
+	t=
+	while IFS= read -r l || [ -n "$l" ]; do
+		case $l in *"$E="*) t=${l#*"$E="}; t=${t%"${t#????????????????}"}; return;; esac
+	done < "$1"
+}
+tagged() {
+	hit=
+	while IFS= read -r l || [ -n "$l" ]; do
+		for t in $2; do case $l in *"$E=$t"*) hit=1; return;; esac; done
+	done < "$1"
+}
+sweep() {
+	L=; K=; live=" "; tags=; rest=
 	for d in /proc/[0-9]*; do
 		p=${d#/proc/}
-		[ "$p" = "$me" ] || [ "$p" = 1 ] && continue
 		read -r st < "$d/stat" || continue
 		set -- ${st##*) }
-		[ "$4" = 1 ] && continue
-		case $sids in *" $4 "*) continue;; esac
-		while IFS= read -r l || [ -n "$l" ]; do
-			case $l in *"$tag"*) sids="$sids$4 "; break;; esac
-		done < "$d/environ"
+		[ "$1" = Z ] || [ "$4" = 1 ] && continue
+		if [ "$2" != 0 ]; then rest="$rest $p:$2:$4"; continue; fi
+		if [ "$p" = "$dead" ]; then L=$p; continue; fi
+		if [ -z "$dead" ]; then
+			tagged "$d/environ" "$tag"
+			if [ -n "$hit" ]; then L=$p; continue; fi
+		fi
+		live="$live$p "
+		tagof "$d/environ"
+		[ -n "$t" ] && tags="$tags $t"
 	done
-	L=; T=
-	[ "$sids" = " " ] && return
-	for d in /proc/[0-9]*; do
-		p=${d#/proc/}
-		[ "$p" = "$me" ] || [ "$p" = 1 ] && continue
-		read -r st < "$d/stat" || continue
-		set -- ${st##*) }
-		case $sids in *" $4 "*) ;; *) continue;; esac
-		[ "$1" = Z ] && continue
-		if [ "$2" = 0 ]; then L="$L $p"; else T="$T $p"; fi
+	left=
+	for e in $rest; do
+		p=${e%%:*}; r=${e#*:}
+		case $live in *" ${r%%:*} "*|*" ${r#*:} "*) live="$live$p "; continue;; esac
+		hit=
+		[ -n "$tags" ] && tagged "/proc/$p/environ" "$tags"
+		if [ -n "$hit" ]; then live="$live$p "; else left="$left $e"; fi
 	done
+	more=1
+	while [ -n "$more" ]; do
+		more=; rest=$left; left=
+		for e in $rest; do
+			p=${e%%:*}; r=${e#*:}
+			case $live in
+			*" ${r%%:*} "*|*" ${r#*:} "*) live="$live$p "; more=1;;
+			*) left="$left $e";;
+			esac
+		done
+	done
+	for e in $left; do K="$K ${e%%:*}"; done
 }
 `
 
@@ -77,37 +109,40 @@ const scanFunc = `scan() {
 // 127/126 for not found/not executable (with the shell's message on
 // stderr), 128+N when killed by signal N. exec in a subshell (not a plain
 // call) keeps shell builtins and functions out: argv[0] is looked up on PATH.
-// Once the command has exited, whatever it left behind (background
-// children, daemons that kept the tag) is KILLed at once, from inside, at no
-// extra cost — as the host engine kills the process group of a finished step.
+// Once the command has exited, everything of the step that is left
+// (background children, daemons in a session of their own with a cleared
+// environment) is KILLed from inside, at no extra cost, before the exec
+// ends; the sweep is repeated until it finds nothing, so a child forked
+// while it runs is found by the next round.
 const stepWrapper = `( exec "$@" ); rc=$?
-tag="` + ExecTagEnv + `=$` + ExecTagEnv + `"; me=$$
-` + scanFunc + `n=0
+E=` + ExecTagEnv + `; me=$$; dead=$$; tag=
+` + sweepFunc + `n=0
 while [ "$n" -lt 50 ]; do
-	scan 2>/dev/null
-	[ -n "$T" ] || break
-	kill -s KILL $T 2>/dev/null
+	sweep 2>/dev/null
+	[ -n "$K" ] || break
+	kill -s KILL $K 2>/dev/null
 	n=$((n+1))
 done
 exit $rc`
 
-// killScript ends the processes of one step from a separate exec: $1 the
-// step's tag, $2 the grace period in tenths of a second (0: KILL at once),
-// $3 the first signal (TERM; INT for Ctrl-C). That signal (and CONT, for
-// stopped processes) first, KILL after the grace period.
-// The step's wrapper is spared so the step reports how its command ended; it
-// exits by itself once its command is gone. Exit 0: nothing of the step is
-// left; 3: something survived.
+// killScript ends one step from a separate exec: $1 the step's tag, $2 the
+// grace period in tenths of a second (0: KILL at once), $3 the first signal
+// (TERM; INT for Ctrl-C). That signal (and CONT, for stopped processes)
+// first, KILL after the grace period, to everything sweep lists: the
+// step's processes and any leftover of a step already over. The step's
+// wrapper is spared so the step reports how its command ended; it exits by
+// itself once its command is gone. Exit 0: nothing of the step is left; 3:
+// something survived.
 const killScript = `exec 2>/dev/null
-tag="` + ExecTagEnv + `=$1"; grace=$2; sig=${3:-TERM}; me=$$
-` + scanFunc + `scan
-if [ "$grace" -gt 0 ] && [ -n "$T" ]; then
-	kill -s "$sig" $T
-	kill -s CONT $T
+E=` + ExecTagEnv + `; tag=$1; grace=$2; sig=${3:-TERM}; me=$$; dead=
+` + sweepFunc + `sweep
+if [ "$grace" -gt 0 ] && [ -n "$K" ]; then
+	kill -s "$sig" $K
+	kill -s CONT $K
 	i=0
 	while [ "$i" -lt "$grace" ]; do
 		alive=
-		for p in $T; do
+		for p in $K; do
 			if read -r st < "/proc/$p/stat"; then
 				set -- ${st##*) }
 				[ "$1" = Z ] || { alive=1; break; }
@@ -120,22 +155,22 @@ if [ "$grace" -gt 0 ] && [ -n "$T" ]; then
 fi
 n=0
 while [ "$n" -lt 50 ]; do
-	scan
-	[ -n "$T" ] || break
-	kill -s KILL $T
+	sweep
+	[ -n "$K" ] || break
+	kill -s KILL $K
 	n=$((n+1))
 done
 i=0
-while [ -n "$L$T" ] && [ "$i" -lt 20 ]; do
-	[ -n "$T" ] && kill -s KILL $T
+while [ -n "$L$K" ] && [ "$i" -lt 20 ]; do
+	[ -n "$K" ] && kill -s KILL $K
 	sleep 0.1 || i=$((i+9))
 	i=$((i+1))
-	scan
+	sweep
 done
 [ -n "$L" ] && kill -s KILL $L
-scan
-[ -z "$T$L" ] && exit 0
-echo "left:$T$L"
+sweep
+[ -z "$K$L" ] && exit 0
+echo "left:$K$L"
 exit 3
 `
 
@@ -172,10 +207,7 @@ func (p *Provider) exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 	if err != nil {
 		return engine.Status{}, err
 	}
-	tag := req.Tag
-	if tag == "" {
-		tag = newTag()
-	}
+	tag := stepTag(req.Tag)
 	// The tag comes last so that it wins over a same-named entry of req.Env.
 	env := append(append([]string(nil), req.Env...), ExecTagEnv+"="+tag)
 	wrapper := wrapperFor(ci.HostConfig)
@@ -229,7 +261,7 @@ func (p *Provider) exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 	if req.TTY {
 		go p.resizeExec(context.WithoutCancel(ctx), execID, size, req.Resize)
 	}
-	s := &step{p: p, ctx: ctx, containerID: ci.ID, execID: execID, tag: tag, req: req, started: started}
+	s := &step{p: p, ctx: ctx, containerID: ci.ID, initPid: ci.State.Pid, execID: execID, tag: tag, req: req, started: started}
 	st, err := s.run(hr)
 	if err == nil && sb.MountMode != MountSync && sb.Worktree != "" {
 		// The step's processes are gone: nothing can race this.
@@ -373,6 +405,21 @@ func newTag() string {
 	return hex.EncodeToString(b[:])
 }
 
+// stepTag is the XMODE_EXEC_TAG a step carries in the container: the
+// caller's tag when it is 16 lowercase hex digits (sandbox.Exec's are), a
+// random one when there is none, else 16 hex digits derived from it, so
+// that KillStep finds it by the same tag and the sweep can read it.
+func stepTag(tag string) string {
+	switch {
+	case tag == "":
+		return newTag()
+	case len(tag) == 16 && strings.Trim(tag, "0123456789abcdef") == "":
+		return tag
+	}
+	sum := sha256.Sum256([]byte(tag))
+	return hex.EncodeToString(sum[:8])
+}
+
 func shortID(id string) string {
 	if len(id) > 12 && !strings.HasPrefix(id, "xmode-") {
 		return id[:12]
@@ -385,6 +432,7 @@ type step struct {
 	p           *Provider
 	ctx         context.Context
 	containerID string
+	initPid     int // the container's init, on the daemon's host
 	execID      string
 	tag         string
 	req         engine.ExecRequest
@@ -637,7 +685,7 @@ func (s *step) sweep(ctx context.Context, st execState, copyDone <-chan struct{}
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	left, err := s.p.leftovers(ctx, s.containerID, s.tag, st.pid)
+	left, err := s.p.leftovers(ctx, s.containerID, s.initPid)
 	if err == nil && !left {
 		return false
 	}
@@ -653,46 +701,103 @@ func (s *step) sweep(ctx context.Context, st execState, copyDone <-chan struct{}
 }
 
 // leftovers asks the daemon (ps on the daemon host, through `top`) whether
-// anything of the step still runs: a process in the step's session, or one
-// carrying its tag. It costs no process in the container. An error means
-// "cannot tell".
-func (p *Provider) leftovers(ctx context.Context, containerID, tag string, hostPid int) (bool, error) {
+// anything is left that the step's sweep would end: a process outside the
+// init's session (initPid's) that belongs to no live exec — not in the
+// session or below an exec root (a process whose parent is not in the
+// container), and not carrying a live root's tag. It costs no process in
+// the container. An error means "cannot tell".
+func (p *Provider) leftovers(ctx context.Context, containerID string, initPid int) (bool, error) {
 	if p.topUnsupported.Load() {
 		return false, fmt.Errorf("top unsupported")
 	}
 	cctx, cancel := p.call(ctx)
 	defer cancel()
-	top, err := p.cli.ContainerTop(cctx, containerID, []string{"-o", "pid,sid,args", "ww", "e"})
+	top, err := p.cli.ContainerTop(cctx, containerID, []string{"-o", "pid,ppid,sid,stat,args", "ww", "e"})
 	if err != nil {
 		if !client.IsErrConnectionFailed(err) {
 			p.topUnsupported.Store(true)
 		}
 		return false, err
 	}
-	sidCol, cmdCol := -1, -1
+	col := map[string]int{}
 	for i, t := range top.Titles {
 		switch t {
-		case "SID", "SESS":
-			sidCol = i
-		case "COMMAND", "CMD":
-			cmdCol = i
+		case "SESS":
+			t = "SID"
+		case "CMD":
+			t = "COMMAND"
+		}
+		col[t] = i
+	}
+	for _, want := range []string{"PID", "PPID", "SID", "STAT", "COMMAND"} {
+		if _, ok := col[want]; !ok {
+			p.topUnsupported.Store(true)
+			return false, fmt.Errorf("top gave columns %v", top.Titles)
 		}
 	}
-	if sidCol < 0 || cmdCol < 0 {
-		p.topUnsupported.Store(true)
-		return false, fmt.Errorf("top gave columns %v", top.Titles)
-	}
-	mark := ExecTagEnv + "=" + tag
-	sid := strconv.Itoa(hostPid)
+	type proc struct{ pid, ppid, sid, args string }
+	var procs []proc
+	in := map[string]bool{}
 	for _, row := range top.Processes {
-		if len(row) <= sidCol || len(row) <= cmdCol {
+		if len(row) < len(top.Titles) || strings.HasPrefix(row[col["STAT"]], "Z") {
 			continue
 		}
-		if (hostPid != 0 && row[sidCol] == sid) || strings.Contains(row[cmdCol], mark) {
-			return true, nil
+		pr := proc{row[col["PID"]], row[col["PPID"]], row[col["SID"]], row[col["COMMAND"]]}
+		procs = append(procs, pr)
+		in[pr.pid] = true
+	}
+	init := strconv.Itoa(initPid)
+	live := map[string]bool{}
+	var tags []string
+	var rest []proc
+	for _, pr := range procs {
+		switch {
+		case pr.sid == init:
+		case !in[pr.ppid]:
+			live[pr.pid] = true
+			if t := lastTag(pr.args); t != "" {
+				tags = append(tags, ExecTagEnv+"="+t)
+			}
+		default:
+			rest = append(rest, pr)
 		}
 	}
-	return false, nil
+	for more := true; more; {
+		more = false
+		var left []proc
+		for _, pr := range rest {
+			if live[pr.sid] || live[pr.ppid] || hasTag(pr.args, tags) {
+				live[pr.pid], more = true, true
+				continue
+			}
+			left = append(left, pr)
+		}
+		rest = left
+	}
+	return len(rest) > 0, nil
+}
+
+// lastTag is the value of the last XMODE_EXEC_TAG in a ps line's
+// environment (the variables follow the command, separated by spaces).
+func lastTag(args string) string {
+	i := strings.LastIndex(args, ExecTagEnv+"=")
+	if i < 0 {
+		return ""
+	}
+	t, _, _ := strings.Cut(args[i+len(ExecTagEnv)+1:], " ")
+	return t
+}
+
+// hasTag reports whether a ps line holds one of marks as a whole word.
+func hasTag(args string, marks []string) bool {
+	for _, f := range strings.Fields(args) {
+		for _, m := range marks {
+			if f == m {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // endProcesses runs killScript in the container: sig (TERM, or the signal
@@ -921,5 +1026,15 @@ func (p *Provider) KillStep(ctx context.Context, sb engine.Sandbox, tag string) 
 	if !ci.State.Running {
 		return nil
 	}
-	return p.endProcesses(ctx, ci.ID, tag, engine.DefaultGrace, syscall.SIGTERM)
+	return p.endProcesses(ctx, ci.ID, stepTag(tag), engine.DefaultGrace, syscall.SIGTERM)
+}
+
+// Containment says how a docker step is contained (engine.StepContainer):
+// the container's PID namespace holds every process of every step, and a
+// step's end KILLs whatever belongs to no live step.
+func (p *Provider) Containment() engine.Containment {
+	return engine.Containment{
+		Method: "container",
+		Detail: "each step runs in the session's container; when it ends, every process there that belongs to no running step is KILLed (tagged or not, in a session of its own or not), and a killed xmode's step is ended by `sandbox stop` or `xmode reap`",
+	}
 }

@@ -344,19 +344,25 @@ func TestSandboxUser(t *testing.T) {
 }
 
 // A setuid or setgid bit a step sets never outlives the step on the host's
-// filesystem.
+// filesystem, on a file or a directory (the worktree itself included); a
+// directory keeps its sticky bit.
 func TestSetuidBitsDoNotSurviveAStep(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, MountVolume, nil)
 	sb := e.provision()
-	e.ok(sb, "cp /bin/sh ./suid && chmod 6755 ./suid && mkdir -p d && cp /bin/sh d/sgid && chmod 2755 d/sgid && ls -l suid")
-	for _, f := range []string{"suid", "d/sgid"} {
+	e.ok(sb, "cp /bin/sh ./suid && chmod 6755 ./suid && mkdir -p d && cp /bin/sh d/sgid && chmod 2755 d/sgid && "+
+		"mkdir -p sd/inner && chmod 6755 sd && chmod 3777 sd/inner && chmod g+s . && ls -l suid")
+	want := map[string]os.FileMode{
+		".": os.ModeDir | 0o755, "suid": 0o755, "d/sgid": 0o755,
+		"sd": os.ModeDir | 0o755, "sd/inner": os.ModeDir | os.ModeSticky | 0o777,
+	}
+	for f, mode := range want {
 		st, err := os.Lstat(filepath.Join(sb.Worktree, f))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 || st.Mode().Perm() != 0o755 {
-			t.Errorf("%s is %v on the host after the step", f, st.Mode())
+		if st.Mode() != mode {
+			t.Errorf("%s is %v on the host after the step, want %v", f, st.Mode(), mode)
 		}
 	}
 }
@@ -415,8 +421,8 @@ func TestExecRevivesStoppedContainer(t *testing.T) {
 }
 
 // A process that escapes both the step's session and its tag (a cleared
-// environment and a new session) cannot be found; while it holds the
-// output open, Exec still returns once the output stands still.
+// environment and a new session) while holding the output open ends with
+// the step, and Exec returns.
 func TestEscapedProcessDoesNotHangExec(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, MountBind, nil)
@@ -427,6 +433,9 @@ func TestEscapedProcessDoesNotHangExec(t *testing.T) {
 	}
 	if r.took > 10*time.Second {
 		t.Errorf("Exec took %v", r.took)
+	}
+	if left := e.running(sb, "sleep 31"); len(left) > 0 {
+		t.Errorf("the escaped process outlived its step: %q", left)
 	}
 	t.Logf("returned after %v; warnings: %q", r.took, e.warnings)
 }

@@ -178,9 +178,9 @@ func (e *tenv) run(sb engine.Sandbox, script string, mod ...func(*engine.ExecReq
 }
 
 // ok runs script and requires exit 0.
-func (e *tenv) ok(sb engine.Sandbox, script string) string {
+func (e *tenv) ok(sb engine.Sandbox, script string, mod ...func(*engine.ExecRequest)) string {
 	e.t.Helper()
-	r := e.run(sb, script)
+	r := e.run(sb, script, mod...)
 	if r.err != nil || r.st != (engine.Status{}) {
 		e.t.Fatalf("sh -c %q: status %+v err %v\nstdout: %s\nstderr: %s", script, r.st, r.err, r.stdout, r.stderr)
 	}

@@ -73,11 +73,13 @@ func (p *Provider) giveWorktree(spec engine.Spec, user string) error {
 	return nil
 }
 
-// stripSetuid removes the setuid and setgid bits a step left on files of
-// the worktree: on the host's filesystem a setuid file of the sandbox user
-// (or of root) would let anyone who runs it become them. It walks the
-// worktree as it is, confined with os.Root, changing modes through file
-// descriptors opened without following links.
+// stripSetuid removes the setuid and setgid bits a step left on files and
+// directories of the worktree: on the host's filesystem a setuid file of
+// the sandbox user (or of root) would let anyone who runs it become them,
+// and a setgid directory gives its group to whatever is made in it later.
+// It walks the worktree as it is, confined with os.Root, changing modes
+// through file descriptors opened without following links; a directory
+// keeps its sticky bit.
 func stripSetuid(worktree string) error {
 	root, err := os.OpenRoot(worktree)
 	if err != nil {
@@ -91,23 +93,27 @@ func stripSetuid(worktree string) error {
 			}
 			return err
 		}
-		if !d.Type().IsRegular() {
+		if !d.Type().IsRegular() && !d.IsDir() {
 			return nil
 		}
 		info, err := d.Info()
 		if err != nil || info.Mode()&(fs.ModeSetuid|fs.ModeSetgid) == 0 {
 			return nil
 		}
-		f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+		flags := os.O_RDONLY | syscall.O_NOFOLLOW | syscall.O_NONBLOCK
+		if d.IsDir() {
+			flags |= syscall.O_DIRECTORY
+		}
+		f, err := root.OpenFile(name, flags, 0)
 		if err != nil {
-			return nil // gone, or not a file any more
+			return nil // gone, or not the same kind of file any more
 		}
 		defer f.Close()
 		fi, err := f.Stat()
-		if err != nil || !fi.Mode().IsRegular() {
+		if err != nil || fi.IsDir() != d.IsDir() || !fi.IsDir() && !fi.Mode().IsRegular() {
 			return nil
 		}
-		return f.Chmod(fi.Mode().Perm())
+		return f.Chmod(fi.Mode().Perm() | fi.Mode()&fs.ModeSticky)
 	})
 }
 

@@ -14,14 +14,33 @@ import (
 	"github.com/xmode/xmode/engine"
 )
 
-// KillStep ends every process that carries the step's tag in its
-// environment, with its process group: TERM (and CONT), then KILL after the
-// grace period. The step's leader dies with the xmode that started it
-// (Pdeathsig); this finds what the leader left behind.
-func (*Provider) KillStep(ctx context.Context, _ engine.Sandbox, tag string) error {
+// KillStep ends a step's processes: those that carry the step's tag in
+// their environment, with their process groups — TERM (and CONT), then
+// KILL after the grace period — and then everything left in the step's
+// cgroup, wherever its xmode made it, whatever its processes did to their
+// environment or session. The step's leader dies with the xmode that
+// started it (Pdeathsig); this finds what the leader left behind.
+func (p *Provider) KillStep(ctx context.Context, _ engine.Sandbox, tag string) error {
 	if tag == "" {
 		return nil
 	}
+	if err := killTagged(ctx, tag); err != nil {
+		return err
+	}
+	p.findParent()
+	p.cgMu.Lock()
+	mount, parent := p.cgMount, p.cgParent
+	p.cgMu.Unlock()
+	if dir := findCgroup(mount, parent, cgroupName(tag)); dir != "" {
+		if err := endCgroup(dir); err != nil {
+			return fmt.Errorf("host engine: %w", err)
+		}
+	}
+	return nil
+}
+
+// killTagged ends the processes carrying the step's tag.
+func killTagged(ctx context.Context, tag string) error {
 	mark := []byte(engine.ExecTagEnv + "=" + tag)
 	signal := func(sig syscall.Signal) int {
 		n := 0

@@ -37,12 +37,25 @@ const drainTimeout = time.Second
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 func init() {
-	engine.Register(EngineName, func(*config.Config) (engine.Adapter, error) { return New(), nil })
+	engine.Register(EngineName, func(cfg *config.Config) (engine.Adapter, error) {
+		p := New()
+		p.noCgroup = cfg != nil && !cfg.HostCgroup
+		return p, nil
+	})
 }
 
-// Provider runs steps as host processes. It has no state: one Provider may
-// serve any number of sandboxes and concurrent Exec calls.
-type Provider struct{}
+// Provider runs steps as host processes. One Provider may serve any number
+// of sandboxes and concurrent Exec calls; its only state is where it makes
+// the steps' cgroups, found at its first step.
+type Provider struct {
+	noCgroup bool // XMODE_HOST_CGROUP=off: process groups only
+
+	cgOnce   sync.Once
+	cgMount  string // the cgroup v2 hierarchy, "" when there is none
+	cgParent string // where step cgroups are made, "" when they cannot be
+	cgWhy    string // why steps run without a cgroup
+	cgMu     sync.Mutex
+}
 
 // New returns the host provider.
 func New() *Provider { return &Provider{} }
@@ -118,12 +131,17 @@ func (p *Provider) Exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 		return engine.Status{ExitCode: code}, nil
 	}
 
-	return run(ctx, runSpec{
+	st, cgErr, err := run(ctx, runSpec{
 		path: path, argv: req.Argv, dir: dir, env: env,
 		timeout: req.Timeout, grace: req.Grace,
 		stdin: req.Stdin, stdout: stdout, stderr: stderr,
 		tty: req.TTY, resize: req.Resize,
+		cgroup: p.stepCgroup(req.Tag),
 	})
+	if cgErr != nil {
+		p.noCgroups(cgErr)
+	}
+	return st, err
 }
 
 type runSpec struct {
@@ -136,6 +154,7 @@ type runSpec struct {
 	stdout, stderr io.Writer
 	tty            bool
 	resize         <-chan engine.WinSize
+	cgroup         *stepCgroup // nil: the process group alone
 }
 
 // stdio is how a step's standard streams are wired: the child's three
@@ -204,8 +223,10 @@ func terminal(s runSpec) (*stdio, error) {
 }
 
 // run starts the process and supervises it to the end: deadline, cancel,
-// reaping, killing what is left of its group, draining its output.
-func run(ctx context.Context, s runSpec) (engine.Status, error) {
+// reaping, killing what is left of its group and its cgroup, draining its
+// output. cgErr says the step's cgroup could not be used (the step then ran
+// without it).
+func run(ctx context.Context, s runSpec) (st engine.Status, cgErr, err error) {
 	grace := s.grace
 	if grace <= 0 {
 		grace = engine.DefaultGrace
@@ -216,39 +237,50 @@ func run(ctx context.Context, s runSpec) (engine.Status, error) {
 	}
 	sio, err := open(s)
 	if err != nil {
-		return engine.Status{}, err
+		if s.cgroup != nil {
+			_ = s.cgroup.end()
+		}
+		return engine.Status{}, nil, err
 	}
-	cmd := &exec.Cmd{
-		Path:   s.path,
-		Args:   s.argv,
-		Dir:    s.dir,
-		Env:    s.env,
-		Stdin:  sio.child[0],
-		Stdout: sio.child[1],
-		Stderr: sio.child[2],
+	newCmd := func(cg *stepCgroup) *exec.Cmd {
 		// A session of its own: its process group is the step, and it has
 		// no controlling terminal it could be stopped by (SIGTTIN/SIGTTOU
 		// on `sh -i`), unless it is given one (TTY). The leader dies with
-		// the xmode that started it, however xmode dies; KillStep finds
-		// what it left behind by the step's tag.
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true, Setctty: s.tty, Pdeathsig: syscall.SIGKILL},
+		// the xmode that started it, however xmode dies; in a cgroup, the
+		// watcher ends the rest, else KillStep finds what it left behind
+		// by the step's tag.
+		attr := &syscall.SysProcAttr{Setsid: true, Setctty: s.tty, Pdeathsig: syscall.SIGKILL}
+		if cg != nil {
+			attr.UseCgroupFD, attr.CgroupFD = true, int(cg.fd.Fd())
+		}
+		return &exec.Cmd{
+			Path: s.path, Args: s.argv, Dir: s.dir, Env: s.env,
+			Stdin: sio.child[0], Stdout: sio.child[1], Stderr: sio.child[2],
+			SysProcAttr: attr,
+		}
 	}
 	if s.tty {
 		resize(sio.term, s.resize, true)
 	}
-	startErr := cmd.Start()
+	cmd, cg, cgErr, startErr := start(newCmd, s.cgroup)
 	// The child has its copies; ours would keep the output from reaching EOF.
 	closeAll(sio.started...)
 	if startErr != nil {
+		if cg != nil {
+			_ = cg.end()
+		}
 		closeAll(sio.outputs...)
 		if sio.input != nil && sio.input != sio.term {
 			closeAll(sio.input)
 		}
 		if code, msg, ok := classifyStartError(startErr); ok {
 			fmt.Fprintf(s.stderr, "xmode: exec: %q: %s\n", s.argv[0], msg)
-			return engine.Status{ExitCode: code}, nil
+			return engine.Status{ExitCode: code}, cgErr, nil
 		}
-		return engine.Status{}, fmt.Errorf("host engine: start %q: %w", s.argv[0], startErr)
+		return engine.Status{}, cgErr, fmt.Errorf("host engine: start %q: %w", s.argv[0], startErr)
+	}
+	if cg != nil {
+		cg.watchLater()
 	}
 	pid := cmd.Process.Pid // also the process group id
 
@@ -287,8 +319,11 @@ func run(ctx context.Context, s runSpec) (engine.Status, error) {
 
 	timedOut, reaped := supervise(ctx, cmd.Process, pid, s.timeout, grace, exited)
 	// The leader is gone: whatever it left behind in its group (`cmd &`)
-	// goes with it.
+	// goes with it, and in its cgroup whatever left the group too.
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	if cg != nil {
+		_ = cg.end()
+	}
 	if !reaped {
 		waitErr = cmd.Wait()
 	}
@@ -311,11 +346,28 @@ func run(ctx context.Context, s runSpec) (engine.Status, error) {
 	}
 	closeAll(sio.outputs...)
 
-	st := cmd.ProcessState
-	if st == nil {
-		return engine.Status{}, fmt.Errorf("host engine: wait for %q: %w", s.argv[0], waitErr)
+	ps := cmd.ProcessState
+	if ps == nil {
+		return engine.Status{}, cgErr, fmt.Errorf("host engine: wait for %q: %w", s.argv[0], waitErr)
 	}
-	return statusOf(st, timedOut), nil
+	return statusOf(ps, timedOut), cgErr, nil
+}
+
+// start starts the step in its cgroup cg, if any. Should that fail, the
+// step starts without it when it can: nothing of it ran the first time, so
+// the cgroup was the trouble (clone3 refused it), which cgErr says.
+func start(newCmd func(*stepCgroup) *exec.Cmd, cg *stepCgroup) (cmd *exec.Cmd, _ *stepCgroup, cgErr, err error) {
+	cmd = newCmd(cg)
+	err = cmd.Start()
+	if err == nil || cg == nil {
+		return cmd, cg, nil, err
+	}
+	bare := newCmd(nil)
+	if bare.Start() != nil {
+		return cmd, cg, nil, err
+	}
+	_ = cg.end()
+	return bare, nil, fmt.Errorf("start a step in cgroup %s: %w", cg.dir, err), nil
 }
 
 // supervise waits for the leader to exit, ending the step's group at the

@@ -45,5 +45,6 @@ func run(ctx context.Context, root, ref string) error {
 	if err != nil {
 		return err
 	}
-	return st.FinishStep(ctx, store.StepEnd{RunID: sess.RunID, Seq: seq, Finished: time.Now()})
+	_, err = st.FinishStep(ctx, store.StepEnd{RunID: sess.RunID, Seq: seq, Finished: time.Now()})
+	return err
 }
