@@ -79,9 +79,9 @@ EXIT STATUS
 			} else {
 				for _, c := range checks {
 					mark := map[string]string{"ok": a.paint(color.FgGreen, "ok  "), "warn": a.paint(color.FgYellow, "warn"), "fail": a.paint(color.FgRed, "fail")}[c.Status]
-					fmt.Fprintf(a.Out, "%s  %-16s %s\n", mark, c.Name, c.Detail)
+					fmt.Fprintf(a.Out, "%s  %-16s %s\n", mark, c.Name, clean(c.Detail))
 					if c.Fix != "" && c.Status != "ok" {
-						fmt.Fprintf(a.Out, "      %-16s fix: %s\n", "", c.Fix)
+						fmt.Fprintf(a.Out, "      %-16s fix: %s\n", "", clean(c.Fix))
 					}
 				}
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
 )
@@ -51,7 +52,7 @@ cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=c
 				return err
 			}
 			if !a.json && !a.quiet {
-				svc.Notices = a.Err
+				svc.Notices = termsafe.NewWriter(a.Err)
 			}
 			sess, err := svc.Create(cmd.Context(), o)
 			if err != nil {
