@@ -83,6 +83,11 @@ func resolveRef(ctx context.Context, repo, ref string) (target, error) {
 		}
 		hashes[name] = val
 	}
+	if len(hashes) == 0 {
+		// No branch, no tag: a repository made by git init and never
+		// committed to. Nothing could be checked out, whatever --ref says.
+		return target{}, fail.Usagef("repository %s has no commits: commit something first", repo)
+	}
 	if ref == "" || ref == "HEAD" {
 		if headTarget != "" {
 			if _, ok := hashes[headTarget]; ok {
