@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xmode/xmode/changes"
+	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/loop"
 	"github.com/xmode/xmode/plans"
@@ -83,10 +84,13 @@ EXIT STATUS
   XMODE_AGENT_COMMAND_TEMPLATE='sh /usr/local/share/xmode/examples/agent.sh {prompt_file}' \
     xmode run --repo . --objective "add a NOTES.md" --agent command`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return unknownCommand(cmd, args[0]) // list and show are its subcommands
+			switch {
+			case len(args) == 0:
+				return nil
+			case len(suggestions(cmd, args[0])) > 0:
+				return unknownCommand(cmd, args[0]) // a typo of list or show
 			}
-			return nil
+			return fail.Usagef("unexpected argument %q: the objective is --objective TEXT (list and show are the subcommands of xmode run)", args[0])
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Create.NetworkSet = cmd.Flags().Changed("network")
