@@ -363,6 +363,12 @@ func (a *App) completeCopy(cmd *cobra.Command, args []string, toComplete string)
 		}
 		var out []cobra.Completion
 		for _, e := range entries {
+			if clean(e.Name()) != e.Name() {
+				// A name with a control or bidi character: the shell would
+				// print it raw in the list (a newline would even forge
+				// candidates), and nobody types one.
+				continue
+			}
 			name := path.Join(dir, e.Name())
 			if dir == "." {
 				name = e.Name()

@@ -109,6 +109,8 @@ func TestHostileTextIsInert(t *testing.T) {
 	check([]string{"cr", "show", crID}, `objective evil\x1b[2J`, `clip\x1b]52;c;cHduZWQ=\x07.txt`)
 	check([]string{"cr", "show", cr2}, `subject evil\x1b[2J\x1b[H\x1b]52;c;cHduZWQ=\x07\x1b]8;;https://evil.example/\x1b\click\x1b]8;;\x1b\\x07\u202e\u2066\u009b31m\rend`,
 		`message evil\x1b[2J`, "\n    line two", `argv evil\x1b[2J`)
+	// Completing a path of the worktree never offers such a name.
+	check([]string{"__complete", "sandbox", "cp", sid + ":"}, sid+":README")
 	// Piped, the patch is what git apply reads: byte for byte.
 	if out := run(0, "sandbox", "diff", sid).out; !strings.Contains(out, "+"+hClear+"hidden\r\n+ok\r\n") {
 		t.Errorf("sandbox diff to a pipe is not the exact patch:\n%q", out)
