@@ -315,7 +315,7 @@ func (a *App) newCloudShow() *cobra.Command {
 			if t.URL != "" {
 				kv.row("URL:", clean(t.URL))
 			}
-			state := t.State
+			state := clean(t.State)
 			if t.Title != "" {
 				state += ": " + clean(t.Title)
 			}
