@@ -11,6 +11,7 @@ import (
 
 	"github.com/xmode/xmode/agents"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/plans"
 	"github.com/xmode/xmode/sandbox"
 )
@@ -42,8 +43,9 @@ type agentRunOptions struct {
 func (a *App) newAgentRun() *cobra.Command {
 	var o agentRunOptions
 	cmd := &cobra.Command{
-		Use:   "run SESSION --agent codex|claude|command (--prompt TEXT | --prompt-file FILE | -)",
-		Short: "Run an agent in a session's worktree as one step",
+		Use:         "run SESSION --agent codex|claude|command (--prompt TEXT | --prompt-file FILE | -)",
+		Annotations: map[string]string{"status": "step"},
+		Short:       "Run an agent in a session's worktree as one step",
 		Long: `Run a coding agent as one step of the session, in its worktree as the engine
 sees it: codex exec -C DIR --json; claude -p --output-format stream-json
 --verbose, started in DIR; or the command of XMODE_AGENT_COMMAND_TEMPLATE,
@@ -105,7 +107,7 @@ would otherwise wait for ever.` + stepExitHelp,
 }
 
 func (a *App) agents(svc *sandbox.Service) *agents.Runner {
-	return &agents.Runner{Svc: svc, Notes: a.Err}
+	return &agents.Runner{Svc: svc, Notes: termsafe.NewWriter(a.Err)} // notes quote the agent's own errors
 }
 
 // readPrompt takes the prompt from exactly one of --prompt, --prompt-file
@@ -154,7 +156,8 @@ func (a *App) newPipelineRun() *cobra.Command {
 	var file string
 	var o plans.Options
 	cmd := &cobra.Command{
-		Use: "run SESSION [-f FILE] [--from STEP] [--keep-going]",
+		Use:         "run SESSION [-f FILE] [--from STEP] [--keep-going]",
+		Annotations: map[string]string{"status": "step"},
 		Example: `  xmode pipeline run $id                       # the worktree's xmode.yaml
   xmode pipeline run $id -f plan.yaml --from test --keep-going`,
 		Short: "Run a plan's steps in order, each as a named step",
@@ -212,7 +215,7 @@ An error in the plan names its line and field (exit 2).` + stepExitHelp,
 				o.Objective = run.Objective
 			}
 			if !a.json && !a.quiet {
-				o.LiveStdout, o.LiveStderr, o.Progress = a.Err, a.Err, a.Err
+				o.LiveStdout, o.LiveStderr, o.Progress = a.Err, a.Err, termsafe.NewWriter(a.Err) // step names are the plan's
 			}
 			runner := &plans.Runner{Svc: svc, Agents: a.agents(svc)}
 			rep, err := runner.Run(cmd.Context(), sess, plan, o)

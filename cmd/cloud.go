@@ -13,13 +13,14 @@ import (
 	"github.com/xmode/xmode/codexcloud"
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/reaper"
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
 )
 
 func (a *App) newCloud() *cobra.Command {
-	c := &cobra.Command{
+	c := parent(&cobra.Command{
 		Use: "cloud",
 		Example: `  id=$(xmode sandbox create --repo . --runner-mode cloud_subscription -q)
   xmode cloud submit "$id" --env ENV_ID --prompt "fix the flaky test"
@@ -31,7 +32,7 @@ follows the task (` + "`cloud poll`" + `), streams its transcript into the sessi
 thread (` + "`cloud log`" + `) and, when it ends, marks the session ready with the
 task's diff captured for review, or failed (` + "`cloud show`" + `). See
 docs/codex-cloud.md.`,
-	}
+	})
 	c.AddCommand(a.newCloudSubmit(), a.newCloudPoll(), a.newCloudLog(), a.newCloudShow())
 	return c
 }
@@ -96,7 +97,7 @@ EXIT STATUS
 				return a.printJSON(task)
 			}
 			fmt.Fprintln(a.Out, task.TaskID)
-			a.info("submitted %s as %s (%s); follow it with `xmode cloud log %s --follow`", sess.ID, task.TaskID, task.URL, sess.ID)
+			a.info("submitted %s as %s (%s); follow it with `xmode cloud log %s --follow`", sess.ID, task.TaskID, clean(task.URL), sess.ID)
 			return nil
 		},
 	}
@@ -151,13 +152,14 @@ EXIT STATUS
 			p := &codexcloud.Poller{Store: svc.Store, Client: codexcloud.NewCLI(svc.Cfg),
 				Capturer: codexcloud.ChangeRequests{Changes: changesOf(svc)}, End: cloudEnd(svc), StaleAfter: svc.Cfg.CloudStaleAfter}
 			if verbose && !a.quiet {
-				p.Log = logTo
+				// Its lines quote task titles and codex's errors.
+				p.Log = termsafe.NewWriter(logTo)
 			}
 			o := codexcloud.PassOptions{Sweep: sweep}
 			if watch {
 				return p.Watch(cmd.Context(), svc.Cfg.CloudPollInterval, o, func(sum *codexcloud.Summary, err error) {
 					if err != nil {
-						fmt.Fprintf(a.Err, "%s %v\n", a.paint(color.FgRed, "xmode:"), err)
+						fmt.Fprintf(a.Err, "%s %s\n", a.paint(color.FgRed, "xmode:"), clean(err.Error()))
 						return
 					}
 					if a.json {
@@ -203,7 +205,7 @@ EXIT STATUS
 func (a *App) pollFailures(sum *codexcloud.Summary) int {
 	perm := sum.Permanent()
 	for _, f := range perm {
-		fmt.Fprintf(a.Err, "%s %s %s: %s\n", a.paint(color.FgRed, "xmode:"), f.SessionID, f.TaskID, f.Error)
+		fmt.Fprintf(a.Err, "%s %s %s: %s\n", a.paint(color.FgRed, "xmode:"), f.SessionID, f.TaskID, clean(f.Error))
 	}
 	return len(perm)
 }
@@ -254,15 +256,19 @@ CODEX_CLOUD_STATUS_COMMAND prints the JSON Result (docs/codex-cloud.md).` + exit
 				for _, l := range lines {
 					if a.json {
 						b, _ := json.Marshal(l)
-						fmt.Fprintln(a.Out, string(b))
+						if _, err := fmt.Fprintln(a.Out, string(b)); err != nil {
+							return err
+						}
 					} else {
-						fmt.Fprintf(a.Out, "%s  %s\n", l.ArrivedAt.Local().Format(time.DateTime), l.Line)
+						if _, err := fmt.Fprintf(a.Out, "%s  %s\n", l.ArrivedAt.Local().Format(time.DateTime), clean(l.Line)); err != nil {
+							return err // a reader that went away ends --follow too
+						}
 					}
 					next = l.Index + 1
 				}
 				if !follow || task.Finished() {
 					if follow {
-						a.info("%s: task %s %s", task.SessionID, task.TaskID, task.State)
+						a.info("%s: task %s %s", task.SessionID, task.TaskID, clean(task.State))
 					}
 					return nil
 				}
@@ -307,17 +313,17 @@ func (a *App) newCloudShow() *cobra.Command {
 			kv.row("Session:", t.SessionID+" ("+t.SessionStatus+")")
 			kv.row("Task:", t.TaskID)
 			if t.URL != "" {
-				kv.row("URL:", t.URL)
+				kv.row("URL:", clean(t.URL))
 			}
-			state := t.State
+			state := clean(t.State)
 			if t.Title != "" {
-				state += ": " + t.Title
+				state += ": " + clean(t.Title)
 			}
 			kv.row("State:", state)
 			if t.Summary != "" {
-				kv.row("Summary:", t.Summary)
+				kv.row("Summary:", clean(t.Summary))
 			}
-			kv.row("Environment:", fmt.Sprintf("%s, branch %s, %d attempt(s)", t.EnvID, t.Branch, t.Attempts))
+			kv.row("Environment:", fmt.Sprintf("%s, branch %s, %d attempt(s)", clean(t.EnvID), clean(t.Branch), t.Attempts))
 			kv.row("Submitted:", when(&t.SubmittedAt))
 			kv.row("Last poll:", fmt.Sprintf("%s, %d poll(s)", when(t.LastPollAt), t.Polls))
 			switch {
@@ -331,7 +337,7 @@ func (a *App) newCloudShow() *cobra.Command {
 				kv.row("Next due:", t.NextDueAt.Local().Format(time.DateTime)+" (in "+human(t.NextDueAt.Sub(now))+")")
 			}
 			if t.LastError != "" {
-				e := t.LastError
+				e := clean(t.LastError)
 				if t.ErrorClass != "" {
 					e += " (" + t.ErrorClass + ")"
 				}
@@ -339,7 +345,7 @@ func (a *App) newCloudShow() *cobra.Command {
 			}
 			kv.row("Transcript:", fmt.Sprintf("%d line(s): `xmode cloud log %s`", t.TranscriptLen, t.SessionID))
 			if t.Capture != "" {
-				kv.row("Change request:", t.Capture)
+				kv.row("Change request:", clean(t.Capture))
 			}
 			return kv.flush()
 		},

@@ -1,7 +1,9 @@
 package cmd
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -26,7 +28,9 @@ func (a *App) newCompletion() *cobra.Command {
 		Long: `Print the completion script for a shell. Completion knows xmode's data:
 session IDs (with their status, repository and time left), step names and
 numbers, project machines, and flag values such as --runner-mode.
-` + "`make install`" + ` installs the scripts for bash, zsh and fish.`,
+` + "`make install`" + ` installs the scripts for bash, zsh and fish. The bash
+script works in a plain bash too, and uses the bash-completion package's
+helpers where that is loaded.`,
 		Example: `  source <(xmode completion bash)                       # this shell
   xmode completion bash > /etc/bash_completion.d/xmode
   xmode completion zsh > "${fpath[1]}/_xmode"
@@ -38,7 +42,7 @@ numbers, project machines, and flag values such as --runner-mode.
 			root := cmd.Root()
 			switch args[0] {
 			case "bash":
-				return root.GenBashCompletionV2(a.Out, true)
+				return bashCompletion(root, a.Out)
 			case "zsh":
 				return root.GenZshCompletion(a.Out)
 			case "fish":
@@ -50,6 +54,42 @@ numbers, project machines, and flag values such as --runner-mode.
 		},
 	}
 }
+
+// bashCompletion is cobra's bash script (v2, with descriptions), made to
+// work in a bash without the bash-completion package too: the script takes
+// the words of the line from that package's _get_comp_words_by_ref, and
+// without it completed nothing ("_get_comp_words_by_ref: command not
+// found"). Where the package is loaded, its function is used as before.
+func bashCompletion(root *cobra.Command, w io.Writer) error {
+	var b bytes.Buffer
+	if err := root.GenBashCompletionV2(&b, true); err != nil {
+		return err
+	}
+	script := strings.Replace(b.String(), bashWordsByRef, bashWordsFallback, 1)
+	_, err := io.WriteString(w, script)
+	return err
+}
+
+// bashWordsByRef is the line of cobra's script that needs bash-completion.
+const bashWordsByRef = `    _get_comp_words_by_ref "$@" cur prev words cword
+`
+
+// bashWordsFallback splits the line up to the cursor at blanks only, as
+// _get_comp_words_by_ref -n =: leaves "--flag=value" and "ID:path" whole.
+const bashWordsFallback = `    if declare -F _get_comp_words_by_ref >/dev/null 2>&1; then
+        _get_comp_words_by_ref "$@" cur prev words cword
+        return
+    fi
+    # No bash-completion package: the words up to the cursor, split at blanks.
+    local line=${COMP_LINE:0:COMP_POINT}
+    read -r -a words <<<"$line"
+    if [[ ${#words[@]} -eq 0 || $line == *[[:blank:]] ]]; then
+        words+=("")
+    fi
+    cword=$((${#words[@]} - 1))
+    cur=${words[cword]}
+    prev=${words[cword-1]-}
+`
 
 // flagCompletions complete flag values by the flag's name, on every command
 // that has such a flag: a command added later (the agent, cr and cloud
@@ -323,6 +363,12 @@ func (a *App) completeCopy(cmd *cobra.Command, args []string, toComplete string)
 		}
 		var out []cobra.Completion
 		for _, e := range entries {
+			if clean(e.Name()) != e.Name() {
+				// A name with a control or bidi character: the shell would
+				// print it raw in the list (a newline would even forge
+				// candidates), and nobody types one.
+				continue
+			}
 			name := path.Join(dir, e.Name())
 			if dir == "." {
 				name = e.Name()

@@ -17,7 +17,9 @@ func (a *App) newCp() *cobra.Command {
 		Long: `Copy a file or a directory (recursively) between this machine and a session's
 worktree. PATH is relative to the worktree ("." is all of it; "dir/." what dir
 holds). A destination that is a directory receives the source inside it;
-otherwise the source is copied as the destination. Symlinks are copied as
+otherwise the source is copied as the destination. One that ends in / must
+be a directory, as for cp: a file is not copied in the place of one that
+does not exist (exit 3); a directory makes it. Symlinks are copied as
 links, never followed; modes and times are kept, without setuid, setgid or
 sticky bits; FIFOs, devices and sockets are skipped (and listed). What is
 copied into a worktree belongs to the worktree's owner.

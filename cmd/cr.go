@@ -40,12 +40,12 @@ func (a *App) warn(warnings []string) {
 		return
 	}
 	for _, w := range warnings {
-		fmt.Fprintf(a.Err, "%s %s\n", a.paint(color.FgYellow, "xmode: warning:"), w)
+		fmt.Fprintf(a.Err, "%s %s\n", a.paint(color.FgYellow, "xmode: warning:"), clean(w))
 	}
 }
 
 func (a *App) newCR() *cobra.Command {
-	c := &cobra.Command{
+	c := parent(&cobra.Command{
 		Use: "cr",
 		Example: `  cr=$(xmode cr create $id --title "Make the tests pass")
   xmode cr show $cr --patch
@@ -57,7 +57,7 @@ commit — the agent's commits, its uncommitted and untracked files, with the
 repository's ignore rules — frozen into runs/<run>/change_requests/<n>/
 (change.patch, manifest.json, evidence.json), built without running anything
 the sandbox configured. See docs/change-requests.md.`,
-	}
+	})
 	c.AddCommand(a.newCRCreate(), a.newCRList(), a.newCRShow(), a.newCRReview(), a.newCRVerify(), a.newCRExport())
 	return c
 }
@@ -137,12 +137,11 @@ func (a *App) runDiff(ctx context.Context, o diffOptions) error {
 		return a.paged(func(w io.Writer) error { return writeStat(w, st, a.colour()) })
 	}
 	return a.paged(func(w io.Writer) error {
-		if !a.colour() {
-			return sn.Patch(ctx, w, false)
+		pw, flush := a.patchWriter(w)
+		err := sn.Patch(ctx, pw, false)
+		if ferr := flush(); err == nil {
+			err = ferr
 		}
-		cw := &diffColourer{w: w}
-		err := sn.Patch(ctx, cw, false)
-		cw.flush()
 		return err
 	})
 }
@@ -256,7 +255,7 @@ func (a *App) runCRList(ctx context.Context, o crListOptions) error {
 	t := newTable(a.Out, "ID", "STATUS", "RUN", "FILES", "+/-", "CREATED", "TITLE")
 	for _, c := range list {
 		t.row(c.ID, a.crStatus(c.Status), c.RunID, fmt.Sprint(c.Files), fmt.Sprintf("+%d -%d", c.Insertions, c.Deletions),
-			ago(c.CreatedAt, now), truncate(c.Title, 50))
+			ago(c.CreatedAt, now), truncate(clean(c.Title), 50))
 	}
 	return t.flush()
 }
@@ -340,33 +339,30 @@ func (a *App) runCRShow(ctx context.Context, o crShowOptions) error {
 			return nil
 		}
 		fmt.Fprintln(w)
-		if !a.colour() {
-			_, err := w.Write(patch)
+		pw, flush := a.patchWriter(w)
+		if _, err := pw.Write(patch); err != nil {
 			return err
 		}
-		cw := &diffColourer{w: w}
-		cw.Write(patch)
-		cw.flush()
-		return nil
+		return flush()
 	})
 }
 
 func (a *App) writeCR(w io.Writer, p *changes.Package, ev *changes.Evidence) error {
 	m := p.Manifest
 	now := time.Now()
-	fmt.Fprintf(w, "%s %s  %s\n", a.paint(color.Bold, p.ID), a.crStatus(p.Status), m.Title)
+	fmt.Fprintf(w, "%s %s  %s\n", a.paint(color.Bold, p.ID), a.crStatus(p.Status), clean(m.Title))
 	kv := newTable(w)
 	kv.row("Run:", p.RunID+" (session "+p.SessionID+")")
-	kv.row("Repo:", m.Repo+" @ "+m.Ref)
+	kv.row("Repo:", clean(m.Repo)+" @ "+clean(m.Ref))
 	kv.row("Base:", m.BaseCommit)
 	kv.row("Tree:", m.Tree)
-	kv.row("Author:", m.Author)
+	kv.row("Author:", clean(m.Author))
 	kv.row("Created:", m.CreatedAt.Local().Format(time.DateTime)+" ("+ago(m.CreatedAt, now)+")")
 	kv.row("Package:", p.Dir)
 	for _, r := range p.Reviews {
-		line := r.Decision + " by " + r.Reviewer + " at " + r.DecidedAt.Local().Format(time.DateTime)
+		line := r.Decision + " by " + clean(r.Reviewer) + " at " + r.DecidedAt.Local().Format(time.DateTime)
 		if r.Note != "" {
-			line += ": " + r.Note
+			line += ": " + clean(r.Note)
 		}
 		kv.row("Review:", line)
 	}
@@ -374,17 +370,21 @@ func (a *App) writeCR(w io.Writer, p *changes.Package, ev *changes.Evidence) err
 		return err
 	}
 	if m.Message != "" {
-		fmt.Fprintf(w, "\n    %s\n", strings.ReplaceAll(strings.TrimRight(m.Message, "\n"), "\n", "\n    "))
+		lines := strings.Split(strings.TrimRight(m.Message, "\n"), "\n")
+		for i, l := range lines {
+			lines[i] = clean(strings.TrimSuffix(l, "\r"))
+		}
+		fmt.Fprintf(w, "\n    %s\n", strings.Join(lines, "\n    "))
 	}
 	if len(m.Commits) > 0 {
 		fmt.Fprintf(w, "\nCommits by the agent (%d):\n", len(m.Commits))
 		for _, c := range m.Commits {
 			subject, _, _ := strings.Cut(strings.TrimSpace(c.Message), "\n")
-			fmt.Fprintf(w, "  %s %s\n", a.paint(color.FgYellow, c.ID.String()[:12]), subject)
+			fmt.Fprintf(w, "  %s %s\n", a.paint(color.FgYellow, c.ID.String()[:12]), clean(subject))
 		}
 	}
 	for _, warning := range m.Warnings {
-		fmt.Fprintf(w, "%s %s\n", a.paint(color.FgYellow, "Warning:"), warning)
+		fmt.Fprintf(w, "%s %s\n", a.paint(color.FgYellow, "Warning:"), clean(warning))
 	}
 	fmt.Fprintln(w)
 	if err := writeStat(w, m.Stat, a.colour()); err != nil {
@@ -408,7 +408,7 @@ func (a *App) writeCR(w io.Writer, p *changes.Package, ev *changes.Evidence) err
 		if s.FinishedAt != nil {
 			dur = (time.Duration(s.DurationMS) * time.Millisecond).String()
 		}
-		t.row(fmt.Sprintf("%04d-%s", s.Seq, s.Name), truncate(strings.Join(s.Argv, " "), 50), a.stepResult(s), dur)
+		t.row(fmt.Sprintf("%04d-%s", s.Seq, clean(s.Name)), truncate(clean(strings.Join(s.Argv, " ")), 50), a.stepResult(s), dur)
 	}
 	return t.flush()
 }
@@ -533,7 +533,7 @@ func (a *App) runCRVerify(ctx context.Context, ref string) error {
 		}
 	} else {
 		for _, pr := range rep.Problems {
-			fmt.Fprintf(a.Out, "%s %s: %s\n", a.paint(color.FgRed, "tampered:"), pr.File, pr.Problem)
+			fmt.Fprintf(a.Out, "%s %s: %s\n", a.paint(color.FgRed, "tampered:"), clean(pr.File), clean(pr.Problem))
 		}
 		fmt.Fprintln(a.Out, rep.Summary())
 	}
@@ -592,7 +592,7 @@ func (a *App) runCRExport(ctx context.Context, o crExportOptions) error {
 	if a.json {
 		return a.printJSON(out)
 	}
-	fmt.Fprintln(a.Out, out.Branch)
-	a.info("exported %s to branch %s of %s: %d commit(s), %s", out.ID, out.Branch, out.Repo, out.Commits, shortSHA(out.Commit))
+	fmt.Fprintln(a.Out, clean(out.Branch))
+	a.info("exported %s to branch %s of %s: %d commit(s), %s", out.ID, clean(out.Branch), clean(out.Repo), out.Commits, shortSHA(out.Commit))
 	return nil
 }

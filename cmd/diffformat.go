@@ -6,16 +6,36 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/fatih/color"
 
 	"github.com/xmode/xmode/changes"
+	"github.com/xmode/xmode/internal/termsafe"
 )
 
 // colour reports whether stdout gets colour: a terminal, and neither
 // --no-color nor NO_COLOR.
 func (a *App) colour() bool {
 	return !a.noColor && a.Env("NO_COLOR") == "" && isTerminal(a.Out)
+}
+
+// patchWriter is the way a patch takes to w. To a terminal, it is escaped
+// (termsafe) line by line: the files are the sandbox's, and a control
+// sequence in one could move the cursor over lines a reviewer reads, or a
+// bidi override reorder them; coloured as git colours it when stdout gets
+// colour. To a file or a pipe the patch stays byte for byte what `git
+// apply` reads back. flush writes what the writer holds back.
+func (a *App) patchWriter(w io.Writer) (io.Writer, func() error) {
+	switch {
+	case !isTerminal(a.Out):
+		return w, func() error { return nil }
+	case a.colour():
+		cw := &diffColourer{w: w, escape: true}
+		return cw, func() error { cw.flush(); return cw.err }
+	}
+	tw := termsafe.NewWriter(w)
+	return tw, tw.Flush
 }
 
 var (
@@ -31,6 +51,7 @@ type diffColourer struct {
 	w       io.Writer
 	partial []byte
 	header  bool
+	escape  bool // make each line inert on a terminal (termsafe)
 	err     error
 }
 
@@ -55,6 +76,10 @@ func (d *diffColourer) flush() {
 }
 
 func (d *diffColourer) line(l string) {
+	if d.escape {
+		// With its newline, so that a CRLF ending stays one.
+		l = strings.TrimSuffix(termsafe.EscapeText(l+"\n"), "\n")
+	}
 	var out string
 	switch {
 	case strings.HasPrefix(l, "diff --git "):
@@ -112,11 +137,11 @@ func writeStat(w io.Writer, st *changes.Stat, colour bool) error {
 	maxLen, maxChange := 0, 0
 	binary := false
 	for i, f := range st.PerFile {
-		names[i] = f.Path
+		names[i] = clean(f.Path)
 		if f.OldPath != "" {
-			names[i] = renameName(f.OldPath, f.Path)
+			names[i] = clean(renameName(f.OldPath, f.Path))
 		}
-		maxLen = max(maxLen, len(names[i]))
+		maxLen = max(maxLen, utf8.RuneCountInString(names[i]))
 		if f.Binary {
 			binary = true
 			continue
@@ -148,10 +173,11 @@ func writeStat(w io.Writer, st *changes.Stat, colour bool) error {
 	}
 	for i, f := range st.PerFile {
 		name := names[i]
-		if len(name) > nameWidth {
-			name = "..." + name[len(name)-nameWidth+3:]
+		if n := utf8.RuneCountInString(name); n > nameWidth {
+			r := []rune(name)
+			name = "..." + string(r[n-nameWidth+3:])
 		}
-		pad := strings.Repeat(" ", nameWidth-len(name))
+		pad := strings.Repeat(" ", nameWidth-utf8.RuneCountInString(name))
 		if f.Binary {
 			fmt.Fprintf(w, " %s%s | %*s %d -> %d bytes\n", name, pad, numWidth, "Bin", f.OldSize, f.NewSize)
 			continue

@@ -82,9 +82,9 @@ EXIT STATUS
 			} else {
 				for _, c := range checks {
 					mark := map[string]string{"ok": a.paint(color.FgGreen, "ok  "), "warn": a.paint(color.FgYellow, "warn"), "fail": a.paint(color.FgRed, "fail")}[c.Status]
-					fmt.Fprintf(a.Out, "%s  %-16s %s\n", mark, c.Name, c.Detail)
+					fmt.Fprintf(a.Out, "%s  %-16s %s\n", mark, c.Name, clean(c.Detail))
 					if c.Fix != "" && c.Status != "ok" {
-						fmt.Fprintf(a.Out, "      %-16s fix: %s\n", "", c.Fix)
+						fmt.Fprintf(a.Out, "      %-16s fix: %s\n", "", clean(c.Fix))
 					}
 				}
 			}
@@ -123,10 +123,6 @@ func doctor(ctx context.Context, cfg *config.Config) []engine.Check {
 		add("storage root", "fail", cfg.StorageRoot+" is not writable", "fix its permissions or choose another --storage-root")
 	} else {
 		add("storage root", "ok", cfg.StorageRoot+" is writable", "")
-		if suid, err := storage.AllowsSetuid(cfg.StorageRoot); err == nil && suid {
-			add("setuid", "warn", "the storage root's filesystem honours setuid bits: a setuid file a sandbox leaves in a worktree would run with its owner's rights on this host (xmode clears them after each docker step)",
-				"mount the storage root's filesystem nosuid (mount -o remount,nosuid …, or nosuid in /etc/fstab)")
-		}
 	}
 
 	// database
@@ -136,14 +132,20 @@ func doctor(ctx context.Context, cfg *config.Config) []engine.Check {
 		} else {
 			add("database", "ok", dbPath+" does not exist yet: the first command that needs it creates it", "")
 		}
-	} else if st, err := store.Open(ctx, cfg.StorageRoot); err != nil {
+	} else if unclaimed, st, err := openClaimed(ctx, cfg.StorageRoot); err != nil {
 		fix := "see the message; a newer schema needs a newer xmode"
 		if errors.Is(err, store.ErrLost) {
 			fix = "restore xmode.db from a backup, or `xmode doctor --adopt`"
 		}
 		add("database", "fail", err.Error(), fix)
 	} else {
-		add("database", "ok", fmt.Sprintf("%s opens (schema %d, WAL)", st.Path(), store.SchemaVersion()), "")
+		opens := fmt.Sprintf("%s opens (schema %d, WAL)", st.Path(), store.SchemaVersion())
+		if unclaimed {
+			add("database", "warn", opens+", but "+store.InstanceFile+" was missing: "+whoseStore(ctx, st, cfg.StorageRoot),
+				"if it is another install's (copied or restored from elsewhere), move "+store.FileName+" aside and restore this root's from a backup, or start a new store with `xmode doctor --adopt`")
+		} else {
+			add("database", "ok", opens, "")
+		}
 		st.Close()
 	}
 
@@ -198,6 +200,46 @@ func doctor(ctx context.Context, cfg *config.Config) []engine.Check {
 		}
 	}
 	return out
+}
+
+// openClaimed opens the store and reports whether the root that has been
+// used (runs/ or project_machines/) had no xmode.instance to check the
+// database against: a database of another install is then taken for this
+// root's, and the open records its instance as the root's.
+func openClaimed(ctx context.Context, root string) (bool, *store.Store, error) {
+	_, err := os.Stat(filepath.Join(root, store.InstanceFile))
+	unclaimed := errors.Is(err, fs.ErrNotExist)
+	if unclaimed {
+		runs, _ := os.Stat(filepath.Join(root, "runs"))
+		machines, _ := os.Stat(filepath.Join(root, storage.MachinesDirName))
+		unclaimed = runs != nil || machines != nil
+	}
+	st, err := store.Open(ctx, root)
+	return unclaimed, st, err
+}
+
+// whoseStore says what can be told about a database the root had no
+// instance for: nothing for certain (a root made before xmode.instance
+// existed looks the same), but run directories it does not know point to
+// another install's.
+func whoseStore(ctx context.Context, st *store.Store, root string) string {
+	inst, _ := st.InstanceID(ctx)
+	msg := "xmode cannot tell whether this database is this root's own or another install's, and took it as this root's (instance " + inst + ", recorded now)"
+	dirs, _ := filepath.Glob(filepath.Join(root, "runs", "run_*"))
+	known, err := st.KnownRuns(ctx)
+	if err != nil || len(dirs) == 0 {
+		return msg
+	}
+	unknown := 0
+	for _, d := range dirs {
+		if !known[filepath.Base(d)] {
+			unknown++
+		}
+	}
+	if unknown == 0 {
+		return msg + "; it knows every run under runs/, as this root's own would"
+	}
+	return msg + fmt.Sprintf("; it does not know %d of the %d runs under runs/, as another install's would not", unknown, len(dirs))
 }
 
 // existingParent is the nearest directory above p that exists.

@@ -5,9 +5,9 @@ import (
 	"io"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
+	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/store"
 )
 
@@ -142,37 +142,11 @@ func dockerSize(n int64) string {
 	return fmt.Sprintf("%db", n)
 }
 
-// clean makes text a sandbox or a repository chose safe for a terminal:
-// control characters (an ESC sequence could rewrite the screen or the
-// title) and bytes that are not UTF-8 are shown escaped, \x1b-style.
-func clean(s string) string {
-	ok := true
-	for _, r := range s {
-		if r == utf8.RuneError || unicode.IsControl(r) {
-			ok = false
-			break
-		}
-	}
-	if ok {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && n <= 1:
-			fmt.Fprintf(&b, "\\x%02x", s[i])
-		case unicode.IsControl(r) && r < 0x100:
-			fmt.Fprintf(&b, "\\x%02x", r)
-		case unicode.IsControl(r):
-			fmt.Fprintf(&b, "\\u%04x", r)
-		default:
-			b.WriteString(s[i : i+n])
-		}
-		i += n
-	}
-	return b.String()
-}
+// clean makes text xmode did not write itself (a sandbox's file names and
+// commit messages, a repository's refs, a cloud task's title) inert on a
+// terminal, on one line: termsafe.Escape, under the name every command
+// here uses.
+func clean(s string) string { return termsafe.Escape(s) }
 
 func shortSHA(s string) string {
 	if len(s) > 12 {
@@ -194,7 +168,7 @@ func (a *App) stepTable(steps []store.StepRow) error {
 	now := time.Now()
 	t := newTable(a.Out, "STEP", "SESSION", "COMMAND", "EXIT", "DURATION")
 	for _, st := range steps {
-		t.row(fmt.Sprintf("%04d-%s", st.Seq, st.Name), st.SessionID, truncate(clean(strings.Join(st.Argv, " ")), 50), a.stepStatus(st), stepDuration(st, now))
+		t.row(fmt.Sprintf("%04d-%s", st.Seq, clean(st.Name)), st.SessionID, truncate(clean(strings.Join(st.Argv, " ")), 50), a.stepStatus(st), stepDuration(st, now))
 	}
 	return t.flush()
 }

@@ -321,7 +321,7 @@ func (a *App) logsTable(svc *sandbox.Service, sess *store.Session, steps []store
 	now := time.Now()
 	t := newTable(a.Out, "STEP", "NAME", "EXIT", "DURATION", "STARTED", "COMMAND")
 	for _, s := range steps {
-		t.row(strconv.Itoa(s.Seq), s.Name, a.stepStatus(s), stepDuration(s, now), ago(s.StartedAt, now), truncate(clean(strings.Join(s.Argv, " ")), 50))
+		t.row(strconv.Itoa(s.Seq), clean(s.Name), a.stepStatus(s), stepDuration(s, now), ago(s.StartedAt, now), truncate(clean(strings.Join(s.Argv, " ")), 50))
 	}
 	return t.flush()
 }

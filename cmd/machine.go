@@ -66,7 +66,7 @@ Prints the project.` + exitStatusHelp,
 			if cloned {
 				verb = "cloned"
 			}
-			a.info("%s %s from %s: %s at %s, in %s", verb, mach.Project, mach.Repo, mach.DefaultRef,
+			a.info("%s %s from %s: %s at %s, in %s", verb, mach.Project, clean(mach.Repo), clean(mach.DefaultRef),
 				shortSHA(mach.HeadCommit), time.Since(start).Round(time.Millisecond))
 			if err := a.warmPool(cmd.Context(), cmd, svc, mach.Project, pool); err != nil {
 				return err
@@ -116,7 +116,7 @@ func (a *App) newMachineList() *cobra.Command {
 			now := time.Now()
 			t := newTable(a.Out, "PROJECT", "REF", "COMMIT", "FETCHED", "SESSIONS", "REPO")
 			for _, v := range views {
-				t.row(v.Project, v.DefaultRef, shortSHA(v.HeadCommit), ago(v.LastFetchAt, now), fmt.Sprint(v.OpenSessions), v.Repo)
+				t.row(v.Project, clean(v.DefaultRef), shortSHA(v.HeadCommit), ago(v.LastFetchAt, now), fmt.Sprint(v.OpenSessions), clean(v.Repo))
 			}
 			return t.flush()
 		},
@@ -146,8 +146,8 @@ func (a *App) newMachineShow() *cobra.Command {
 			now := time.Now()
 			kv := newTable(a.Out)
 			kv.row("Project:", v.Project)
-			kv.row("Repo:", v.Repo)
-			kv.row("Default ref:", v.DefaultRef+" "+shortSHA(v.HeadCommit))
+			kv.row("Repo:", clean(v.Repo))
+			kv.row("Default ref:", clean(v.DefaultRef)+" "+shortSHA(v.HeadCommit))
 			kv.row("Checkout:", v.Path)
 			kv.row("Cache volume:", v.Volume+" (docker engine)")
 			kv.row("Created:", v.CreatedAt.Local().Format(time.DateTime)+" ("+ago(v.CreatedAt, now)+")")

@@ -1,7 +1,6 @@
 package cmd
 
 import (
-	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -30,7 +29,14 @@ func (a *App) paged(fn func(io.Writer) error) error {
 	if a.Env("LV") == "" {
 		c.Env = append(c.Env, "LV=-c")
 	}
+	// The pager writes to the terminal itself, not through a pipe of ours.
 	c.Stdout, c.Stderr = a.Out, a.Err
+	if f, ok := osFile(a.Out); ok {
+		c.Stdout = f
+	}
+	if f, ok := osFile(a.Err); ok {
+		c.Stderr = f
+	}
 	in, err := c.StdinPipe()
 	if err != nil {
 		return fn(a.Out)
@@ -38,25 +44,12 @@ func (a *App) paged(fn func(io.Writer) error) error {
 	if err := c.Start(); err != nil {
 		return fn(a.Out) // no pager here: print as is
 	}
-	pw := &pagerWriter{w: in}
+	pw := newPipeWriter(in)
 	err = fn(pw)
 	in.Close()
 	c.Wait() //nolint:errcheck // the pager's own status is the user's business
-	if pw.closed {
+	if pw.closed.Load() {
 		return nil // the user quit the pager early
 	}
 	return err
-}
-
-type pagerWriter struct {
-	w      io.Writer
-	closed bool
-}
-
-func (p *pagerWriter) Write(b []byte) (int, error) {
-	n, err := p.w.Write(b)
-	if err != nil && (errors.Is(err, os.ErrClosed) || isEPIPE(err)) {
-		p.closed = true
-	}
-	return n, err
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/reaper"
 )
 
@@ -75,7 +76,7 @@ EXIT STATUS
 				logTo = a.Err
 			}
 			if dryRun || a.verbose && !a.quiet {
-				r.Log = logTo
+				r.Log = termsafe.NewWriter(logTo)
 			} else if !a.json && !a.quiet && isTerminal(a.Err) {
 				// A long pass on a terminal shows a bar; cron sees nothing.
 				r.Progress = a.Err
@@ -117,6 +118,6 @@ func (a *App) reapFailures(sum *reaper.Summary) {
 		if who == "" {
 			who = "reap"
 		}
-		fmt.Fprintf(a.Err, "%s %s: %s\n", a.paint(color.FgRed, "xmode:"), who, e.Error)
+		fmt.Fprintf(a.Err, "%s %s: %s\n", a.paint(color.FgRed, "xmode:"), who, clean(e.Error))
 	}
 }

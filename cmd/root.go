@@ -21,6 +21,7 @@ import (
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/termsafe"
 	_ "github.com/xmode/xmode/providers/docker" // the docker engine
 	_ "github.com/xmode/xmode/providers/local"  // the host engine
 	"github.com/xmode/xmode/sandbox"
@@ -58,7 +59,7 @@ func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)
 
 // Main runs xmode with os.Args and returns the process exit code.
 func Main() int {
-	app := &App{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, Env: os.Getenv, exitAfterRun: true}
+	app := &App{In: os.Stdin, Out: newPipeWriter(os.Stdout), Err: newPipeWriter(os.Stderr), Env: os.Getenv, exitAfterRun: true}
 	ctx, stop := app.interrupts(context.Background())
 	defer stop()
 	// A closed stdout or stderr (`xmode sandbox exec ID -- cmd | head -1`)
@@ -88,6 +89,9 @@ func (a *App) Run(ctx context.Context, args []string) int {
 		a.st.Close()
 	}
 	if err == nil {
+		if a.brokenPipe(nil) && !stepStatus(cmd) {
+			return exitBrokenPipe // what it printed was cut off
+		}
 		return 0
 	}
 	var es exitStatus
@@ -101,6 +105,9 @@ func (a *App) Run(ctx context.Context, args []string) int {
 	if code, msg, ok := interrupted(ctx, cmd, err); ok {
 		a.printError(fail.Failedf("%s", msg), code)
 		return code
+	}
+	if a.brokenPipe(err) && !stepStatus(cmd) {
+		return exitBrokenPipe // silently, as a writer killed by SIGPIPE
 	}
 	var fe *fail.Error
 	if !errors.As(err, &fe) && !a.started {
@@ -168,7 +175,7 @@ with evidence for every step that outlives the sandbox.` + exitStatusHelp,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case len(args) > 0:
-				return fail.Usagef("unknown command %q for \"xmode\": see `xmode --help`", args[0])
+				return unknownCommand(cmd, args[0])
 			case version:
 				return a.printVersion()
 			}
@@ -273,12 +280,14 @@ func (a *App) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
-// info prints human text to stderr unless --quiet or --json.
+// info prints human text to stderr unless --quiet or --json, made inert
+// for a terminal (its arguments may quote a repository's refs, a task's
+// URL, a path).
 func (a *App) info(format string, args ...any) {
 	if a.quiet || a.json {
 		return
 	}
-	fmt.Fprintf(a.Err, format+"\n", args...)
+	fmt.Fprintln(a.Err, termsafe.EscapeText(fmt.Sprintf(format, args...)))
 }
 
 func (a *App) paint(c color.Attribute, s string) string {
@@ -289,7 +298,7 @@ func (a *App) paint(c color.Attribute, s string) string {
 }
 
 func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
+	f, ok := osFile(w)
 	return ok && isatty.IsTerminal(f.Fd())
 }
 
@@ -301,9 +310,76 @@ func parent(c *cobra.Command) *cobra.Command {
 		if len(args) == 0 {
 			return cmd.Help()
 		}
-		return fail.Usagef("unknown command %q for %q: see `%s --help`", args[0], cmd.CommandPath(), cmd.CommandPath())
+		return unknownCommand(cmd, args[0])
 	}
 	return c
+}
+
+// unknownCommand is the usage error for a subcommand cmd does not have,
+// with the one it may have meant, as cobra, kubectl and git suggest them
+// ("sandbox creat": did you mean create?).
+func unknownCommand(cmd *cobra.Command, name string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", name, cmd.CommandPath())
+	if s := suggestions(cmd, name); len(s) > 0 {
+		msg += ": did you mean " + strings.Join(s, " or ") + "?"
+	}
+	return fail.Usagef("%s (see `%s --help`)", msg, cmd.CommandPath())
+}
+
+// suggestions are cmd's subcommands nearest to name: those it begins
+// (creat → create), else those at the fewest edits, two at most, a swap of
+// two letters counting as one (wram → warm).
+func suggestions(cmd *cobra.Command, name string) []string {
+	name = strings.ToLower(name)
+	best, out := 3, []string(nil)
+	for _, c := range cmd.Commands() {
+		if !c.IsAvailableCommand() {
+			continue
+		}
+		d := 3
+		for _, n := range append([]string{c.Name()}, c.Aliases...) {
+			n = strings.ToLower(n)
+			if strings.HasPrefix(n, name) {
+				d = 0
+			} else {
+				d = min(d, editDistance(name, n))
+			}
+		}
+		switch {
+		case d < best:
+			best, out = d, []string{c.Name()}
+		case d == best && d < 3:
+			out = append(out, c.Name())
+		}
+	}
+	return out
+}
+
+// editDistance is the optimal string alignment distance of a and b:
+// insertions, deletions, substitutions and swaps of neighbours, each one.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	d := make([][]int, len(ra)+1)
+	for i := range d {
+		d[i] = make([]int, len(rb)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(ra)][len(rb)]
 }
 
 func exactArgs(n int, what string) cobra.PositionalArgs {

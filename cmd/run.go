@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xmode/xmode/changes"
+	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/loop"
 	"github.com/xmode/xmode/plans"
 	"github.com/xmode/xmode/sandbox"
@@ -57,8 +59,9 @@ func runStatus(ctx context.Context, svc *sandbox.Service, r *store.LoopRun) stri
 func (a *App) newRunCmd() *cobra.Command {
 	var o loop.Options
 	cmd := &cobra.Command{
-		Use:   "run --objective TEXT (--repo URL|PATH | --project P) [--ref REF] [--agent KIND] [-f PLAN] [--keep]",
-		Short: "The governed loop in one command: objective → plan → sandbox → evidence → change request",
+		Use:         "run --objective TEXT (--repo URL|PATH | --project P) [--ref REF] [--agent KIND] [-f PLAN] [--keep]",
+		Annotations: map[string]string{"status": "step"},
+		Short:       "The governed loop in one command: objective → plan → sandbox → evidence → change request",
 		Long: `Create a session, run the plan in it, build a change request from what the
 sandbox ended with (whatever the checks said: the evidence shows it), and
 stop the session unless --keep. The plan is -f PLAN; else the repository's
@@ -80,7 +83,15 @@ EXIT STATUS
 		Example: `  xmode run --repo . --objective "fix the flaky test" --agent codex
   XMODE_AGENT_COMMAND_TEMPLATE='sh /usr/local/share/xmode/examples/agent.sh {prompt_file}' \
     xmode run --repo . --objective "add a NOTES.md" --agent command`,
-		Args: exactArgs(0, "no arguments (list and show are subcommands)"),
+		Args: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 0:
+				return nil
+			case len(suggestions(cmd, args[0])) > 0:
+				return unknownCommand(cmd, args[0]) // a typo of list or show
+			}
+			return fail.Usagef("unexpected argument %q: the objective is --objective TEXT (list and show are the subcommands of xmode run)", args[0])
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Create.NetworkSet = cmd.Flags().Changed("network")
 			svc, err := a.service(cmd.Context(), createOverrides(cmd))
@@ -89,7 +100,7 @@ EXIT STATUS
 			}
 			l := &loop.Loop{Svc: svc, Plans: &plans.Runner{Svc: svc, Agents: a.agents(svc)}, CR: changeRequests(svc)}
 			if !a.json && !a.quiet {
-				l.Notes, l.LiveStdout, l.LiveStderr = a.Err, a.Err, a.Err
+				l.Notes, l.LiveStdout, l.LiveStderr = termsafe.NewWriter(a.Err), a.Err, a.Err
 			}
 			res, err := l.Run(cmd.Context(), o)
 			if res == nil {
@@ -110,7 +121,7 @@ EXIT STATUS
 				kv.row("session:", session)
 				kv.row("cr:", orDash(res.CR))
 				kv.row("status:", a.runStatusColor(res.Status))
-				kv.row("plan:", res.PlanSource)
+				kv.row("plan:", clean(res.PlanSource))
 				_ = kv.flush()
 				fmt.Fprintln(a.Out)
 				a.outcomeTable(res.Steps)

@@ -13,6 +13,7 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
 )
@@ -51,8 +52,13 @@ cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=c
 				return err
 			}
 			if !a.json && !a.quiet {
-				svc.Notices = a.Err
+				svc.Notices = termsafe.NewWriter(a.Err)
+				if a.verbose {
+					svc.Verbose = svc.Notices
+					a.info("xmode: %s", whichEngine(svc.Cfg))
+				}
 			}
+			start := time.Now()
 			sess, err := svc.Create(cmd.Context(), o)
 			if err != nil {
 				return err
@@ -63,6 +69,9 @@ cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=c
 			fmt.Fprintln(a.Out, sess.ID)
 			a.info("created %s: %s at %s (%s), worktree %s, %s",
 				sess.ID, sess.Repo, sess.Ref, shortSHA(sess.BaseCommit), sess.WorktreePath, left(sess, time.Now()))
+			if a.verbose {
+				a.info("xmode: created in %s", time.Since(start).Round(time.Millisecond))
+			}
 			return nil
 		},
 	}
@@ -95,6 +104,25 @@ func createOverrides(cmd *cobra.Command) map[string]config.Flag {
 	flagOverride(cmd, ov, "image", "XMODE_SANDBOX_IMAGE")
 	flagOverride(cmd, ov, "network", "XMODE_SANDBOX_NETWORK")
 	return ov
+}
+
+// whichEngine says, for -v, which engine a new session gets and why: the
+// runner mode and XMODE_SANDBOX_ENGINE, each with where its value came from.
+func whichEngine(cfg *config.Config) string {
+	name, err := engine.Choose(cfg.RunnerMode, cfg.Engine)
+	if err != nil {
+		return err.Error()
+	}
+	mode := "runner mode " + cfg.RunnerMode + " (" + sourceOf(cfg, "XMODE_RUNNER_MODE") + ")"
+	switch {
+	case name == engine.Cloud:
+		return "engine cloud: " + mode + " sends the work to the Codex cloud; nothing runs here"
+	case cfg.RunnerMode == config.ModeLocalWorktree:
+		return "engine " + name + ": " + mode + " always runs on the host"
+	case cfg.Engine == "":
+		return "engine " + name + ": " + mode + " with XMODE_SANDBOX_ENGINE unset"
+	}
+	return "engine " + name + ": " + mode + " with XMODE_SANDBOX_ENGINE=" + cfg.Engine + " (" + sourceOf(cfg, "XMODE_SANDBOX_ENGINE") + ")"
 }
 
 // checkEngine says where a new sandbox will run when that is not what its

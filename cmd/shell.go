@@ -45,7 +45,7 @@ EXIT STATUS
 		Example: `  xmode sandbox shell sbx_7k2m9q4x
   xmode sandbox shell 7k2m -- python3          # any unique prefix of the ID
   xmode sandbox shell 7k2m --workdir src -- bash -l`,
-		Annotations: map[string]string{"interrupted": "the shell's step was ended"},
+		Annotations: map[string]string{"interrupted": "the shell's step was ended", "status": "step"},
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return fail.Usagef("give a session: xmode sandbox shell SESSION [-- CMD [ARG...]]")
@@ -115,7 +115,7 @@ func (a *App) openTTY(what string) (*userTTY, error) {
 	if !ok || !term.IsTerminal(int(in.Fd())) {
 		return nil, fail.Usagef("%s needs a terminal, and standard input is not one: from a script, use `xmode sandbox exec SESSION -- CMD` (with -i to pass input)", what)
 	}
-	out, ok := a.Out.(*os.File)
+	out, ok := osFile(a.Out)
 	if !ok || !term.IsTerminal(int(out.Fd())) {
 		return nil, fail.Usagef("%s needs a terminal, and standard output is not one: from a script, use `xmode sandbox exec SESSION -- CMD`", what)
 	}
@@ -202,7 +202,7 @@ func (a *App) stepDone(cfg *config.Config, res *evidence.Result, err error, time
 	if err != nil {
 		// The command ran: its status stands, and stderr says what of its
 		// evidence was lost.
-		fmt.Fprintf(a.Err, "%s %v\n", a.paint(color.FgYellow, "xmode: warning:"), err)
+		fmt.Fprintf(a.Err, "%s %s\n", a.paint(color.FgYellow, "xmode: warning:"), clean(err.Error()))
 	}
 	if a.json {
 		// A reader that closed stdout does not change the status.
@@ -212,7 +212,7 @@ func (a *App) stepDone(cfg *config.Config, res *evidence.Result, err error, time
 	case res.StoppedBy != "":
 		fmt.Fprintf(a.Err, "xmode: step %d (%s) was stopped by `%s` (exit %d)\n", res.Seq, res.Name, res.StoppedBy, res.ExitCode)
 	case res.TimedOut:
-		fmt.Fprintf(a.Err, "xmode: step %d (%s) timed out after %s\n", res.Seq, res.Name, timeout)
+		fmt.Fprintf(a.Err, "xmode: step %d (%s) timed out after %s\n", res.Seq, clean(res.Name), timeout)
 	case res.OOMKilled:
 		fmt.Fprintf(a.Err, "xmode: step %d was OOM-killed at the %s memory limit (XMODE_SANDBOX_MEMORY)\n", res.Seq, dockerSize(cfg.Memory))
 	}

@@ -118,26 +118,21 @@ func ValidTaskID(s string) bool {
 	return true
 }
 
+// TaskURLPrefix is what the URL of a task that `codex cloud exec` prints
+// starts with: codex builds it as <chatgpt.com>/codex/tasks/<task_id>.
+const TaskURLPrefix = "https://chatgpt.com/codex/tasks/"
+
 // taskIDFromURL takes the task ID from what `codex cloud exec` printed:
-// its last line naming …/tasks/<id>, as codex itself parses task URLs.
+// the first word, on any line, that is a task URL of exactly codex's shape,
+// TaskURLPrefix and a task ID. Another host, another path, a query or a
+// fragment is not one: whatever else codex or the prompt it echoes prints
+// cannot choose the task xmode follows.
 func taskIDFromURL(stdout []byte) (id, url string, ok bool) {
-	lines := textLines(stdout)
-	for i := len(lines) - 1; i >= 0; i-- {
-		fields := strings.Fields(lines[i])
-		for j := len(fields) - 1; j >= 0; j-- {
-			f := fields[j]
-			at := strings.LastIndex(f, "/tasks/")
-			if at < 0 {
-				continue
+	for _, line := range textLines(stdout) {
+		for _, f := range strings.Fields(line) {
+			if rest, ok := strings.CutPrefix(f, TaskURLPrefix); ok && ValidTaskID(rest) {
+				return rest, f, true
 			}
-			tail := f[at+len("/tasks/"):]
-			tail, _, _ = strings.Cut(tail, "#")
-			tail, _, _ = strings.Cut(tail, "?")
-			tail = strings.TrimRight(tail, "/")
-			if !ValidTaskID(tail) {
-				return "", "", false
-			}
-			return tail, f, true
 		}
 	}
 	return "", "", false

@@ -65,17 +65,25 @@ func TestTaskIDs(t *testing.T) {
 			t.Errorf("%q accepted", id)
 		}
 	}
+	// The URL codex prints, the first one when there are several.
 	cases := map[string]string{
-		"https://chatgpt.com/codex/tasks/task_e_123\n":                      "task_e_123",
-		"Reading query from stdin...\nhttps://x.test/codex/tasks/abc?x=1#f": "abc",
-		"Task: https://x.test/codex/tasks/abc/ \n":                          "abc",
+		"https://chatgpt.com/codex/tasks/task_e_123\n":                                       "task_e_123",
+		"Reading query from stdin...\nhttps://chatgpt.com/codex/tasks/abc\n":                 "abc",
+		"Task: https://chatgpt.com/codex/tasks/first \nhttps://chatgpt.com/codex/tasks/last": "first",
+		"see https://evil.example/codex/tasks/bad\nhttps://chatgpt.com/codex/tasks/good":     "good",
 	}
 	for out, want := range cases {
 		if id, _, ok := taskIDFromURL([]byte(out)); !ok || id != want {
 			t.Errorf("%q: %q %v, want %q", out, id, ok, want)
 		}
 	}
-	for _, out := range []string{"", "done\n", "https://x/codex/tasks/../../etc\n", "https://x/codex/tasks/a%20b\n"} {
+	// Any other host, path or shape is no task URL.
+	for _, out := range []string{"", "done\n",
+		"https://x.test/codex/tasks/abc\n", "http://chatgpt.com/codex/tasks/abc\n",
+		"https://chatgpt.com.evil.example/codex/tasks/abc\n", "https://evil.example/?https://chatgpt.com/codex/tasks/abc\n",
+		"https://chatgpt.com/x/codex/tasks/abc\n", "https://chatgpt.com/codex/tasks/abc?x=1\n", "https://chatgpt.com/codex/tasks/abc#f\n",
+		"https://chatgpt.com/codex/tasks/abc/\n", "https://chatgpt.com/codex/tasks/../../etc\n", "https://chatgpt.com/codex/tasks/a%20b\n",
+		"https://chatgpt.com/codex/tasks/\n", "xhttps://chatgpt.com/codex/tasks/abc\n"} {
 		if id, _, ok := taskIDFromURL([]byte(out)); ok {
 			t.Errorf("%q: took %q", out, id)
 		}

@@ -31,6 +31,25 @@ func (t target) short() string {
 	return strings.TrimPrefix(t.ref, "refs/tags/")
 }
 
+// String says what t is: "branch main", "tag v1", "commit 1a2b3c".
+func (t target) String() string {
+	switch {
+	case strings.HasPrefix(t.ref, "refs/heads/"):
+		return "branch " + t.short()
+	case t.ref != "":
+		return "tag " + t.short()
+	}
+	return "commit " + shortCommit(t.hash)
+}
+
+// orHEAD is a --ref as given, "HEAD" (the remote's) when none was.
+func orHEAD(ref string) string {
+	if ref == "" {
+		return "HEAD"
+	}
+	return ref
+}
+
 // checkRepo refuses a repository git could take for an option. A local
 // path is absolute by now (machines.NormaliseRepo), so only a URL can
 // start with '-'; git itself blocks such a path too, but xmode says why.
@@ -82,6 +101,11 @@ func resolveRef(ctx context.Context, repo, ref string) (target, error) {
 			continue
 		}
 		hashes[name] = val
+	}
+	if len(hashes) == 0 {
+		// No branch, no tag: a repository made by git init and never
+		// committed to. Nothing could be checked out, whatever --ref says.
+		return target{}, fail.Usagef("repository %s has no commits: commit something first", repo)
 	}
 	if ref == "" || ref == "HEAD" {
 		if headTarget != "" {

@@ -166,9 +166,18 @@ func TestResolveRefUnreadableOrEmpty(t *testing.T) {
 	}
 	empty := filepath.Join(t.TempDir(), "empty")
 	git(t, ".", "init", "-q", "-b", "main", empty)
+	for _, ref := range []string{"", "main"} {
+		_, err = resolveRef(context.Background(), empty, ref)
+		if fail.KindOf(err) != fail.Usage || !strings.HasSuffix(err.Error(), " has no commits: commit something first") {
+			t.Fatalf("empty repository, ref %q: %v (kind %v)", ref, err, fail.KindOf(err))
+		}
+	}
+	// Commits, but HEAD names a branch that does not exist.
+	git(t, empty, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "--allow-empty", "-m", "x")
+	git(t, empty, "symbolic-ref", "HEAD", "refs/heads/unborn")
 	_, err = resolveRef(context.Background(), empty, "")
 	if fail.KindOf(err) != fail.Failed || !strings.Contains(err.Error(), "has no HEAD (empty?)") {
-		t.Fatalf("empty repository: %v (kind %v)", err, fail.KindOf(err))
+		t.Fatalf("HEAD on an unborn branch: %v (kind %v)", err, fail.KindOf(err))
 	}
 }
 

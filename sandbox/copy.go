@@ -65,6 +65,13 @@ func (s *Service) CopyOut(ctx context.Context, sess *store.Session, rel, dest st
 	if err != nil {
 		return CopyResult{}, err
 	}
+	if strings.HasSuffix(dest, "/") {
+		st, serr := os.Stat(dest)
+		_, lerr := os.Lstat(strings.TrimRight(dest, "/")) // with its "/", a file is ENOTDIR
+		if err := dirWanted(dest, serr == nil && st.IsDir(), lerr == nil, info.IsDir()); err != nil {
+			return CopyResult{}, err
+		}
+	}
 	dst, err := os.OpenRoot(dstDir)
 	if err != nil {
 		return CopyResult{}, fmt.Errorf("open %s: %w", dstDir, err)
@@ -80,6 +87,7 @@ func (s *Service) CopyOut(ctx context.Context, sess *store.Session, rel, dest st
 // belongs to the worktree's owner (the sandbox's user), without setuid or
 // setgid bits.
 func (s *Service) CopyIn(ctx context.Context, sess *store.Session, src, rel string) (CopyResult, error) {
+	given := rel
 	rel, _, err := worktreePath(rel)
 	if err != nil {
 		return CopyResult{}, err
@@ -126,6 +134,13 @@ func (s *Service) CopyIn(ctx context.Context, sess *store.Session, src, rel stri
 	if err != nil {
 		return CopyResult{}, inWorktree(sess, rel, err)
 	}
+	if strings.HasSuffix(given, "/") {
+		st, serr := dst.Stat(rel)
+		_, lerr := dst.Lstat(rel)
+		if err := dirWanted(sess.ID+":"+given, serr == nil && st.IsDir(), lerr == nil, info.IsDir()); err != nil {
+			return CopyResult{}, err
+		}
+	}
 	var o storage.CopyOptions
 	if owner, ok := ownerOf(wt); ok && os.Geteuid() == 0 {
 		o.Chown = &owner
@@ -165,6 +180,23 @@ func destination(dst *os.Root, rel, srcName string, contents bool) (string, erro
 		}
 	}
 	return rel, nil
+}
+
+// dirWanted refuses what cp and docker cp refuse for a destination that
+// ends in "/", which names a directory: one that is something else, or one
+// that does not exist when a file (not a directory, which would make it)
+// is copied. isDir: the destination is a directory (or a link to one);
+// exists: it exists at all.
+func dirWanted(dest string, isDir, exists, srcDir bool) error {
+	switch {
+	case isDir:
+		return nil
+	case exists:
+		return fail.Usagef("%s is not a directory", dest)
+	case !srcDir:
+		return fail.NotFoundf("%s: no such directory: a destination ending in / must be a directory that exists", dest)
+	}
+	return nil
 }
 
 // copyTree is storage.CopyTree, or with contents each entry of a directory.

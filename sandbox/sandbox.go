@@ -34,7 +34,20 @@ type Service struct {
 	// Notices receives what a user should know about a create that
 	// succeeds (uncommitted changes it left out); nil for none.
 	Notices io.Writer
+	// Verbose receives what a create decided and how long each part took
+	// (`-v sandbox create`); nil for none.
+	Verbose io.Writer
 }
+
+// detail says one thing a create decided, for -v.
+func (s *Service) detail(format string, args ...any) {
+	if s.Verbose != nil {
+		fmt.Fprintf(s.Verbose, "xmode: "+format+"\n", args...)
+	}
+}
+
+// took is how long since start, for detail.
+func took(start time.Time) string { return time.Since(start).Round(time.Millisecond).String() }
 
 // CreateOptions are `sandbox create`'s inputs, flags already merged into Cfg.
 type CreateOptions struct {
@@ -107,8 +120,12 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	if fromMachine {
 		// A ready sandbox from the project's pool when one fits: nothing to
 		// check out, no container to make. An empty pool costs one read.
+		start := time.Now()
 		claimed, resolved, err := s.claim(ctx, o, sess, adapter)
 		if err != nil || claimed != nil {
+			if claimed != nil {
+				s.detail("took a ready sandbox from the pool of project %s: %s at %s, nothing to clone or start (%s)", o.Project, claimed.Ref, shortCommit(claimed.BaseCommit), took(start))
+			}
 			return claimed, err
 		}
 		if co = resolved; co == nil {
@@ -116,6 +133,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 				return nil, err
 			}
 		}
+		s.detail("project machine %s (%s): %s at %s, no sandbox ready in its pool (%s)", o.Project, co.Machine.Repo, co.Ref, shortCommit(co.Commit), took(start))
 		defer co.Close()
 		sess.Repo, sess.Ref, sess.RunID = co.Machine.Repo, co.Ref, store.NewRunID()
 	} else if newRun {
@@ -129,6 +147,10 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		if dirty && s.Notices != nil {
 			fmt.Fprintf(s.Notices, "xmode: note: %s has uncommitted changes; the sandbox gets what is committed, not them (commit first to include them)\n", sess.Repo)
 		}
+		if sess.Repo != o.Repo {
+			s.detail("repository %s is %s", o.Repo, sess.Repo)
+		}
+		start := time.Now()
 		if tgt, err = resolveRef(ctx, sess.Repo, o.Ref); err != nil {
 			return nil, err
 		}
@@ -136,6 +158,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		if sess.Ref == "" {
 			sess.Ref = tgt.short()
 		}
+		s.detail("ref %s is %s (git ls-remote, %s)", orHEAD(o.Ref), tgt, took(start))
 		sess.RunID = store.NewRunID()
 	} else {
 		if o.Repo != "" {
@@ -206,6 +229,7 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 			return nil, fmt.Errorf("create runs directory: %w", err)
 		}
 		var err error
+		start := time.Now()
 		if co != nil {
 			base, err = s.branch(ctx, sess, co)
 		} else {
@@ -214,6 +238,14 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 		if err != nil {
 			return nil, fail.As(fail.Failed, err)
 		}
+		how := "cloned (depth 1, one branch)"
+		switch {
+		case co != nil:
+			how = "a git worktree of the project machine"
+		case tgt.ref == "":
+			how = "cloned (full history, to find the commit)"
+		}
+		s.detail("worktree %s at %s: %s in %s", sess.WorktreePath, shortCommit(base), how, took(start))
 	}
 	if engineName == engine.Cloud {
 		// The Codex cloud runs this session's work: the worktree gives it a
@@ -229,7 +261,15 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	sb, err := adapter.Provision(ctx, spec)
+	if err == nil {
+		if sb.ContainerID != "" {
+			s.detail("%s engine: container %s started in %s (%s mode, image %s)", engineName, shortCommit(sb.ContainerID), took(start), sb.MountMode, sb.Image)
+		} else {
+			s.detail("%s engine: nothing to start, steps run as processes of this host in the worktree", engineName)
+		}
+	}
 	// Record what exists even on failure, so teardown can find it.
 	sess.ContainerID, sess.MountMode, sess.Volumes = sb.ContainerID, sb.MountMode, sb.Volumes
 	if sb.Image != "" {

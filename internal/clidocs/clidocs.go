@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
+	"github.com/spf13/pflag"
 
 	"github.com/xmode/xmode/cmd"
 )
@@ -60,5 +61,39 @@ func Man(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	return doc.GenManTree(cmd.Tree(), &doc.GenManHeader{Title: "XMODE", Section: "1", Source: "xmode", Manual: "xmode manual"}, dir)
+	root := cmd.Tree()
+	escapePlaceholders(root)
+	return doc.GenManTree(root, &doc.GenManHeader{Title: "XMODE", Section: "1", Source: "xmode", Manual: "xmode manual"}, dir)
+}
+
+// escapePlaceholders keeps the <run>-style placeholders of the help text in
+// the man pages: cobra/doc hands the text to go-md2man as Markdown, which
+// takes <run> for an HTML tag and drops it (runs/<run>/steps became
+// runs//steps). Examples are code blocks, where nothing is dropped.
+func escapePlaceholders(c *cobra.Command) {
+	c.Short, c.Long = markdownText(c.Short), markdownText(c.Long)
+	for _, fs := range []*pflag.FlagSet{c.LocalFlags(), c.InheritedFlags()} {
+		fs.VisitAll(func(f *pflag.Flag) { f.Usage = markdownText(f.Usage) })
+	}
+	for _, sub := range c.Commands() {
+		escapePlaceholders(sub)
+	}
+}
+
+// markdownText escapes every "<" of s that Markdown would read as the start
+// of a tag, outside `code spans`; one escaped already stays as it is, so a
+// flag that several commands share is escaped once.
+func markdownText(s string) string {
+	var b strings.Builder
+	code := false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '`':
+			code = !code
+		case c == '<' && !code && (i == 0 || s[i-1] != '\\'):
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

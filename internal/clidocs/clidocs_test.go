@@ -3,7 +3,14 @@ package clidocs
 import (
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/xmode/xmode/cmd"
 )
 
 // docs/cli says what --help says: regenerating it changes nothing. When
@@ -38,6 +45,37 @@ func TestManPages(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "xmode-sandbox-shell.1")); err != nil {
 		t.Fatalf("no man page for xmode sandbox shell: %v", err)
+	}
+	// Every <run>-style placeholder of the help text and the flags' usage
+	// is in the man page, not eaten as an HTML tag (runs//steps).
+	placeholder := regexp.MustCompile(`<[a-z_]+>`)
+	seen := 0
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		page, err := os.ReadFile(filepath.Join(dir, strings.ReplaceAll(c.CommandPath(), " ", "-")+".1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := c.Long
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) { text += "\n" + f.Usage })
+		for _, p := range placeholder.FindAllString(text, -1) {
+			seen++
+			if !strings.Contains(string(page), p) {
+				t.Errorf("%s.1 lost the placeholder %s", strings.ReplaceAll(c.CommandPath(), " ", "-"), p)
+			}
+		}
+		for _, sub := range c.Commands() {
+			if sub.IsAvailableCommand() {
+				walk(sub)
+			}
+		}
+	}
+	walk(cmd.Tree())
+	if seen < 5 {
+		t.Fatalf("only %d placeholders in the help: the check proves nothing", seen)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "xmode-cr.1")); !strings.Contains(string(b), "runs/<run>/change_requests/<n>/") {
+		t.Errorf("xmode-cr.1 does not say runs/<run>/change_requests/<n>/")
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/api/types/mount"
 
 	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/providers/docker/dockertest"
 )
 
 // Every flag of a volume-mode sandbox reached the daemon (contract §5, CIS
@@ -70,7 +71,7 @@ func TestVolumeModeFlagsReachDaemon(t *testing.T) {
 	check("Memory (5.11)", hc.Memory == 256<<20, hc.Memory)
 	check("MemorySwap = Memory", hc.MemorySwap == 256<<20, hc.MemorySwap)
 	check("PidsLimit (5.29)", hc.PidsLimit != nil && *hc.PidsLimit == 128, hc.PidsLimit)
-	check("Tmpfs /tmp", hc.Tmpfs["/tmp"] == "rw,nosuid,nodev,size=64m", hc.Tmpfs)
+	check("Tmpfs /tmp, 1777 and the sandbox user's", hc.Tmpfs["/tmp"] == "rw,nosuid,nodev,size=64m,mode=1777,uid=1234,gid=2345", hc.Tmpfs)
 	check("NetworkMode none (5.10, 5.30)", hc.NetworkMode == "none", hc.NetworkMode)
 	check("CapDrop ALL (5.4)", slices.Equal(hc.CapDrop, []string{"ALL"}), hc.CapDrop)
 	check("no CapAdd", len(hc.CapAdd) == 0, hc.CapAdd)
@@ -364,6 +365,28 @@ func TestSetuidBitsDoNotSurviveAStep(t *testing.T) {
 		if st.Mode() != mode {
 			t.Errorf("%s is %v on the host after the step, want %v", f, st.Mode(), mode)
 		}
+	}
+}
+
+// The hardened /tmp is writable by the sandbox user (65532 here) in an
+// image whose /tmp is 0755: docker would give the tmpfs that mode, and runc
+// before 1.1.8 does so over mode= too. A mode the user sets stays theirs.
+func TestTmpfsWritableInAnImageWithTmp0755(t *testing.T) {
+	t.Parallel()
+	img := dockertest.ImageTmp0755(t)
+	e := newEnv(t, MountVolume, map[string]string{"XMODE_SANDBOX_IMAGE": img})
+	sb := e.provision()
+	if got := e.ok(sb, "id -u; touch /tmp/x && echo wrote"); got != "65532\nwrote" {
+		t.Errorf("/tmp in an image whose /tmp is 0755: %q, want 65532 writing it", got)
+	}
+	if got := tmpfsOptions("rw,size=1m,mode=0700", "65532:65532"); got != "rw,size=1m,mode=0700,uid=65532,gid=65532" {
+		t.Errorf("a mode the user set: %q", got)
+	}
+	if got := tmpfsOptions("rw,uid=1000", "65532:65532"); got != "rw,uid=1000,mode=1777" {
+		t.Errorf("an owner the user set: %q", got)
+	}
+	if got := tmpfsOptions("rw", "0:0"); got != "rw,mode=1777" {
+		t.Errorf("root: %q", got)
 	}
 }
 

@@ -8,13 +8,14 @@ import (
 	"strings"
 
 	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/storage"
 )
 
 // Health is the docker engine's part of `xmode doctor`
 // (engine.HealthChecker): the connection (TLS, or why it is not secure),
 // the daemon and its API version, the image, the runtime, and the mount
 // model with what it needs (the storage volume and the isolation method in
-// volume mode). What fails is a CheckFail line with a fix; the caller
+// volume mode), and whether the worktrees' filesystem honours setuid bits. What fails is a CheckFail line with a fix; the caller
 // decides how much that matters (a warning when the docker engine is not
 // the configured one).
 func (p *Provider) Health(ctx context.Context) []engine.Check {
@@ -55,6 +56,9 @@ func (p *Provider) Health(ctx context.Context) []engine.Check {
 	switch p.MountMode() {
 	case MountBind:
 		add("mount model", engine.CheckOK, "bind mode: <worktree>:"+BindWorkspace+" (XMODE_SANDBOX_STORAGE_VOLUME unset, the daemon is on this machine)", "")
+		if c, ok := p.setuidCheck(); ok {
+			out = append(out, c)
+		}
 		return out
 	case MountSync:
 		add("mount model", engine.CheckOK, "sync mode: the daemon is remote (XMODE_SANDBOX_DOCKER_REMOTE="+p.cfg.DockerRemote+"); each sandbox works on a copy of its worktree in a volume of its own, copied back before a diff or change request", "")
@@ -69,6 +73,9 @@ func (p *Provider) Health(ctx context.Context) []engine.Check {
 		return out
 	}
 	add("storage volume", engine.CheckOK, fmt.Sprintf("%s present, mounted in sandboxes at %s", p.cfg.StorageVolume, p.cfg.StorageMount), "")
+	if c, ok := p.setuidCheck(); ok {
+		out = append(out, c)
+	}
 	if p.cfg.StorageMount != p.cfg.StorageRoot && !strings.HasPrefix(p.cfg.StorageRoot, filepath.Clean(p.cfg.StorageMount)+"/") {
 		add("storage mount", engine.CheckWarn, fmt.Sprintf("the storage root %s is not the volume's mount %s: sandboxes will not see the worktrees xmode writes unless the volume is mounted at the storage root here", p.cfg.StorageRoot, p.cfg.StorageMount), "set XMODE_SANDBOX_STORAGE_MOUNT to the storage root")
 	}
@@ -82,6 +89,26 @@ func (p *Provider) Health(ctx context.Context) []engine.Check {
 		add("isolation", engine.CheckOK, method+": "+detail, "")
 	}
 	return out
+}
+
+// setuidCheck warns when docker steps write worktrees on a filesystem of
+// this host that honours setuid bits: a step (another uid, or root in bind
+// mode) can leave a setuid file there that gives whoever runs it that
+// user's rights until xmode clears the bits when the step ends. Only for
+// the configured engine: without docker sessions no such file exists (a
+// host step's files are the user's own), and in sync mode the worktree
+// comes back without the bits.
+func (p *Provider) setuidCheck() (engine.Check, bool) {
+	if p.cfg.Engine != Name {
+		return engine.Check{}, false
+	}
+	suid, err := storage.AllowsSetuid(p.cfg.StorageRoot)
+	if err != nil || !suid {
+		return engine.Check{}, false
+	}
+	return engine.Check{Name: "setuid", Status: engine.CheckWarn,
+		Detail: "the storage root's filesystem (" + p.cfg.StorageRoot + ") honours setuid bits: a setuid file a docker step leaves in a worktree would run with the sandbox user's rights (root's, if it runs as root) on this host until xmode clears the bits when the step ends",
+		Fix:    "mount the storage root's filesystem nosuid (mount -o remount,nosuid …, or nosuid in /etc/fstab)"}, true
 }
 
 // runtimeCheck says which OCI runtime sandboxes get, and whether the

@@ -300,7 +300,7 @@ func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img, m
 		if err := p.checkNoSocket(hc.Mounts); err != nil {
 			return nil, nil, err
 		}
-		p.limits(hc, mode)
+		p.limits(hc, mode, user)
 		return cc, hc, nil
 	}
 
@@ -353,7 +353,7 @@ func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img, m
 	}
 	cc.WorkingDir = workdir
 	hc.Mounts = mounts
-	p.limits(hc, mode)
+	p.limits(hc, mode, user)
 	return cc, hc, nil
 }
 

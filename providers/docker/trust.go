@@ -122,7 +122,7 @@ func stripSetuid(worktree string) error {
 // lightweight argv, except for what the user set explicitly (a value asked
 // for is honoured, never dropped), or everything with
 // XMODE_SANDBOX_BIND_HARDENED=1 (config.Config.BindLeaves).
-func (p *Provider) limits(hc *container.HostConfig, mode string) {
+func (p *Provider) limits(hc *container.HostConfig, mode, user string) {
 	bind := mode == MountBind
 	on := func(name string) bool { return !bind || !p.cfg.BindLeaves(name) }
 	if on("XMODE_SANDBOX_NETWORK") {
@@ -140,7 +140,7 @@ func (p *Provider) limits(hc *container.HostConfig, mode string) {
 		hc.PidsLimit = &pids
 	}
 	if on("XMODE_SANDBOX_TMPFS") && p.cfg.TmpfsPath != "" {
-		hc.Tmpfs = map[string]string{p.cfg.TmpfsPath: p.cfg.TmpfsOptions}
+		hc.Tmpfs = map[string]string{p.cfg.TmpfsPath: tmpfsOptions(p.cfg.TmpfsOptions, user)}
 	}
 	if on("XMODE_SANDBOX_READONLY_ROOT") {
 		hc.ReadonlyRootfs = p.cfg.ReadonlyRoot
@@ -151,6 +151,36 @@ func (p *Provider) limits(hc *container.HostConfig, mode string) {
 		hc.IpcMode = container.IPCModePrivate
 		hc.Ulimits = []*container.Ulimit{{Name: "nofile", Soft: NofileSoft, Hard: NofileHard}}
 	}
+}
+
+// tmpfsOptions are the sandbox's tmpfs options: the configured ones, with
+// mode=1777 unless they set a mode, owned by the sandbox user unless they
+// set uid= or gid=. Docker gives a tmpfs the mode of the image's directory
+// under it, and runc before 1.1.8 does so even over mode=: in an image
+// whose /tmp is 0755 the sandbox user (65532) could not write /tmp. Owned
+// by that user, it can, whichever runc mounts it.
+func tmpfsOptions(opts, user string) string {
+	has := func(key string) bool {
+		for _, o := range strings.Split(opts, ",") {
+			if strings.HasPrefix(o, key+"=") {
+				return true
+			}
+		}
+		return false
+	}
+	add := func(o string) {
+		if opts != "" {
+			opts += ","
+		}
+		opts += o
+	}
+	if !has("mode") {
+		add("mode=1777")
+	}
+	if uid, gid := parseUser(user); uid != 0 && !has("uid") && !has("gid") {
+		add(fmt.Sprintf("uid=%d,gid=%d", uid, gid))
+	}
+	return opts
 }
 
 // checkRunning makes sure a container just started is still running: one

@@ -36,6 +36,10 @@ import (
 // ImageRef is the tag of the test image.
 const ImageRef = "xmode-test-busybox:1"
 
+// ImageRefTmp0755 is the test image with a /tmp of mode 0755 instead of
+// 1777, as some images have it.
+const ImageRefTmp0755 = "xmode-test-busybox:tmp0755"
+
 // LabelTest marks every object a test creates.
 const LabelTest = "xmode.test"
 
@@ -78,8 +82,8 @@ func Require(t testing.TB) *client.Client {
 }
 
 var (
-	imageOnce sync.Once
-	imageErr  error
+	imageOnce, tmp0755Once sync.Once
+	imageErr, tmp0755Err   error
 )
 
 // Image returns ImageRef, importing it once per process when the daemon
@@ -89,14 +93,26 @@ var (
 func Image(t testing.TB) string {
 	t.Helper()
 	cli := Require(t)
-	imageOnce.Do(func() { imageErr = buildImage(cli) })
+	imageOnce.Do(func() { imageErr = buildImage(cli, ImageRef, 0o1777) })
 	if imageErr != nil {
 		testenv.Skip(t, "cannot build the busybox test image (%v): install busybox-static", imageErr)
 	}
 	return ImageRef
 }
 
-func buildImage(cli *client.Client) error {
+// ImageTmp0755 returns ImageRefTmp0755, importing it once per process when
+// the daemon lacks it: Image's files with /tmp 0755.
+func ImageTmp0755(t testing.TB) string {
+	t.Helper()
+	cli := Require(t)
+	tmp0755Once.Do(func() { tmp0755Err = buildImage(cli, ImageRefTmp0755, 0o755) })
+	if tmp0755Err != nil {
+		testenv.Skip(t, "cannot build the busybox test image (%v): install busybox-static", tmp0755Err)
+	}
+	return ImageRefTmp0755
+}
+
+func buildImage(cli *client.Client, ref string, tmpMode int64) error {
 	bin, err := os.ReadFile(BusyboxPath)
 	if err != nil {
 		return err
@@ -106,6 +122,9 @@ func buildImage(cli *client.Client) error {
 		return err
 	}
 	h := sha256.New()
+	if tmpMode != 0o1777 { // the usual image's digest stays what it was
+		fmt.Fprintf(h, "tmp %o\n", tmpMode)
+	}
 	h.Write(bin)
 	for _, f := range git {
 		h.Write([]byte(f.name))
@@ -114,7 +133,7 @@ func buildImage(cli *client.Client) error {
 	digest := hex.EncodeToString(h.Sum(nil)[:8])
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if img, err := cli.ImageInspect(ctx, ImageRef); err == nil && img.Config != nil && img.Config.Labels["xmode.test.busybox"] == digest {
+	if img, err := cli.ImageInspect(ctx, ref); err == nil && img.Config != nil && img.Config.Labels["xmode.test.busybox"] == digest {
 		return nil
 	}
 	out, err := exec.Command(BusyboxPath, "--list").Output()
@@ -135,7 +154,7 @@ func buildImage(cli *client.Client) error {
 		dir(d, 0o755)
 	}
 	made := map[string]bool{"usr": true, "usr/bin": true}
-	dir("tmp", 0o1777)
+	dir("tmp", tmpMode)
 	file("bin/busybox", 0o755, bin)
 	for _, applet := range strings.Fields(string(out)) {
 		if applet == "busybox" || strings.Contains(applet, "/") {
@@ -160,7 +179,7 @@ func buildImage(cli *client.Client) error {
 	if err := tw.Close(); err != nil {
 		return err
 	}
-	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: &buf, SourceName: "-"}, ImageRef, image.ImportOptions{
+	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: &buf, SourceName: "-"}, ref, image.ImportOptions{
 		Changes: []string{
 			"ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 			"LABEL " + LabelTest + "=true xmode.test.busybox=" + digest,
@@ -176,7 +195,7 @@ func buildImage(cli *client.Client) error {
 	if strings.Contains(msg.String(), `"error"`) {
 		return &importError{msg.String()}
 	}
-	_, err = cli.ImageInspect(ctx, ImageRef)
+	_, err = cli.ImageInspect(ctx, ref)
 	return err
 }
 

@@ -1,8 +1,0 @@
-package cmd
-
-import (
-	"errors"
-	"syscall"
-)
-
-func isEPIPE(err error) bool { return errors.Is(err, syscall.EPIPE) }
