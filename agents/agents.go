@@ -129,7 +129,13 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 	}
 	o := sandbox.ExecOptions{
 		Name: req.Name, Timeout: req.Timeout, Env: req.Env, SecretEnv: secretEnv, Prompt: req.Prompt,
-		LiveStdout: req.LiveStdout, LiveStderr: req.LiveStderr,
+		LiveStderr: req.LiveStderr,
+	}
+	// The terminal gets the agent's events read for a person, not raw.
+	var shown *live
+	if req.LiveStdout != nil {
+		shown = newLive(req.Kind, req.LiveStdout)
+		o.LiveStdout = shown
 	}
 	switch req.Kind {
 	case Codex:
@@ -152,7 +158,11 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 		})
 	}
 	missing := r.missing(sess, req.Kind, o.Argv[0])
-	o.Agent = func(events io.Writer) sandbox.AgentStream { return newParser(req.Kind, dir, missing, events) }
+	var events *parser
+	o.Agent = func(w io.Writer) sandbox.AgentStream {
+		events = newParser(req.Kind, dir, missing, w)
+		return events
+	}
 
 	if req.Kind == Codex && !hasKey(sess, secretEnv) {
 		res, err := r.codexLogin(ctx, req, secretEnv)
@@ -161,12 +171,27 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 		}
 	}
 	res, err := r.Svc.Exec(ctx, sess, o)
-	if res != nil && res.Agent != nil && res.Agent.Error != "" && res.ExitCode != 0 {
-		if res.Agent.Error == missing {
-			r.note("%s", missing)
-		} else {
-			r.note("the %s agent failed: %s", req.Kind, res.Agent.Error)
+	if shown != nil {
+		shown.flush()
+	}
+	if res == nil || res.ExitCode == 0 {
+		return res, err
+	}
+	switch {
+	case res.Agent != nil && res.Agent.Error == missing:
+		res.Why = missing
+	case req.Kind == Claude && events != nil && events.signIn && res.Agent != nil:
+		res.Why = fmt.Sprintf("claude is not signed in where the session runs (claude: %q): run `claude /login` there, or pass a key with --env-pass ANTHROPIC_API_KEY (XMODE_AGENT_ENV passes it by default when it is set)", res.Agent.Error)
+	case res.Agent != nil && res.Agent.Error != "":
+		res.Why = fmt.Sprintf("the %s agent failed: %s", req.Kind, res.Agent.Error)
+	case req.Kind == Command:
+		// A command agent that printed no event of its own: its last words.
+		if msg := lastLine(res.StderrPath); msg != "" {
+			res.Why = fmt.Sprintf("the command agent failed: %s", msg)
 		}
+	}
+	if res.Why != "" {
+		r.note("%s", res.Why)
 	}
 	return res, err
 }
@@ -177,7 +202,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 func (r *Runner) codexLogin(ctx context.Context, req Request, secretEnv []string) (*evidence.Result, error) {
 	bin := r.Svc.Cfg.CodexBin
 	res, err := r.Svc.Exec(ctx, req.Session, sandbox.ExecOptions{
-		Name: req.Name + "-login", Argv: []string{bin, "login", "status"}, Timeout: loginTimeout, SecretEnv: secretEnv,
+		Name: req.Name[:min(len(req.Name), evidence.MaxNameLen-len("-login"))] + "-login", Argv: []string{bin, "login", "status"}, Timeout: loginTimeout, SecretEnv: secretEnv,
 		LiveStderr: req.LiveStderr,
 	})
 	if res == nil {
@@ -185,13 +210,16 @@ func (r *Runner) codexLogin(ctx context.Context, req Request, secretEnv []string
 	}
 	switch {
 	case res.ExitCode == 127:
-		r.note("%s", r.missing(req.Session, Codex, bin))
+		res.Why = r.missing(req.Session, Codex, bin)
 	case res.ExitCode != 0:
 		msg := lastLine(res.StderrPath)
 		if msg == "" {
 			msg = lastLine(res.StdoutPath)
 		}
-		r.note("codex is not signed in where the session runs (`codex login status`: %q, exit %d): run `codex login` there, or pass a key with --env-pass OPENAI_API_KEY (XMODE_AGENT_ENV passes it by default when it is set)", msg, res.ExitCode)
+		res.Why = fmt.Sprintf("codex is not signed in where the session runs (`codex login status`: %q, exit %d): run `codex login` there, or pass a key with --env-pass OPENAI_API_KEY (XMODE_AGENT_ENV passes it by default when it is set)", msg, res.ExitCode)
+	}
+	if res.Why != "" {
+		r.note("%s", res.Why)
 	}
 	return res, err
 }

@@ -82,7 +82,7 @@ func dkAgents(t *testing.T, cli *client.Client, root, repo, img string, env []st
 
 	// The loop end to end, the session kept to look at it.
 	var res struct {
-		RunID     string `json:"run_id"`
+		RunID     string `json:"id"`
 		SessionID string `json:"session_id"`
 		Status    string `json:"status"`
 		ExitCode  int    `json:"exit_code"`
