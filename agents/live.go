@@ -50,12 +50,12 @@ func (l *live) Write(b []byte) (int, error) {
 	return n, nil
 }
 
-// flush shows a last line that came without its newline.
+// flush shows a last line that came without its newline (an event, read
+// for a person, on a line of its own).
 func (l *live) flush() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.line) > 0 {
-		l.line = append(l.line, '\n')
 		_ = l.emit()
 	}
 }
@@ -65,7 +65,7 @@ func (l *live) emit() error {
 	l.line = l.line[:0]
 	t := bytes.TrimSpace(line)
 	if len(t) == 0 || t[0] != '{' || !json.Valid(t) {
-		_, err := l.w.Write(line)
+		_, err := l.w.Write(line) // as it came, a last line without its newline included
 		return err
 	}
 	var out []string
