@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -62,7 +63,7 @@ func Preflight(cfg *config.Config, kind, model string) error {
 		return fail.Usagef("--model is for the codex and claude agents; a command agent takes what it needs in XMODE_AGENT_COMMAND_TEMPLATE")
 	}
 	if len(cfg.AgentCommandTemplate) == 0 {
-		return fail.Usagef("XMODE_AGENT_COMMAND_TEMPLATE is not set: the command agent runs it, e.g. XMODE_AGENT_COMMAND_TEMPLATE='sh /usr/local/share/xmode/examples/agent.sh {prompt_file}'")
+		return fail.Usagef(`XMODE_AGENT_COMMAND_TEMPLATE is not set: the command agent runs it, e.g. the stand-in agent installed with xmode: export XMODE_AGENT_COMMAND_TEMPLATE="sh '$(xmode examples)/agent.sh' {prompt_file}"`)
 	}
 	return nil
 }
@@ -156,6 +157,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 		o.Argv = expand(cfg.AgentCommandTemplate, map[string]string{
 			"{worktree}": dir, "{prompt_file}": pf.inSandbox, "{session}": sess.ID, "{run}": sess.RunID,
 		})
+		r.warnHostPaths(ctx, sess, dir, o.Argv)
 	}
 	missing := r.missing(sess, req.Kind, o.Argv[0])
 	var events *parser
@@ -194,6 +196,31 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 		r.note("%s", res.Why)
 	}
 	return res, err
+}
+
+// warnHostPaths warns about each absolute path of a command agent's argv,
+// outside the worktree, that the session's sandbox does not have: a
+// template written for the host (sh /usr/local/share/xmode/examples/agent.sh)
+// names a script a container never sees. The step still runs; its failure
+// is the evidence.
+func (r *Runner) warnHostPaths(ctx context.Context, sess *store.Session, worktree string, argv []string) {
+	var paths []string
+	for _, a := range argv {
+		if path.IsAbs(a) && a != worktree && !strings.HasPrefix(a, strings.TrimSuffix(worktree, "/")+"/") && !slices.Contains(paths, a) {
+			paths = append(paths, a)
+		}
+	}
+	for _, p := range r.Svc.MissingPaths(ctx, sess, paths) {
+		where := "the sandbox"
+		if sess.Image != "" {
+			where = "the sandbox's image " + sess.Image
+		}
+		host := ""
+		if _, err := os.Stat(p); err == nil {
+			host = " (it is a file on this host, and the sandbox sees only the worktree and its image)"
+		}
+		r.note("warning: XMODE_AGENT_COMMAND_TEMPLATE names %s, which %s does not have%s: copy it into the repository and name it {worktree}/%s in the template, or build it into the image", p, where, host, path.Base(p))
+	}
 }
 
 // codexLogin runs `codex login status` as a step of its own: without an

@@ -87,8 +87,8 @@ EXIT STATUS
   after Ctrl-C); 1 the loop failed (the change request could not be built);
   2 bad flag or plan, 3 not found, 4 refused, 5 engine unavailable.`,
 		Example: `  xmode run --repo . --objective "fix the flaky test" --agent codex
-  XMODE_AGENT_COMMAND_TEMPLATE='sh /usr/local/share/xmode/examples/agent.sh {prompt_file}' \
-    xmode run --repo . --objective "add a NOTES.md" --agent command`,
+  XMODE_AGENT_COMMAND_TEMPLATE="sh '$(xmode examples)/agent.sh' {prompt_file}" \
+    xmode run --repo . --objective "add a NOTES.md" -f "$(xmode examples)/xmode.yaml"`,
 		Args: exactArgs(0, "no arguments (list and show are subcommands)"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Create.NetworkSet = cmd.Flags().Changed("network")
