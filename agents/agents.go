@@ -135,7 +135,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 	// The terminal gets the agent's events read for a person, not raw.
 	var shown *live
 	if req.LiveStdout != nil {
-		shown = newLive(req.Kind, req.LiveStdout)
+		shown = newLive(req.Kind, dir, req.LiveStdout)
 		o.LiveStdout = shown
 	}
 	switch req.Kind {

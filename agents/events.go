@@ -111,13 +111,19 @@ func (p *parser) file(name string) {
 	if name == "" {
 		return
 	}
-	if rel, ok := strings.CutPrefix(path.Clean(name), strings.TrimSuffix(p.dir, "/")+"/"); ok && path.IsAbs(name) {
-		name = rel
-	}
+	name = inWorktree(p.dir, name)
 	if !p.seenFile[name] {
 		p.seenFile[name] = true
 		p.sum.FilesChanged = append(p.sum.FilesChanged, name)
 	}
+}
+
+// inWorktree shows a path under the worktree relative to it.
+func inWorktree(dir, name string) string {
+	if rel, ok := strings.CutPrefix(path.Clean(name), strings.TrimSuffix(dir, "/")+"/"); ok && path.IsAbs(name) {
+		return rel
+	}
+	return name
 }
 
 // codexEvent reads one event of `codex exec --json` (codex-rs

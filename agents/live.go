@@ -17,12 +17,13 @@ import (
 type live struct {
 	mu   sync.Mutex
 	kind string
+	dir  string // the worktree as the agent sees it: paths are shown relative to it
 	w    io.Writer
 	line []byte
 }
 
-func newLive(kind string, w io.Writer) *live {
-	return &live{kind: kind, w: w}
+func newLive(kind, dir string, w io.Writer) *live {
+	return &live{kind: kind, dir: dir, w: w}
 }
 
 func (l *live) Write(b []byte) (int, error) {
@@ -70,9 +71,9 @@ func (l *live) emit() error {
 	}
 	var out []string
 	if l.kind == Claude {
-		out = claudeLines(t)
+		out = claudeLines(t, l.dir)
 	} else {
-		out = codexLines(t)
+		out = codexLines(t, l.dir)
 	}
 	for _, s := range out {
 		if s = strings.TrimRight(s, "\n"); s != "" {
@@ -86,7 +87,7 @@ func (l *live) emit() error {
 
 // codexLines reads an event of `codex exec --json` (and of a command agent
 // that speaks it) for a person.
-func codexLines(line []byte) []string {
+func codexLines(line []byte, dir string) []string {
 	var ev struct {
 		Type  string `json:"type"`
 		Error *struct {
@@ -131,7 +132,7 @@ func codexLines(line []byte) []string {
 		case "file_change":
 			var out []string
 			for _, c := range ev.Item.Changes {
-				out = append(out, changeVerb(c.Kind)+" "+c.Path)
+				out = append(out, changeVerb(c.Kind)+" "+inWorktree(dir, c.Path))
 			}
 			return out
 		case "error":
@@ -153,7 +154,7 @@ func changeVerb(kind string) string {
 
 // claudeLines reads an event of claude's stream-json for a person. A failed
 // sign-in is left to the one line xmode prints about it.
-func claudeLines(line []byte) []string {
+func claudeLines(line []byte, dir string) []string {
 	var ev struct {
 		Type    string `json:"type"`
 		Error   string `json:"error"`
@@ -188,9 +189,9 @@ func claudeLines(line []byte) []string {
 			case c.Type == "tool_use" && c.Name == "Bash":
 				out = append(out, "$ "+c.Input.Command)
 			case c.Type == "tool_use" && (c.Name == "Edit" || c.Name == "MultiEdit" || c.Name == "Write"):
-				out = append(out, "edited "+c.Input.FilePath)
+				out = append(out, "edited "+inWorktree(dir, c.Input.FilePath))
 			case c.Type == "tool_use" && c.Name == "NotebookEdit":
-				out = append(out, "edited "+c.Input.NotebookPath)
+				out = append(out, "edited "+inWorktree(dir, c.Input.NotebookPath))
 			}
 		}
 		return out
