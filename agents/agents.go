@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -62,7 +63,7 @@ func Preflight(cfg *config.Config, kind, model string) error {
 		return fail.Usagef("--model is for the codex and claude agents; a command agent takes what it needs in XMODE_AGENT_COMMAND_TEMPLATE")
 	}
 	if len(cfg.AgentCommandTemplate) == 0 {
-		return fail.Usagef("XMODE_AGENT_COMMAND_TEMPLATE is not set: the command agent runs it, e.g. XMODE_AGENT_COMMAND_TEMPLATE='sh /usr/local/share/xmode/examples/agent.sh {prompt_file}'")
+		return fail.Usagef(`XMODE_AGENT_COMMAND_TEMPLATE is not set: the command agent runs it, e.g. the stand-in agent installed with xmode: export XMODE_AGENT_COMMAND_TEMPLATE="sh '$(xmode examples)/agent.sh' {prompt_file}"`)
 	}
 	return nil
 }
@@ -129,7 +130,13 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 	}
 	o := sandbox.ExecOptions{
 		Name: req.Name, Timeout: req.Timeout, Env: req.Env, SecretEnv: secretEnv, Prompt: req.Prompt,
-		LiveStdout: req.LiveStdout, LiveStderr: req.LiveStderr,
+		LiveStderr: req.LiveStderr,
+	}
+	// The terminal gets the agent's events read for a person, not raw.
+	var shown *live
+	if req.LiveStdout != nil {
+		shown = newLive(req.Kind, dir, req.LiveStdout)
+		o.LiveStdout = shown
 	}
 	switch req.Kind {
 	case Codex:
@@ -150,9 +157,14 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 		o.Argv = expand(cfg.AgentCommandTemplate, map[string]string{
 			"{worktree}": dir, "{prompt_file}": pf.inSandbox, "{session}": sess.ID, "{run}": sess.RunID,
 		})
+		r.warnHostPaths(ctx, sess, dir, o.Argv)
 	}
 	missing := r.missing(sess, req.Kind, o.Argv[0])
-	o.Agent = func(events io.Writer) sandbox.AgentStream { return newParser(req.Kind, dir, missing, events) }
+	var events *parser
+	o.Agent = func(w io.Writer) sandbox.AgentStream {
+		events = newParser(req.Kind, dir, missing, w)
+		return events
+	}
 
 	if req.Kind == Codex && !hasKey(sess, secretEnv) {
 		res, err := r.codexLogin(ctx, req, secretEnv)
@@ -161,14 +173,54 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 		}
 	}
 	res, err := r.Svc.Exec(ctx, sess, o)
-	if res != nil && res.Agent != nil && res.Agent.Error != "" && res.ExitCode != 0 {
-		if res.Agent.Error == missing {
-			r.note("%s", missing)
-		} else {
-			r.note("the %s agent failed: %s", req.Kind, res.Agent.Error)
+	if shown != nil {
+		shown.flush()
+	}
+	if res == nil || res.ExitCode == 0 {
+		return res, err
+	}
+	switch {
+	case res.Agent != nil && res.Agent.Error == missing:
+		res.Why = missing
+	case req.Kind == Claude && events != nil && events.signIn && res.Agent != nil:
+		res.Why = fmt.Sprintf("claude is not signed in where the session runs (claude: %q): run `claude /login` there, or pass a key with --env-pass ANTHROPIC_API_KEY (XMODE_AGENT_ENV passes it by default when it is set)", res.Agent.Error)
+	case res.Agent != nil && res.Agent.Error != "":
+		res.Why = fmt.Sprintf("the %s agent failed: %s", req.Kind, res.Agent.Error)
+	case req.Kind == Command:
+		// A command agent that printed no event of its own: its last words.
+		if msg := lastLine(res.StderrPath); msg != "" {
+			res.Why = fmt.Sprintf("the command agent failed: %s", msg)
 		}
 	}
+	if res.Why != "" {
+		r.note("%s", res.Why)
+	}
 	return res, err
+}
+
+// warnHostPaths warns about each absolute path of a command agent's argv,
+// outside the worktree, that the session's sandbox does not have: a
+// template written for the host (sh /usr/local/share/xmode/examples/agent.sh)
+// names a script a container never sees. The step still runs; its failure
+// is the evidence.
+func (r *Runner) warnHostPaths(ctx context.Context, sess *store.Session, worktree string, argv []string) {
+	var paths []string
+	for _, a := range argv {
+		if path.IsAbs(a) && a != worktree && !strings.HasPrefix(a, strings.TrimSuffix(worktree, "/")+"/") && !slices.Contains(paths, a) {
+			paths = append(paths, a)
+		}
+	}
+	for _, p := range r.Svc.MissingPaths(ctx, sess, paths) {
+		where := "the sandbox"
+		if sess.Image != "" {
+			where = "the sandbox's image " + sess.Image
+		}
+		host := ""
+		if _, err := os.Stat(p); err == nil {
+			host = " (it is a file on this host, and the sandbox sees only the worktree and its image)"
+		}
+		r.note("warning: XMODE_AGENT_COMMAND_TEMPLATE names %s, which %s does not have%s: copy it into the repository and name it {worktree}/%s in the template, or build it into the image", p, where, host, path.Base(p))
+	}
 }
 
 // codexLogin runs `codex login status` as a step of its own: without an
@@ -177,7 +229,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 func (r *Runner) codexLogin(ctx context.Context, req Request, secretEnv []string) (*evidence.Result, error) {
 	bin := r.Svc.Cfg.CodexBin
 	res, err := r.Svc.Exec(ctx, req.Session, sandbox.ExecOptions{
-		Name: req.Name + "-login", Argv: []string{bin, "login", "status"}, Timeout: loginTimeout, SecretEnv: secretEnv,
+		Name: req.Name[:min(len(req.Name), evidence.MaxNameLen-len("-login"))] + "-login", Argv: []string{bin, "login", "status"}, Timeout: loginTimeout, SecretEnv: secretEnv,
 		LiveStderr: req.LiveStderr,
 	})
 	if res == nil {
@@ -185,13 +237,16 @@ func (r *Runner) codexLogin(ctx context.Context, req Request, secretEnv []string
 	}
 	switch {
 	case res.ExitCode == 127:
-		r.note("%s", r.missing(req.Session, Codex, bin))
+		res.Why = r.missing(req.Session, Codex, bin)
 	case res.ExitCode != 0:
 		msg := lastLine(res.StderrPath)
 		if msg == "" {
 			msg = lastLine(res.StdoutPath)
 		}
-		r.note("codex is not signed in where the session runs (`codex login status`: %q, exit %d): run `codex login` there, or pass a key with --env-pass OPENAI_API_KEY (XMODE_AGENT_ENV passes it by default when it is set)", msg, res.ExitCode)
+		res.Why = fmt.Sprintf("codex is not signed in where the session runs (`codex login status`: %q, exit %d): run `codex login` there, or pass a key with --env-pass OPENAI_API_KEY (XMODE_AGENT_ENV passes it by default when it is set)", msg, res.ExitCode)
+	}
+	if res.Why != "" {
+		r.note("%s", res.Why)
 	}
 	return res, err
 }

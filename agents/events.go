@@ -33,6 +33,8 @@ type parser struct {
 	seenFile  map[string]bool
 	lastError string
 	missing   string // the agent's error when its CLI is not found (127)
+	// signIn: claude said it has no (valid) credentials.
+	signIn bool
 }
 
 func newParser(kind, dir, missing string, events io.Writer) *parser {
@@ -109,13 +111,19 @@ func (p *parser) file(name string) {
 	if name == "" {
 		return
 	}
-	if rel, ok := strings.CutPrefix(path.Clean(name), strings.TrimSuffix(p.dir, "/")+"/"); ok && path.IsAbs(name) {
-		name = rel
-	}
+	name = inWorktree(p.dir, name)
 	if !p.seenFile[name] {
 		p.seenFile[name] = true
 		p.sum.FilesChanged = append(p.sum.FilesChanged, name)
 	}
+}
+
+// inWorktree shows a path under the worktree relative to it.
+func inWorktree(dir, name string) string {
+	if rel, ok := strings.CutPrefix(path.Clean(name), strings.TrimSuffix(dir, "/")+"/"); ok && path.IsAbs(name) {
+		return rel
+	}
+	return name
 }
 
 // codexEvent reads one event of `codex exec --json` (codex-rs
@@ -185,6 +193,7 @@ func (p *parser) codexEvent(line []byte) {
 func (p *parser) claudeEvent(line []byte) {
 	var ev struct {
 		Type    string `json:"type"`
+		Error   string `json:"error"`
 		Result  string `json:"result"`
 		IsError bool   `json:"is_error"`
 		Usage   *struct {
@@ -208,6 +217,7 @@ func (p *parser) claudeEvent(line []byte) {
 	}
 	switch ev.Type {
 	case "assistant":
+		p.signIn = p.signIn || ev.Error == "authentication_failed"
 		if ev.Message == nil {
 			return
 		}
@@ -228,6 +238,7 @@ func (p *parser) claudeEvent(line []byte) {
 		p.sum.FinalMessage = ev.Result
 		if ev.IsError {
 			p.sum.Error = ev.Result
+			p.signIn = p.signIn || claudeSignIn(ev.Result)
 		}
 		if ev.Usage != nil {
 			p.sum.Tokens = &evidence.Tokens{Input: ev.Usage.Input, Output: ev.Usage.Output}

@@ -108,3 +108,59 @@ func TestExpandKeepsEachElementOneArgument(t *testing.T) {
 		t.Fatalf("expand: %q, want %q", got, want)
 	}
 }
+
+// show writes the stream to the terminal view in chunks of n bytes.
+func show(kind, stream string, n int) string {
+	var out bytes.Buffer
+	l := newLive(kind, "/wt", &out)
+	for b := []byte(stream); len(b) > 0; {
+		k := min(n, len(b))
+		l.Write(b[:k])
+		b = b[k:]
+	}
+	l.flush()
+	return out.String()
+}
+
+// The terminal gets an agent's events read for a person, never raw; lines
+// that are not events pass as they are.
+func TestLiveView(t *testing.T) {
+	for _, n := range []int{1, 7, 4096} {
+		got := show(Codex, codexRun, n)
+		want := "not json: codex's own warning line\n$ bash -lc ls\nedited src/a.go\nadded docs/new.md\nedited src/a.go\nfirst\nDone: tests pass.\n"
+		if got != want {
+			t.Fatalf("codex, chunks of %d:\n%s\nwant\n%s", n, got, want)
+		}
+	}
+	claude := `{"type":"system","subtype":"init","cwd":"/wt"}
+{"type":"assistant","message":{"content":[{"type":"text","text":"Let me look."},{"type":"tool_use","id":"t1","name":"Bash","input":{"command":"go test ./..."}}]}}
+{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"ok"}]}}
+{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t2","name":"Edit","input":{"file_path":"/wt/main.go"}}]}}
+{"type":"result","subtype":"error_during_execution","is_error":true,"result":"API Error: 529 overloaded"}
+plain text, no newline`
+	if got, want := show(Claude, claude, 5), "Let me look.\n$ go test ./...\nedited main.go\nerror: API Error: 529 overloaded\nplain text, no newline"; got != want {
+		t.Fatalf("claude:\n%s\nwant\n%s", got, want)
+	}
+	// Not signed in: nothing of claude's events; xmode's one line says it.
+	b, err := os.ReadFile("testdata/claude-not-logged-in.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := show(Claude, string(b), 512); got != "" {
+		t.Fatalf("claude not logged in reached the terminal as:\n%s", got)
+	}
+	var events bytes.Buffer
+	p := newParser(Claude, "/wt", "", &events)
+	p.Write(b)
+	if p.Summary(engine.Status{ExitCode: 1}); !p.signIn {
+		t.Fatal("the parser did not see claude's failed sign-in")
+	}
+	// codex without a network: its errors, once each as it said them.
+	b, err = os.ReadFile("testdata/codex-no-network.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := show(Codex, string(b), 100); strings.Contains(got, `"type"`) || !strings.Contains(got, "error: ") {
+		t.Fatalf("codex without a network:\n%s", got)
+	}
+}

@@ -174,10 +174,15 @@ func TestVerify(t *testing.T) {
 	named("file added", "extra.sh")
 	os.Remove(file("extra.sh"))
 
-	log := filepath.Join(e.root, "runs", p.RunID, "steps", "0001-sh", "stdout.log")
+	// the first step, named after its script's words
+	steps, _ := filepath.Glob(filepath.Join(e.root, "runs", p.RunID, "steps", "0001-sh-c-*"))
+	if len(steps) != 1 {
+		t.Fatalf("step 1: %q", steps)
+	}
+	log := filepath.Join(steps[0], "stdout.log")
 	lb, _ := os.ReadFile(log)
 	os.WriteFile(log, append(lb, "rewritten\n"...), 0o644)
-	named("log edited", "steps/0001-sh/stdout.log")
+	named("log edited", "steps/"+filepath.Base(steps[0])+"/stdout.log")
 	os.WriteFile(log, lb, 0o644)
 
 	// A consistent forgery: a new patch, its hash in the manifest and the

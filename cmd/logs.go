@@ -2,9 +2,10 @@ package cmd
 
 import (
 	"context"
-
+	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,8 +34,10 @@ func (a *App) newLogs() *cobra.Command {
 		Short: "The evidence browser: a session's steps, or what one step printed",
 		Long: `Without STEP, a table of the session's steps: number, name, how it ended
 (exit code, running or lost), duration, when it started, its command; failed
-steps stand out. With STEP (its number, or its name: the latest step of that
-name), what the step printed: its stdout log, its stderr log with --stderr,
+steps stand out. With STEP — its number; or its name (the latest step of
+that name); or words of its name (test finds make-test, the step that
+` + "`exec ID -- make test`" + ` made: a step is named after its command unless
+--name names it) — what the step printed: its stdout log, its stderr log with --stderr,
 both with --all (each on the stream it came from). A shell's transcript is
 its stdout log.
 
@@ -46,7 +49,7 @@ Logs are read from runs/<run>/steps/<seq>-<name>/ through the storage guard:
 nothing a step planted there (a symlink, a FIFO) is followed.` + exitStatusHelp,
 		Example: `  xmode sandbox logs sbx_7k2m9q4x
   xmode sandbox logs 7k2m 3              # step 3's stdout
-  xmode sandbox logs 7k2m test --stderr  # the latest step named test
+  xmode sandbox logs 7k2m test --stderr  # the latest step named test (or make-test)
   xmode sandbox logs 7k2m --follow       # the running step, live
   xmode sandbox logs 7k2m --json | jq '.[] | select(.exit_code != 0)'`,
 		Args: func(_ *cobra.Command, args []string) error {
@@ -132,7 +135,10 @@ func sessionSteps(ctx context.Context, st *store.Store, sess *store.Session) ([]
 	return out, nil
 }
 
-// pickStep finds STEP: a number, or a name (the latest step of that name).
+// pickStep finds STEP (docs/cli: sandbox logs): a number is that step; a
+// name is the latest step of that name; else the latest step whose name has
+// STEP's words in it (test finds make-test), as long as they all have one
+// name — two names are ambiguous (exit 2), and the message lists them.
 func pickStep(sess *store.Session, steps []store.StepRow, ref string) (store.StepRow, error) {
 	if n, err := strconv.Atoi(ref); err == nil {
 		for _, s := range steps {
@@ -140,14 +146,54 @@ func pickStep(sess *store.Session, steps []store.StepRow, ref string) (store.Ste
 				return s, nil
 			}
 		}
-	} else {
-		for i := len(steps) - 1; i >= 0; i-- {
-			if steps[i].Name == ref {
-				return steps[i], nil
-			}
+		return store.StepRow{}, fail.NotFoundf("no step %d in session %s: `xmode sandbox logs %s` lists its steps", n, sess.ID, sess.ID)
+	}
+	for i := len(steps) - 1; i >= 0; i-- {
+		if steps[i].Name == ref {
+			return steps[i], nil
 		}
 	}
-	return store.StepRow{}, fail.NotFoundf("no step %q in session %s: `xmode sandbox logs %s` lists its steps", ref, sess.ID, sess.ID)
+	want := stepWords(ref)
+	var found []store.StepRow
+	names := map[string]bool{}
+	for _, s := range steps {
+		if len(want) > 0 && hasWords(stepWords(s.Name), want) {
+			found = append(found, s)
+			names[s.Name] = true
+		}
+	}
+	switch {
+	case len(found) == 0:
+		return store.StepRow{}, fail.NotFoundf("no step named %q in session %s: `xmode sandbox logs %s` lists its steps", ref, sess.ID, sess.ID)
+	case len(names) > 1:
+		var list []string
+		for _, s := range found {
+			if names[s.Name] {
+				list = append(list, fmt.Sprintf("%s (step %d)", s.Name, s.Seq))
+				delete(names, s.Name)
+			}
+		}
+		return store.StepRow{}, fail.Usagef("step %q is ambiguous in session %s: it matches %s; give the step's number or whole name", ref, sess.ID, strings.Join(list, ", "))
+	}
+	return found[len(found)-1], nil
+}
+
+// stepWords splits a step name (or what a user typed for one) into its
+// words, lowercased: make-test is make, test.
+func stepWords(s string) []string {
+	return strings.FieldsFunc(strings.ToLower(s), func(r rune) bool {
+		return r == '-' || r == '_' || r == '.' || r == ' ' || r == '/'
+	})
+}
+
+// hasWords reports whether want occurs in words, in order and together.
+func hasWords(words, want []string) bool {
+	for i := 0; i+len(want) <= len(words); i++ {
+		if slices.Equal(words[i:i+len(want)], want) {
+			return true
+		}
+	}
+	return false
 }
 
 // streamFor is where the i-th log goes: stdout, or with --all the second

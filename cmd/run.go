@@ -73,16 +73,25 @@ objective.
 Prints the run ID, the change request's ID and a table of the steps on
 stdout; the steps' output streams to stderr. Ctrl-C ends the running step
 (its evidence is kept) and the session, unless --keep. ` + "`xmode run list`" + ` and
-` + "`xmode run show RUN`" + ` show runs: objective, plan, status (running, review,
-failed, approved, rejected), sessions, steps, change requests.
+` + "`xmode run show RUN`" + ` show runs: objective, plan, status, sessions, steps,
+change requests.
+
+STATUS
+  running    the loop is at work
+  review     a change request awaits a reviewer (whatever the checks said:
+             its evidence shows them); approved or rejected once reviewed
+  no-change  every step passed, and the worktree has nothing to review
+  failed     the agent step failed, or a required step failed and nothing
+             changed, or xmode failed; a line says why (what a failed agent
+             changed is still kept as a change request)
 
 EXIT STATUS
   the first failing required step's status (0 when every one passed; 130
   after Ctrl-C); 1 the loop failed (the change request could not be built);
   2 bad flag or plan, 3 not found, 4 refused, 5 engine unavailable.`,
 		Example: `  xmode run --repo . --objective "fix the flaky test" --agent codex
-  XMODE_AGENT_COMMAND_TEMPLATE='sh /usr/local/share/xmode/examples/agent.sh {prompt_file}' \
-    xmode run --repo . --objective "add a NOTES.md" --agent command`,
+  XMODE_AGENT_COMMAND_TEMPLATE="sh '$(xmode examples)/agent.sh' {prompt_file}" \
+    xmode run --repo . --objective "add a NOTES.md" -f "$(xmode examples)/xmode.yaml"`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case len(args) == 0:
@@ -121,6 +130,9 @@ EXIT STATUS
 				kv.row("session:", session)
 				kv.row("cr:", orDash(res.CR))
 				kv.row("status:", a.runStatusColor(res.Status))
+				if why := runWhy(res.Status, res.Error); why != "" {
+					kv.row("why:", clean(why))
+				}
 				kv.row("plan:", clean(res.PlanSource))
 				_ = kv.flush()
 				fmt.Fprintln(a.Out)
@@ -163,6 +175,8 @@ func (a *App) runStatusColor(s string) string {
 	switch s {
 	case store.RunReview, store.RunApproved:
 		return a.paint(color.FgGreen, s)
+	case store.RunNoChange:
+		return a.paint(color.FgYellow, s)
 	case store.RunFailed, store.RunRejected:
 		return a.paint(color.FgRed, s)
 	case store.RunRunning:
@@ -274,7 +288,19 @@ func (a *App) newRunShow() *cobra.Command {
 			}
 			kv := newTable(a.Out)
 			kv.row("Run:", r.ID)
-			kv.row("Objective:", clean(firstLine(r.Objective)))
+			// The whole objective: its first line beside the label, the
+			// others under it.
+			for i, line := range strings.Split(strings.TrimSpace(r.Objective), "\n") {
+				line = strings.TrimRight(line, " \t\r")
+				switch {
+				case i == 0:
+					kv.row("Objective:", clean(line))
+				case line == "":
+					kv.row("")
+				default:
+					kv.row("", clean(line))
+				}
+			}
 			kv.row("Status:", a.runStatusColor(r.Status))
 			if r.ExitCode != nil {
 				kv.row("Exit:", fmt.Sprint(*r.ExitCode))
@@ -295,8 +321,8 @@ func (a *App) newRunShow() *cobra.Command {
 			if r.FinishedAt != nil {
 				kv.row("Finished:", r.FinishedAt.Local().Format(time.DateTime))
 			}
-			if r.Error != "" {
-				kv.row("Error:", clean(r.Error))
+			if why := runWhy(r.Status, r.Error); why != "" {
+				kv.row("Why:", clean(why))
 			}
 			if err := kv.flush(); err != nil {
 				return err
@@ -318,6 +344,15 @@ func (a *App) newRunShow() *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// runWhy is the line that says why a run ended as it did: its error when
+// it failed, the reason when there was nothing to review.
+func runWhy(status, err string) string {
+	if status == store.RunNoChange {
+		return loop.NoChange
+	}
+	return err
 }
 
 func firstLine(s string) string {

@@ -168,6 +168,10 @@ both for an interactive program (` + "`sh -i`" + `, a REPL), or ` + "`xmode sand
 --env NAME without a value passes this machine's value of NAME (as docker
 does); the evidence records the name only.
 
+The step is named after the command's words (make test: make-test) unless
+--name names it; a name is kept as given (letters, digits, '.', '_', '-').
+` + "`xmode sandbox logs ID test`" + ` finds it by a word of its name, or by number.
+
 With --json the output goes only to the log files and the step is printed as
 JSON when it ends.
 
@@ -234,7 +238,7 @@ EXIT STATUS
 	f := cmd.Flags()
 	f.DurationVar(&o.Timeout, "timeout", 0, "kill the whole process tree after this long (e.g. 90s, 15m)")
 	f.StringArrayVarP(&o.Env, "env", "e", nil, "KEY=VALUE for the command, or NAME to pass this machine's value (repeatable)")
-	f.StringVar(&o.Name, "name", "", "step name (default: the command's name)")
+	f.StringVar(&o.Name, "name", "", "step name (default: the command's words, e.g. make-test)")
 	f.StringVar(&o.Workdir, "workdir", "", "directory relative to the worktree")
 	f.BoolVarP(&interactive, "interactive", "i", false, "pass standard input to the command")
 	f.BoolVarP(&tty, "tty", "t", false, "give the command a terminal (needs one here); its transcript is stdout.log")

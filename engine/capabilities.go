@@ -231,3 +231,23 @@ func StepContainment(a Adapter) (Containment, bool) {
 	}
 	return Containment{}, false
 }
+
+// PathChecker is an engine whose sandboxes see a filesystem of their own
+// (a container's image and mounts) rather than the host's: PathPresent says
+// whether a path exists there. A step that names a host path its sandbox
+// does not have is warned about before it runs (an agent template naming
+// a script of this host).
+type PathChecker interface {
+	PathPresent(ctx context.Context, sb Sandbox, path string) (bool, error)
+}
+
+// PathPresent reports whether path exists in the sandbox; known is false
+// when the adapter cannot tell, because its steps see the host's files.
+func PathPresent(ctx context.Context, a Adapter, sb Sandbox, path string) (present, known bool, err error) {
+	p, ok := a.(PathChecker)
+	if !ok {
+		return false, false, nil
+	}
+	present, err = p.PathPresent(ctx, sb, path)
+	return present, err == nil, err
+}

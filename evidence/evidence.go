@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
@@ -58,6 +59,10 @@ type Result struct {
 	StoppedBy string `json:"stopped_by,omitempty"`
 	// Agent summarises an agent step's event stream (contract §7).
 	Agent *Agent `json:"agent,omitempty"`
+	// Why is xmode's own line on a failure it recognised (an agent not
+	// signed in, its CLI missing), for the caller to show; result.json
+	// keeps the agent's own words in Agent.Error instead.
+	Why string `json:"-"`
 }
 
 // Agent is the agent object of an agent step's result.json: what the
@@ -117,7 +122,7 @@ type Step struct {
 // Request is what a caller is about to run.
 type Request struct {
 	Session *store.Session
-	Name    string // "" derives it from argv[0]
+	Name    string // "" derives it from argv (StepName)
 	Argv    []string
 	Env     []string
 	Workdir string
@@ -137,7 +142,10 @@ func Begin(ctx context.Context, st *store.Store, g storage.Guard, req Request) (
 	if err != nil {
 		return nil, err
 	}
-	name := StepName(req.Name, req.Argv)
+	name, err := StepName(req.Name, req.Argv)
+	if err != nil {
+		return nil, err
+	}
 	now := time.Now().UTC()
 	rel := func(seq int) string {
 		return filepath.Join(req.Session.RunID, "steps", fmt.Sprintf("%04d-%s", seq, name))
@@ -321,29 +329,81 @@ func (s *Step) close() {
 	}
 }
 
-// StepName is the directory-safe name of a step: --name if given, else the
-// base name of the command, lowercased, [a-z0-9._-] only, at most 40 bytes.
-func StepName(name string, argv []string) string {
-	if name == "" && len(argv) > 0 {
-		name = filepath.Base(argv[0])
+// MaxNameLen bounds a step's name.
+const MaxNameLen = 63
+
+// CheckName refuses a step name a person gave (--name, a plan's name:) that
+// is not one: 1 to 63 letters, digits, '.', '_' or '-', starting with a
+// letter or digit — docker's rule for container names — and not a number,
+// which `sandbox logs ID N` would take for step N. Names are kept as given,
+// case included, and are the step directory's name as they are.
+func CheckName(name string) error {
+	if !dirName(name) || !isAlnum(rune(name[0])) || len(name) > MaxNameLen {
+		return fail.Usagef("%q is not a step name: 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", name, MaxNameLen)
 	}
-	var b strings.Builder
-	for _, r := range strings.ToLower(name) {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '.', r == '_', r == '-':
-			b.WriteRune(r)
-		default:
-			b.WriteByte('-')
+	if strings.Trim(name, "0123456789") == "" {
+		return fail.Usagef("%q is not a step name: a number would be taken for a step's number (`xmode sandbox logs ID 3`); add a letter", name)
+	}
+	return nil
+}
+
+// StepName is the step's name: name if given (checked by CheckName), else
+// the command's words joined by '-' — `make test` is make-test, `go test
+// ./...` go-test — cut to 40 characters at a word, as CI systems name a
+// step after its command line.
+func StepName(name string, argv []string) (string, error) {
+	if name != "" {
+		return name, CheckName(name)
+	}
+	var words []string
+	for i, a := range argv {
+		if i == 0 {
+			a = filepath.Base(a)
 		}
-		if b.Len() >= 40 {
+		for _, w := range strings.FieldsFunc(a, func(r rune) bool { return !isAlnum(r) && r != '.' && r != '_' }) {
+			if w = strings.Trim(w, "._"); w != "" {
+				words = append(words, w)
+			}
+		}
+	}
+	out := ""
+	for _, w := range words {
+		if out == "" {
+			out = w[:min(len(w), 40)]
+			continue
+		}
+		if len(out)+1+len(w) > 40 {
 			break
 		}
+		out += "-" + w
 	}
-	out := strings.Trim(b.String(), "-.")
+	out = strings.TrimRight(out, "._")
 	if out == "" {
-		return "step"
+		return "step", nil
 	}
-	return out
+	if strings.Trim(out, "0123456789") == "" {
+		out = "step-" + out
+	}
+	return out, nil
+}
+
+// dirName reports whether name can be a step directory's name as it is:
+// letters, digits, '.', '_' and '-', not starting with '.' (so never "."
+// or ".."). Every name xmode ever recorded is one.
+func dirName(name string) bool {
+	if name == "" || len(name) > MaxNameLen+8 || name[0] == '.' {
+		return false
+	}
+	for _, r := range name {
+		if !isAlnum(r) && r != '.' && r != '_' && r != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
 }
 
 func (s *Step) writeJSON(name string, v any) error {

@@ -35,7 +35,7 @@ func stepRel(runID string, seq int, name string) (string, error) {
 	if !storage.ValidID("run_", runID) {
 		return "", fail.Refusedf("run id %q is malformed; refusing to derive a path from it", runID)
 	}
-	if seq < 1 || StepName(name, nil) != name {
+	if seq < 1 || !dirName(name) {
 		return "", fail.Refusedf("step %d %q is not a step's number and name; refusing to derive a path from it", seq, name)
 	}
 	return filepath.Join(runID, "steps", fmt.Sprintf("%04d-%s", seq, name)), nil

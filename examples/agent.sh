@@ -2,7 +2,9 @@
 # A stand-in coding agent for xmode's `command` agent kind: no account, no
 # network, POSIX sh only (it runs in a busybox image too).
 #
-#   XMODE_AGENT_COMMAND_TEMPLATE='sh /usr/local/share/xmode/examples/agent.sh {prompt_file}'
+#   export XMODE_AGENT_COMMAND_TEMPLATE="sh '$(xmode examples)/agent.sh' {prompt_file}"
+#
+# (`xmode examples` prints where `make install` put it.)
 #
 # It runs in the worktree (xmode starts every step there), appends the
 # prompt to AGENT_NOTES.md, commits that when git is available, and reports

@@ -76,9 +76,10 @@ type Options struct {
 	EnvPass  []string
 }
 
-// Result is what `xmode run` reports.
+// Result is what `xmode run` reports. The run's ID is "id", as in `run
+// list --json` and `run show --json`.
 type Result struct {
-	RunID      string          `json:"run_id"`
+	RunID      string          `json:"id"`
 	SessionID  string          `json:"session_id"`
 	CR         string          `json:"cr_id"`
 	Status     string          `json:"status"`
@@ -86,7 +87,8 @@ type Result struct {
 	PlanSource string          `json:"plan_source"`
 	Steps      []plans.Outcome `json:"steps"`
 	Kept       bool            `json:"session_kept"`
-	Error      string          `json:"error,omitempty"`
+	// Error says why the run failed (a step, or xmode itself).
+	Error string `json:"error,omitempty"`
 }
 
 // DefaultAgent is the kind of the default agent step when --agent is not
@@ -130,6 +132,7 @@ func (l *Loop) Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	res := &Result{RunID: sess.RunID, SessionID: sess.ID, Kept: o.Keep, Steps: []plans.Outcome{}}
 	ran := false // the plan ran (some of) its steps
+	failedStep := ""
 	l.note("run %s: session %s (%s engine), %s at %s", sess.RunID, sess.ID, sess.Engine, sess.Repo, shortSHA(sess.BaseCommit))
 
 	loopErr := func() error {
@@ -144,7 +147,7 @@ func (l *Loop) Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		rep, err := l.Plans.Run(ctx, sess, plan, l.planOptions(o))
 		if rep != nil {
-			res.Steps, res.ExitCode, ran = rep.Steps, rep.ExitCode, true
+			res.Steps, res.ExitCode, failedStep, ran = rep.Steps, rep.ExitCode, rep.Failed, true
 		}
 		if err != nil {
 			return err
@@ -172,7 +175,7 @@ func (l *Loop) Run(ctx context.Context, o Options) (*Result, error) {
 			l.note("stopped %s; evidence kept in %s", sess.ID, sess.RunDir)
 		}
 	}
-	res.Status = store.RunReview
+	res.Status, res.Error = outcome(plan, failedStep, res)
 	if loopErr != nil {
 		res.Status, res.Error = store.RunFailed, loopErr.Error()
 		if res.ExitCode == 0 {
@@ -191,6 +194,50 @@ func (l *Loop) Run(ctx context.Context, o Options) (*Result, error) {
 		return res, loopErr
 	}
 	return res, nil
+}
+
+// NoChange is why a run ends no-change, as `xmode run` and `run show` say it.
+const NoChange = "every step passed, and the worktree has no change against its base commit: there is nothing to review"
+
+// outcome is how a run whose plan ran ends, and why (docs/agents.md, "The
+// loop"). A change request goes to review whatever the checks said — the
+// evidence shows them — unless the agent step itself failed: its partial
+// work is kept as the change request, but the run failed. Without a change
+// request there is nothing to review: no-change when every step passed,
+// failed otherwise.
+func outcome(plan *plans.Plan, failedStep string, res *Result) (status, reason string) {
+	var failed *plans.Outcome
+	for i := range res.Steps {
+		if res.Steps[i].Step == failedStep && failedStep != "" {
+			failed = &res.Steps[i]
+		}
+	}
+	agent := false
+	if plan != nil && failed != nil {
+		for _, s := range plan.Steps {
+			agent = agent || s.Name == failedStep && s.IsAgent()
+		}
+	}
+	switch {
+	case res.CR != "" && !agent:
+		return store.RunReview, ""
+	case failed == nil && res.ExitCode == 0:
+		return store.RunNoChange, ""
+	}
+	why := fmt.Sprintf("step %s failed", failedStep)
+	if failed == nil {
+		why = "a required step failed"
+	}
+	if failed != nil && failed.ExitCode != nil {
+		why += fmt.Sprintf(" (exit %d)", *failed.ExitCode)
+	}
+	if failed != nil && failed.Error != "" {
+		why += ": " + failed.Error
+	}
+	if res.CR != "" {
+		return store.RunFailed, why + "; what it changed is kept as " + res.CR
+	}
+	return store.RunFailed, why + "; the worktree has no change to review"
 }
 
 // knownAgents are the agent steps known before the session exists: the

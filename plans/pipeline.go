@@ -32,6 +32,9 @@ type Outcome struct {
 	Seq        int    `json:"seq,omitempty"`
 	DurationMS int64  `json:"duration_ms"`
 	Dir        string `json:"dir,omitempty"`
+	// Error is why a failed step failed, in a line, when that is known (an
+	// agent not signed in, its CLI missing).
+	Error string `json:"error,omitempty"`
 }
 
 // Report is a pipeline's outcome. ExitCode is the status of the first
@@ -133,7 +136,10 @@ func (r *Runner) Run(ctx context.Context, sess *store.Session, p *Plan, o Option
 			out.ExitCode, out.TimedOut, out.Seq, out.Dir = &res.ExitCode, res.TimedOut, res.Seq, res.Dir
 			out.Status = Passed
 			if res.ExitCode != 0 {
-				out.Status = Failed
+				out.Status, out.Error = Failed, res.Why
+				if out.Error == "" && res.Agent != nil {
+					out.Error = res.Agent.Error
+				}
 				if s.AllowFailure {
 					out.Status = AllowedFailure
 				} else {

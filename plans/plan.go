@@ -19,6 +19,7 @@ import (
 
 	"github.com/xmode/xmode/agents"
 	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
 )
 
@@ -124,17 +125,6 @@ func readCapped(r io.Reader, name string) ([]byte, error) {
 	return b, nil
 }
 
-// validName: 1 to 40 of [A-Za-z0-9._-], starting with a letter or digit.
-func validName(s string) bool {
-	for i, c := range s {
-		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
-		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-') {
-			return false
-		}
-	}
-	return s != "" && len(s) <= 40
-}
-
 // planError is a plan error naming the file, the line and the field.
 func planError(file string, n *yaml.Node, field, format string, args ...any) error {
 	return fail.Usagef("%s:%d: %s: %s", file, n.Line, field, fmt.Sprintf(format, args...))
@@ -233,8 +223,10 @@ func parseStep(file, field string, n *yaml.Node) (Step, error) {
 		var err error
 		switch key {
 		case "name":
-			if s.Name, err = scalar(file, v, f); err == nil && !validName(s.Name) {
-				err = planError(file, v, f, "%q is not a step name: 1 to 40 letters, digits, '.', '_' or '-', starting with a letter or digit", s.Name)
+			if s.Name, err = scalar(file, v, f); err == nil && s.Name != "" {
+				if nerr := evidence.CheckName(s.Name); nerr != nil {
+					err = planError(file, v, f, "%s", nerr.Error())
+				}
 			}
 		case "agent":
 			if s.Agent, err = scalar(file, v, f); err == nil && agents.CheckKind(s.Agent) != nil {

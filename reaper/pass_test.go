@@ -49,7 +49,7 @@ func TestPassReapsExpiredKeepsEvidenceAndSharedWorktrees(t *testing.T) {
 	if !exists(filepath.Join(e.worktree(b), "README")) {
 		t.Fatal("the worktree shared with an open session was removed")
 	}
-	out, err := os.ReadFile(filepath.Join(e.root, "runs", a.RunID, "steps", "0001-sh", "stdout.log"))
+	out, err := os.ReadFile(filepath.Join(e.root, "runs", a.RunID, "steps", "0001-sh-c-echo-evidence-echo-scratch", "stdout.log"))
 	if err != nil || string(out) != "evidence\n" {
 		t.Fatalf("evidence lost: %q %v", out, err)
 	}

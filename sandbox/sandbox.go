@@ -402,3 +402,26 @@ func (s *Service) WorktreeInSandbox(sess *store.Session) (string, error) {
 	}
 	return "", fmt.Errorf("session %s: docker session with unknown mount mode %q", sess.ID, sess.MountMode)
 }
+
+// MissingPaths are the paths (absolute, as the sandbox would see them)
+// that the session's sandbox does not have, asked of an engine whose
+// sandboxes see a filesystem of their own (engine.PathChecker); none for
+// one whose steps see the host's files. It only feeds a warning, so a
+// lookup that fails leaves its path out.
+func (s *Service) MissingPaths(ctx context.Context, sess *store.Session, paths []string) []string {
+	if len(paths) == 0 {
+		return nil
+	}
+	adapter, err := engine.Open(sess.Engine, s.Cfg)
+	if err != nil {
+		return nil
+	}
+	defer engine.Close(adapter)
+	var missing []string
+	for _, p := range paths {
+		if present, known, _ := engine.PathPresent(ctx, adapter, sess.Sandbox(), p); known && !present {
+			missing = append(missing, p)
+		}
+	}
+	return missing
+}

@@ -204,3 +204,87 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// The run-outcomes migration rebuilds runs to widen its status CHECK: every
+// column, index and foreign key survives, the rows too — except that a run
+// an older xmode ended in review without a change request gets the status
+// it should have had (no-change, or failed with a reason).
+func TestRunOutcomesMigration(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	db := openAt(t, root, "_run_outcomes.sql")
+	before := schemaOf(t, db, "runs")
+	now := time.Now().UnixMilli()
+	seed := []string{
+		fmt.Sprintf(`INSERT INTO runs (id, created_at, repo, objective, status, exit_code, cr_id, error, plan, plan_source, machine, reclaimed_at, finished_at) VALUES
+			('run_aaaaaaaa', %d, 'r', 'with a change', 'review', 7, 'cr_aaaaaaaa', '', '{}', 'default', 'm', %d, %d),
+			('run_bbbbbbbb', %d, 'r', 'nothing changed', 'review', 0, '', '', '', '', '', NULL, %d),
+			('run_cccccccc', %d, 'r', 'agent failed', 'review', 1, '', '', '', '', '', NULL, %d),
+			('run_dddddddd', %d, 'r', 'xmode failed', 'failed', 2, '', 'bad plan', '', '', '', NULL, %d),
+			('run_eeeeeeee', %d, 'r', '', '', NULL, '', '', '', '', '', NULL, NULL)`,
+			now, now, now, now+1, now, now+2, now, now+3, now, now+4),
+		fmt.Sprintf(`INSERT INTO sessions (id, run_id, user, runner_mode, engine, status, end_reason, error, created_at, expires_at, worktree_path)
+			VALUES ('sbx_aaaaaaaa', 'run_aaaaaaaa', 'alice', 'local_worktree', 'host', 'destroyed', 'stopped', '', %d, %d, '/w/a')`, now, now),
+	}
+	for _, q := range seed {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+
+	s := open(t, root)
+	after := schemaOf(t, s.db, "runs")
+	if !reflect.DeepEqual(before.columns, after.columns) {
+		t.Fatalf("runs columns changed:\nbefore %q\nafter  %q", before.columns, after.columns)
+	}
+	if !reflect.DeepEqual(before.indexes, after.indexes) {
+		t.Fatalf("runs indexes changed:\nbefore %q\nafter  %q", before.indexes, after.indexes)
+	}
+	for _, fk := range before.fks {
+		if !contains(after.fks, fk) {
+			t.Fatalf("foreign key %s lost: %q", fk, after.fks)
+		}
+	}
+	want := map[string][2]string{
+		"run_aaaaaaaa": {RunReview, ""},
+		"run_bbbbbbbb": {RunNoChange, ""},
+		"run_cccccccc": {RunFailed, "a required step failed (exit 1) and the worktree had no change to review"},
+		"run_dddddddd": {RunFailed, "bad plan"},
+	}
+	runs, err := s.ListRuns(ctx, true)
+	if err != nil || len(runs) != 5 {
+		t.Fatalf("%d runs, %v", len(runs), err)
+	}
+	for _, r := range runs {
+		if w, ok := want[r.ID]; ok && (r.Status != w[0] || r.Error != w[1]) {
+			t.Errorf("%s: %q %q, want %q", r.ID, r.Status, r.Error, w)
+		}
+	}
+	a, err := s.ResolveRun(ctx, "run_aaaaaaaa")
+	if err != nil || a.CR != "cr_aaaaaaaa" || a.ExitCode == nil || *a.ExitCode != 7 || a.PlanSource != "default" || a.FinishedAt == nil {
+		t.Fatalf("%+v %v", a, err)
+	}
+	var machine string
+	var reclaimed sql.NullInt64
+	s.db.QueryRow(`SELECT machine, reclaimed_at FROM runs WHERE id = 'run_aaaaaaaa'`).Scan(&machine, &reclaimed)
+	if machine != "m" || reclaimed.Int64 != now {
+		t.Fatalf("machine %q reclaimed_at %v", machine, reclaimed)
+	}
+	if _, err := s.db.Exec(`UPDATE runs SET status = 'no-change' WHERE id = 'run_eeeeeeee'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec(`UPDATE runs SET status = 'bogus' WHERE id = 'run_eeeeeeee'`); err == nil {
+		t.Fatal("status 'bogus' accepted")
+	}
+	// The sessions still refer to the (rebuilt) runs table.
+	if _, err := s.db.Exec(`INSERT INTO sessions (id, run_id, user, runner_mode, engine, status, created_at, expires_at, worktree_path)
+		VALUES ('sbx_bbbbbbbb', 'run_nosuchxx', 'bob', 'local_worktree', 'host', 'open', 0, 0, '/w/b')`); err == nil {
+		t.Fatal("a session of a missing run was accepted: the foreign key is gone")
+	}
+	var integrity string
+	s.db.QueryRow("PRAGMA integrity_check").Scan(&integrity)
+	if integrity != "ok" {
+		t.Fatalf("integrity %s", integrity)
+	}
+}

@@ -11,10 +11,15 @@ import (
 	"github.com/xmode/xmode/internal/proc"
 )
 
-// Statuses of a run of the governed loop (contract §7).
+// Statuses of a run of the governed loop (docs/agents.md, "The loop"):
+// running; then review (a change request awaits a reviewer), no-change
+// (every step passed and the worktree had nothing to review) or failed (a
+// required step, or xmode, failed without a change to review, or the agent
+// step failed); a review moves review to approved or rejected.
 const (
 	RunRunning  = "running"
 	RunReview   = "review"
+	RunNoChange = "no-change"
 	RunFailed   = "failed"
 	RunApproved = "approved"
 	RunRejected = "rejected"
@@ -97,10 +102,10 @@ func (s *Store) SetRunPlan(ctx context.Context, runID, plan, source string) erro
 
 // LoopEnd is how a loop run ended.
 type LoopEnd struct {
-	Status   string // RunReview or RunFailed
+	Status   string // RunReview, RunNoChange or RunFailed
 	ExitCode int
 	CR       string
-	Error    string
+	Error    string // why a failed run failed
 	Finished time.Time
 }
 

@@ -82,7 +82,7 @@ func dkAgents(t *testing.T, cli *client.Client, root, repo, img string, env []st
 
 	// The loop end to end, the session kept to look at it.
 	var res struct {
-		RunID     string `json:"run_id"`
+		RunID     string `json:"id"`
 		SessionID string `json:"session_id"`
 		Status    string `json:"status"`
 		ExitCode  int    `json:"exit_code"`
@@ -130,6 +130,30 @@ func dkAgents(t *testing.T, cli *client.Client, root, repo, img string, env []st
 	if step.Agent.Kind != "command" || !slices.Equal(step.Agent.FilesChanged, []string{"AGENT_NOTES.md"}) ||
 		!slices.Equal(step.Argv[:2], []string{"sh", wantWT + "/tools/agent.sh"}) || !strings.HasPrefix(step.Argv[2], wantWT+"/.xmode-agent/.git/prompt-") {
 		t.Fatalf("%s: the agent step: %+v", mode, step)
+	}
+
+	// A template that names a host path the image lacks (the README's host
+	// template, in a docker session) is warned about before the step runs,
+	// naming the fix; the step then fails as it must. A template whose
+	// paths are in the worktree or the image gets no warning.
+	if strings.Contains(r.stderr, "warning:") {
+		t.Fatalf("%s: a warning for a template naming {worktree}\n%s", mode, r)
+	}
+	hostAgent, err := filepath.Abs(filepath.Join("..", "..", "examples", "agent.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = dkXmode(t, root, append(slices.Clone(env), "XMODE_AGENT_COMMAND_TEMPLATE=sh "+hostAgent+" {prompt_file}"),
+		"agent", "run", s.ID, "--agent", "command", "--prompt", "p")
+	want := "xmode: warning: XMODE_AGENT_COMMAND_TEMPLATE names " + hostAgent + ", which the sandbox's image " + img +
+		" does not have (it is a file on this host, and the sandbox sees only the worktree and its image): copy it into the repository and name it {worktree}/agent.sh in the template, or build it into the image\n"
+	if r.code == 0 || !strings.Contains(r.stderr, want) {
+		t.Fatalf("%s: a host path the image lacks: want a failure and the warning\n%s\n%s", mode, want, r)
+	}
+	r = dkWant(t, dkXmode(t, root, append(slices.Clone(env), "XMODE_AGENT_COMMAND_TEMPLATE=/bin/cat {prompt_file}"),
+		"agent", "run", s.ID, "--agent", "command", "--prompt", "in the image"), 0)
+	if r.stdout != "in the image" || strings.Contains(r.stderr, "warning:") {
+		t.Fatalf("%s: a path the image has\n%s", mode, r)
 	}
 
 	// A plan run again in the same session: the steps are numbered on.

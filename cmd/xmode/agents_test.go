@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -148,7 +150,9 @@ func TestCodexNotSignedIn(t *testing.T) {
 
 // The real claude CLI (@anthropic-ai/claude-code 2.1.x), not logged in:
 // it takes xmode's argv and fails within seconds with "Not logged in",
-// which becomes the step's failure.
+// which becomes the step's failure: one line naming both fixes, as codex's
+// does, and none of claude's stream-json on the terminal (it is in
+// events.jsonl).
 func TestClaudeNotLoggedIn(t *testing.T) {
 	t.Parallel()
 	bin := agentCLI(t, "claude", "XMODE_CLAUDE_BIN")
@@ -156,8 +160,13 @@ func TestClaudeNotLoggedIn(t *testing.T) {
 	c := xmode(t, root, "agent", "run", id, "--agent", "claude", "--prompt", "say hi", "--model", "sonnet")
 	signedOut(t, c, "XMODE_CLAUDE_BIN="+bin)
 	r := runCmd(t, c)
-	if r.code != 1 || !strings.Contains(r.stderr, "the claude agent failed: Not logged in") {
-		t.Fatalf("claude not logged in: exit %d\n%s", r.code, r.stderr)
+	const want = `xmode: claude is not signed in where the session runs (claude: "Not logged in · Please run /login"): run ` +
+		"`claude /login`" + ` there, or pass a key with --env-pass ANTHROPIC_API_KEY (XMODE_AGENT_ENV passes it by default when it is set)` + "\n"
+	if r.code != 1 || r.stderr != want {
+		t.Fatalf("claude not logged in: exit %d, stderr\n%s\nwant exit 1 and the one line\n%s", r.code, r.stderr, want)
+	}
+	if strings.Contains(r.stdout, `"type"`) || strings.Contains(r.stdout, "Not logged in") {
+		t.Fatalf("claude's events reached the terminal:\n%s", r.stdout)
 	}
 	if r.took > 30*time.Second {
 		t.Fatalf("the not-logged-in failure took %s", r.took)
@@ -170,6 +179,63 @@ func TestClaudeNotLoggedIn(t *testing.T) {
 	events, _ := os.ReadFile(filepath.Join(dir, "events.jsonl"))
 	if !bytes.Contains(events, []byte(`"permissionMode":"acceptEdits"`)) {
 		t.Fatalf("claude's init event does not show the permission mode xmode asked for:\n%s", events)
+	}
+}
+
+// A run whose agent step failed and changed nothing is failed, not in
+// review: the real codex and claude CLIs not signed in, and a command agent
+// whose script is missing, each end `failed` with no change request and a
+// line saying why, in `xmode run`, `run show` and `run list` alike.
+func TestRunAgentFailed(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		agent string
+		env   func(t *testing.T) []string
+		why   string
+		code  int
+	}{
+		{"codex", func(t *testing.T) []string {
+			return []string{"XMODE_CODEX_BIN=" + agentCLI(t, "codex", "XMODE_CODEX_BIN")}
+		}, "step agent-codex failed (exit 1): codex is not signed in where the session runs (`codex login status`: \"Not logged in\", exit 1): run `codex login` there, or pass a key with --env-pass OPENAI_API_KEY", 1},
+		{"claude", func(t *testing.T) []string {
+			return []string{"XMODE_CLAUDE_BIN=" + agentCLI(t, "claude", "XMODE_CLAUDE_BIN")}
+		}, "step agent-claude failed (exit 1): claude is not signed in where the session runs (claude: \"Not logged in · Please run /login\"): run `claude /login` there, or pass a key with --env-pass ANTHROPIC_API_KEY", 1},
+		{"command", func(t *testing.T) []string {
+			return []string{"XMODE_AGENT_COMMAND_TEMPLATE=sh /nonexistent/xmode/examples/agent.sh {prompt_file}"}
+		}, "step agent-command failed (exit 2): the command agent failed: sh: 0: cannot open /nonexistent/xmode/examples/agent.sh", 2}, // dash, Debian's sh
+	}
+	for _, tc := range cases {
+		t.Run(tc.agent, func(t *testing.T) {
+			t.Parallel()
+			env := tc.env(t)
+			dir := t.TempDir()
+			repo, root := filepath.Join(dir, "repo"), filepath.Join(dir, "root")
+			if err := makeRepo(repo); err != nil {
+				t.Fatal(err)
+			}
+			c := xmode(t, root, "run", "--repo", repo, "--agent", tc.agent, "--objective", "say hi")
+			signedOut(t, c, env...)
+			r := runCmd(t, c)
+			if r.code != tc.code || !strings.Contains(r.stdout, "\nstatus:   failed\n") || !strings.Contains(r.stdout, "\ncr:       -\n") ||
+				!strings.Contains(r.stdout, "\nwhy:      "+tc.why) || !strings.Contains(r.stdout, "; the worktree has no change to review\n") {
+				t.Fatalf("xmode run --agent %s: exit %d, want %d, status failed and why\n%s\n%s", tc.agent, r.code, tc.code, r.stdout, r.stderr)
+			}
+			c = xmode(t, root, "run", "list")
+			if r := runCmd(t, c); r.code != 0 || !regexp.MustCompile(`(?m)^run_[a-z2-7]{8} +failed +`+strconv.Itoa(tc.code)+` +- `).MatchString(r.stdout) {
+				t.Fatalf("run list:\n%s", r.stdout)
+			}
+			var runs []struct {
+				ID, Status, Error string
+				CR                string `json:"cr_id"`
+			}
+			out, err := xmode(t, root, "run", "list", "--json").Output()
+			if err != nil || json.Unmarshal(out, &runs) != nil || len(runs) != 1 || runs[0].Status != "failed" || runs[0].CR != "" || !strings.HasPrefix(runs[0].Error, tc.why) {
+				t.Fatalf("run list --json: %v\n%s", err, out)
+			}
+			if r := runCmd(t, xmode(t, root, "run", "show", runs[0].ID)); !strings.Contains(r.stdout, "\nWhy:             "+tc.why) {
+				t.Fatalf("run show:\n%s", r.stdout)
+			}
+		})
 	}
 }
 
@@ -212,7 +278,7 @@ func TestRunInterrupt(t *testing.T) {
 		t.Fatalf("Ctrl-C took %s", took)
 	}
 	var res struct {
-		RunID  string `json:"run_id"`
+		RunID  string `json:"id"`
 		Status string
 		Steps  []struct{ Step, Status string }
 	}

@@ -432,3 +432,32 @@ func TestWorktreeNotInVolume(t *testing.T) {
 		t.Errorf("Provision of a worktree outside the volume: %v", err)
 	}
 }
+
+// PathPresent answers for the container's own filesystem — its image and
+// what is mounted — not the host's, and runs nothing in the container; a
+// path that is not absolute is refused.
+func TestPathPresent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, MountBind, nil)
+	ctx := context.Background()
+	sb := e.provision()
+	if err := os.WriteFile(filepath.Join(sb.Worktree, "agent.sh"), []byte("true\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	host, err := filepath.Abs("provider_test.go") // on this host, not in the image
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]bool{"/bin/sh": true, "/workspace/agent.sh": true, "/workspace/nothing": false, host: false} {
+		if got, err := e.p.PathPresent(ctx, sb, p); err != nil || got != want {
+			t.Errorf("PathPresent(%s) = %v, %v; want %v", p, got, err, want)
+		}
+	}
+	if _, err := e.p.PathPresent(ctx, sb, "bin/sh"); fail.KindOf(err) != fail.Usage {
+		t.Errorf("a relative path: %v, want a usage error", err)
+	}
+	present, known, err := engine.PathPresent(ctx, e.p, sb, host)
+	if present || !known || err != nil {
+		t.Errorf("engine.PathPresent through the capability: %v %v %v", present, known, err)
+	}
+}

@@ -523,3 +523,26 @@ func (l *limitReader) Read(b []byte) (int, error) {
 	l.left -= int64(n)
 	return n, err
 }
+
+// PathPresent reports whether path (absolute, as the container sees it)
+// exists in the session's container: its image, or what is mounted there.
+// It stats through the daemon's archive API, running nothing in the
+// container.
+func (p *Provider) PathPresent(ctx context.Context, sb engine.Sandbox, name string) (bool, error) {
+	if !path.IsAbs(name) {
+		return false, fail.Usagef("%q is not an absolute path", name)
+	}
+	ci, err := p.ownedContainer(ctx, sb)
+	if err != nil {
+		return false, err
+	}
+	cctx, cancel := p.call(ctx)
+	defer cancel()
+	if _, err := p.cli.ContainerStatPath(cctx, ci.ID, path.Clean(name)); err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return false, nil
+		}
+		return false, p.wrap(err, "look up "+name+" in the sandbox")
+	}
+	return true, nil
+}
