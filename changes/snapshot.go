@@ -284,6 +284,7 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 	obj := &objects{store: st}
 	if dirs.common != nil {
 		obj.src = openSource(dirs.common, "the sandbox's git directory", s.MaxBytes)
+		obj.src.ctx = ctx
 		if ov := dirs.overlay(); ov != nil {
 			obj.src.alt = openSource(ov, "the run's git overlay", s.MaxBytes)
 		}
