@@ -9,7 +9,6 @@ import (
 	"os"
 	"path"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -345,7 +344,7 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 	sort.Strings(names)
 	if rel != "" {
 		for _, n := range names {
-			if strings.EqualFold(n, ".git") && !w.tracked.hasDir(rel) {
+			if n == ".git" && !w.tracked.hasDir(rel) {
 				if !ignored {
 					w.skipped = append(w.skipped, Skipped{rel + "/", "a nested git repository"})
 				}
@@ -362,8 +361,8 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 	var entries []TreeEntry
 	var subs []*subdir
 	for _, name := range names {
-		if strings.EqualFold(name, ".git") {
-			continue
+		if name == ".git" {
+			continue // the repository (or a nested one's, tracked): never content
 		}
 		if err := w.ctx.Err(); err != nil {
 			return Hash{}, err
@@ -412,6 +411,22 @@ func (w *walker) entry(f *os.File, rel, name string, ignored bool, subs *[]*subd
 	}
 	typ := st.Mode & unix.S_IFMT
 	isDir := typ == unix.S_IFDIR
+	// A path git refuses (.GIT, git~1, ...) is left out, and listed when
+	// git add -A would have tried to add it. Its directories were checked
+	// on the way down, and only a symlink's rules look past the last
+	// component.
+	why := ""
+	if typ == unix.S_IFLNK {
+		why = gitRefuses(p, true)
+	} else {
+		why = gitRefuses(name, false)
+	}
+	if why != "" {
+		if !(ignored || w.rules.ignored(p, name, isDir)) || w.tracked.has(p) || (isDir && w.tracked.hasDir(p)) {
+			w.skipped = append(w.skipped, Skipped{skippedPath(p, isDir), why})
+		}
+		return e, false, nil
+	}
 	if gl := w.gitlinks[p]; !gl.IsZero() && isDir {
 		e = TreeEntry{Name: name, Mode: modeGitlink, Hash: gl}
 		w.files[p] = walked{TreeEntry: e}
@@ -460,6 +475,15 @@ func (w *walker) entry(f *os.File, rel, name string, ignored bool, subs *[]*subd
 	}
 	w.files[p] = walked{e, size}
 	return e, true, nil
+}
+
+// skippedPath is how the skipped list names a path: a directory with a
+// trailing '/', all of it left out.
+func skippedPath(p string, isDir bool) string {
+	if isDir {
+		return p + "/"
+	}
+	return p
 }
 
 func displayDir(rel string) string {

@@ -123,6 +123,7 @@ func (a *App) runDiff(ctx context.Context, o diffOptions) error {
 	}
 	defer sn.Close()
 	a.warn(sn.Warnings)
+	a.reportLeftOut(sn.Skipped)
 	if a.json || o.stat {
 		st, err := sn.Stat(ctx)
 		if err != nil {
@@ -145,6 +146,14 @@ func (a *App) runDiff(ctx context.Context, o diffOptions) error {
 		cw.flush()
 		return err
 	})
+}
+
+// reportLeftOut lists on stderr the worktree paths a snapshot left out,
+// and why (--json has them as "skipped").
+func (a *App) reportLeftOut(skipped []changes.Skipped) {
+	for _, s := range skipped {
+		a.info("xmode: left out %s: %s", clean(s.Path), s.Reason)
+	}
 }
 
 func nonNilSlice[T any](s []T) []T {
@@ -199,6 +208,7 @@ func (a *App) runCRCreate(ctx context.Context, o crCreateOptions) error {
 		return err
 	}
 	a.warn(p.Manifest.Warnings)
+	a.reportLeftOut(p.Manifest.Skipped)
 	if a.json {
 		return a.printJSON(p)
 	}
@@ -385,6 +395,9 @@ func (a *App) writeCR(w io.Writer, p *changes.Package, ev *changes.Evidence) err
 	}
 	for _, warning := range m.Warnings {
 		fmt.Fprintf(w, "%s %s\n", a.paint(color.FgYellow, "Warning:"), warning)
+	}
+	for _, s := range m.Skipped {
+		fmt.Fprintf(w, "Left out: %s: %s\n", clean(s.Path), s.Reason)
 	}
 	fmt.Fprintln(w)
 	if err := writeStat(w, m.Stat, a.colour()); err != nil {
