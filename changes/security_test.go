@@ -316,3 +316,35 @@ echo '# kept' > .gitignore; echo g > .github/x; echo n > git~2x; echo more >> RE
 		t.Fatalf("the patch applied to a fresh clone gives tree %s, the manifest says %s", tree, p.Tree)
 	}
 }
+
+// TestHostilePackInSandbox: the sandbox replaces the base version of a
+// file it changed with the top of a 5,000-deep ref-delta chain. The chain
+// is refused from its headers, with a one-line warning, the base is
+// fetched from the session's repository, and the package is right.
+func TestHostilePackInSandbox(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	e.makeRepo(map[string]string{"README": "hello\n", "other": "x\n"})
+	s := e.create(sandbox.CreateOptions{})
+	real := git(t, e.repo, "rev-parse", "HEAD:README")
+	// the clone's objects loose, but for README's base version
+	e.sh(s, `set -e; p=$(ls .git/objects/pack/*.pack); mv "$p" .git/p.pack; rm -f .git/objects/pack/*; git unpack-objects -q < .git/p.pack; rm .git/p.pack
+rm .git/objects/`+real[:2]+`/`+real[2:]+`; ! git cat-file -e `+real+` 2>/dev/null; printf 'change\n' >> README`)
+	changes.PlantDeepChain(t, filepath.Join(e.worktree(s), ".git"), real, 5000)
+
+	p, err := e.cr.Create(ctx, s, changes.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := strings.Join(p.Manifest.Warnings, "\n")
+	if !strings.Contains(w, "delta chain deeper than 4095") || !strings.Contains(w, "fetched") || len(w) > 1000 {
+		t.Fatalf("warnings (%d bytes): %.1000s", len(w), w)
+	}
+	patch, err := e.cr.ReadFile(p, changes.PatchFile)
+	if err != nil || !bytes.Contains(patch, []byte(" hello\n+change\n")) {
+		t.Fatalf("the patch is not against the real base (%v):\n%s", err, patch)
+	}
+	if rep, err := e.cr.Verify(ctx, p); err != nil || !rep.Intact {
+		t.Fatalf("verify: %v %+v", err, rep)
+	}
+}
