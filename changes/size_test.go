@@ -147,8 +147,8 @@ func TestVerifySizeFirst(t *testing.T) {
 		problems = append(problems, pr.File+": "+pr.Problem)
 	}
 	got := strings.Join(problems, "\n")
-	if rep.Intact || !strings.Contains(got, "change.patch: is 53687091200 bytes, the manifest says") ||
-		!strings.Contains(got, "stdout.log: is 53687091200 bytes, evidence.json says") {
+	if rep.Intact || !strings.Contains(got, "change.patch: sha256 not computed (53687091200 bytes), the manifest says") ||
+		!strings.Contains(got, "stdout.log: sha256 not computed (53687091200 bytes), evidence.json says") {
 		t.Fatalf("problems:\n%s", got)
 	}
 }

@@ -81,7 +81,7 @@ func (s *Service) Verify(ctx context.Context, p *Package) (*Report, error) {
 		want := m.Files[name]
 		// the size first: a file that is not the size recorded is not read
 		if st, err := root.Lstat(dir + "/" + name); err == nil && st.Mode().IsRegular() && st.Size() != want.Size {
-			r.add(name, "is %d bytes, the manifest says %s (%d bytes)", st.Size(), want.SHA256, want.Size)
+			r.add(name, "sha256 not computed (%d bytes), the manifest says %s (%d bytes)", st.Size(), want.SHA256, want.Size)
 			continue
 		}
 		b, ok := read(name, max(want.Size, 0))
@@ -219,7 +219,7 @@ func (s *Service) verifyLogs(ctx context.Context, p *Package, evb []byte, r *Rep
 			case err != nil:
 				r.add(name, "cannot be read: %v", err)
 			case got.SHA256 == "":
-				r.add(name, "is %d bytes, evidence.json says %s (%d bytes)", got.Size, log.want.SHA256, log.want.Size)
+				r.add(name, "sha256 not computed (%d bytes), evidence.json says %s (%d bytes)", got.Size, log.want.SHA256, log.want.Size)
 			case *got != *log.want:
 				r.add(name, "sha256 %s (%d bytes), evidence.json says %s (%d bytes)", got.SHA256, got.Size, log.want.SHA256, log.want.Size)
 			default:
