@@ -27,6 +27,10 @@ func (a *App) changes(ctx context.Context) (*changes.Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A large change or a hostile pack can hold a few hundred MB live
+	// (docs/change-requests.md, "Hostile packs"): a soft limit keeps the
+	// heap near that rather than at 5 times it.
+	debug.SetMemoryLimit(512<<20 + 4*min(svc.Cfg.CRMaxBytes, 1<<40))
 	return changesOf(svc), nil
 }
 
@@ -93,7 +97,10 @@ func (a *App) newDiff() *cobra.Command {
 		Long: `Show everything the session's worktree holds against its base commit — the
 agent's commits, uncommitted and untracked files, with the repository's ignore
 rules — as git diff would show it (--stat: as git diff --stat). Nothing the
-worktree configured runs, and nothing is written the sandbox can see.` + exitStatusHelp,
+worktree configured runs, and nothing is written the sandbox can see. Paths
+git refuses to track (.GIT, git~1, ...) are left out and listed on stderr; a
+change larger than XMODE_CR_MAX_BYTES is refused (exit 4), as cr create
+refuses it.` + exitStatusHelp,
 		Args: exactArgs(1, "one session"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.session = args[0]
