@@ -183,8 +183,8 @@ const (
 
 // readWork bounds the bytes one object read may inflate, rebuild from
 // deltas and hash: 8 times the largest object plus workSlack, so a
-// 50-deep chain (git's default depth) of objects up to a sixth of the
-// limit reads.
+// 50-deep chain (git's default depth) of objects up to about a seventh of
+// the limit reads.
 func readWork(limit int64) int64 { return satAdd(satMul(limit, 8), workSlack) }
 
 // workSlack is 256 MiB (a variable for tests).
@@ -212,7 +212,7 @@ func satAdd(a, b int64) int64 {
 }
 
 // errTooMuchWork is a read that would inflate more than its bound.
-var errTooMuchWork = errors.New("it would inflate more than")
+var errTooMuchWork = errors.New("reading it would inflate more than")
 
 // work is what one read may still inflate, rebuild and hash.
 type work struct {
@@ -257,9 +257,9 @@ func (s *objectSource) read(h Hash) (string, []byte, error) {
 	if err := s.context().Err(); err != nil {
 		return "", nil, err
 	}
-	w := &work{left: readWork(s.limit), bound: humanBytes(readWork(s.limit)) + " for one object"}
+	w := &work{left: readWork(s.limit), bound: humanBytes(readWork(s.limit)) + ", the bound for one object"}
 	if rest := sourceWork(s.limit) - s.spent; rest < w.left {
-		w.left, w.bound = max(rest, 0), humanBytes(sourceWork(s.limit))+" for all the objects of one snapshot"
+		w.left, w.bound = max(rest, 0), humanBytes(sourceWork(s.limit))+", the bound for all the objects of one snapshot"
 	}
 	typ, data, err := s.find(h, w)
 	if err == nil {
@@ -307,7 +307,7 @@ func (s *objectSource) locate(h Hash) (location, error) {
 	if s.alt != nil {
 		return s.alt.locate(h)
 	}
-	return location{}, fmt.Errorf("%w", errNotFound)
+	return location{}, errNotFound
 }
 
 func (s *objectSource) find(h Hash, w *work) (string, []byte, error) {
