@@ -197,7 +197,7 @@ func (s *objectStore) writeStream(h Hash, typ string, size int64, r io.Reader) e
 // read returns a stored object, verified like any other.
 func (s *objectStore) read(h Hash) (string, []byte, error) {
 	if s.src == nil {
-		s.src = &objectSource{root: s.root, name: "the run's object store", limit: 1 << 40}
+		s.src = &objectSource{root: s.root, name: "the run's object store", limit: 1 << 40, cache: newBaseCache(0)}
 	}
 	typ, data, err := s.src.loose(loosePath(h))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -216,7 +216,7 @@ func (s *objectStore) read(h Hash) (string, []byte, error) {
 // inflating the rest.
 func (s *objectStore) size(h Hash) (int64, error) {
 	if s.src == nil {
-		s.src = &objectSource{root: s.root, name: "the run's object store", limit: 1 << 40}
+		s.src = &objectSource{root: s.root, name: "the run's object store", limit: 1 << 40, cache: newBaseCache(0)}
 	}
 	f, _, err := openRegular(s.root, loosePath(h))
 	if err != nil {

@@ -266,8 +266,14 @@ func (s *Service) tooLarge(sn *Snapshot, why string) error {
 	for _, c := range sn.largest(5) {
 		names = append(names, fmt.Sprintf("%s (%s)", c.Path, humanBytes(max(c.OldSize, c.NewSize))))
 	}
+	return tooLargeError(s.MaxBytes, why, names)
+}
+
+// tooLargeError refuses a change over XMODE_CR_MAX_BYTES (limit), saying
+// why and naming its largest files ("path (size)").
+func tooLargeError(limit int64, why string, largest []string) error {
 	return fail.Refusedf("the change is larger than XMODE_CR_MAX_BYTES (%s): %s; its largest files: %s. Leave them out (ignore them, or delete them in the sandbox) or raise XMODE_CR_MAX_BYTES",
-		humanBytes(s.MaxBytes), why, strings.Join(names, ", "))
+		humanBytes(limit), why, strings.Join(largest, ", "))
 }
 
 // limitWriter fails once more than left bytes were written.

@@ -247,3 +247,104 @@ func TestTamperedObjects(t *testing.T) {
 		t.Fatalf("verify: %v %+v", err, rep)
 	}
 }
+
+// TestPathsGitRefuses: paths git refuses to track (.git in any case, its
+// NTFS and HFS+ aliases, a symlink named .gitmodules) do not block a
+// change request: each is left out and listed in skipped with the reason,
+// near misses are kept, the package verifies, and its patch applies with
+// `git apply --index` to a fresh clone (git's defaults refuse those paths).
+func TestPathsGitRefuses(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	e.makeRepo(map[string]string{"README": "hello\n"})
+	s := e.create(sandbox.CreateOptions{})
+	e.sh(s, `set -e
+mkdir -p git~1 GIT~1 .git. '.git ' .GIT/hooks sub/.Git .github "$(printf '.g\342\200\214it')"
+echo x > git~1/HEAD; echo y > GIT~1/x; echo z > .git./x; echo w > '.git /x'
+printf '#!/bin/sh\n' > .GIT/hooks/pre-commit; echo c > sub/.Git/config; echo k > sub/keep
+echo h > "$(printf '.g\342\200\214it')/config"
+ln -s README .gitmodules
+echo '# kept' > .gitignore; echo g > .github/x; echo n > git~2x; echo more >> README`)
+
+	sn, err := e.cr.Snapshot(ctx, s, changes.WantStat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sn.Stat(ctx)
+	sn.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := e.cr.Create(ctx, s, changes.CreateOptions{})
+	if err != nil {
+		t.Fatalf("cr create: %v", err)
+	}
+	for name, got := range map[string][]changes.Skipped{"sandbox diff": sn.Skipped, "manifest": p.Manifest.Skipped} {
+		reasons := map[string]string{}
+		for _, sk := range got {
+			reasons[sk.Path] = sk.Reason
+		}
+		for path, want := range map[string]string{
+			"git~1/": "NTFS", "GIT~1/": "NTFS", ".git./": "NTFS", ".git /": "NTFS", ".GIT/": ".git (in any case)",
+			"sub/.Git/": ".git (in any case)", ".g\u200cit/": "HFS+", ".gitmodules": "symlink named .gitmodules",
+		} {
+			if !strings.Contains(reasons[path], "git refuses this path") || !strings.Contains(reasons[path], want) {
+				t.Errorf("%s: skipped %q: %q, want git's reason (%s)", name, path, reasons[path], want)
+			}
+		}
+		if len(got) != 8 {
+			t.Errorf("%s: skipped %+v, want the 8 paths git refuses", name, got)
+		}
+	}
+	files := map[string]bool{}
+	for _, f := range st.PerFile {
+		files[f.Path] = true
+	}
+	for _, want := range []string{".gitignore", ".github/x", "git~2x", "sub/keep", "README"} {
+		if !files[want] {
+			t.Errorf("%s was left out: %+v", want, st.PerFile)
+		}
+	}
+	if rep, err := e.cr.Verify(ctx, p); err != nil || !rep.Intact {
+		t.Fatalf("verify: %v %+v", err, rep)
+	}
+	clone := filepath.Join(t.TempDir(), "clone")
+	git(t, e.dir, "clone", "-q", e.repo, clone)
+	git(t, clone, "checkout", "-q", p.BaseCommit)
+	git(t, clone, "apply", "--index", filepath.Join(p.Dir, changes.PatchFile))
+	if tree := git(t, clone, "write-tree"); tree != p.Tree {
+		t.Fatalf("the patch applied to a fresh clone gives tree %s, the manifest says %s", tree, p.Tree)
+	}
+}
+
+// TestHostilePackInSandbox: the sandbox replaces the base version of a
+// file it changed with the top of a 5,000-deep ref-delta chain. The chain
+// is refused from its headers, with a one-line warning, the base is
+// fetched from the session's repository, and the package is right.
+func TestHostilePackInSandbox(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	e.makeRepo(map[string]string{"README": "hello\n", "other": "x\n"})
+	s := e.create(sandbox.CreateOptions{})
+	real := git(t, e.repo, "rev-parse", "HEAD:README")
+	// the clone's objects loose, but for README's base version
+	e.sh(s, `set -e; p=$(ls .git/objects/pack/*.pack); mv "$p" .git/p.pack; rm -f .git/objects/pack/*; git unpack-objects -q < .git/p.pack; rm .git/p.pack
+rm .git/objects/`+real[:2]+`/`+real[2:]+`; ! git cat-file -e `+real+` 2>/dev/null; printf 'change\n' >> README`)
+	changes.PlantDeepChain(t, filepath.Join(e.worktree(s), ".git"), real, 5000)
+
+	p, err := e.cr.Create(ctx, s, changes.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := strings.Join(p.Manifest.Warnings, "\n")
+	if !strings.Contains(w, "delta chain deeper than 4095") || !strings.Contains(w, "fetched") || len(w) > 1000 {
+		t.Fatalf("warnings (%d bytes): %.1000s", len(w), w)
+	}
+	patch, err := e.cr.ReadFile(p, changes.PatchFile)
+	if err != nil || !bytes.Contains(patch, []byte(" hello\n+change\n")) {
+		t.Fatalf("the patch is not against the real base (%v):\n%s", err, patch)
+	}
+	if rep, err := e.cr.Verify(ctx, p); err != nil || !rep.Intact {
+		t.Fatalf("verify: %v %+v", err, rep)
+	}
+}

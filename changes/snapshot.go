@@ -284,6 +284,7 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 	obj := &objects{store: st}
 	if dirs.common != nil {
 		obj.src = openSource(dirs.common, "the sandbox's git directory", s.MaxBytes)
+		obj.src.ctx = ctx
 		if ov := dirs.overlay(); ov != nil {
 			obj.src.alt = openSource(ov, "the run's git overlay", s.MaxBytes)
 		}
@@ -306,7 +307,15 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 	sn.base = baseFiles
 
 	w := s.newWalker(st, dirs, baseFiles)
+	w.ctx = ctx
 	if sn.Tree, err = w.walk(wt); err != nil {
+		if fail.KindOf(err) == fail.Refused {
+			_ = w.cache.save(st, w.added) // what was read stays known
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("read the worktree of %s: %w", sess.ID, context.Cause(ctx))
+		}
 		return nil, fail.Failedf("read the worktree of %s: %v", sess.ID, err)
 	}
 	if sn.Tree.IsZero() {
@@ -318,6 +327,10 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 	_ = w.cache.save(st, w.added) // only a cache
 
 	if err := s.diffBase(obj, sn, baseFiles, w); err != nil {
+		return nil, err
+	}
+	// Deletions count too: a diff or a package needs the base versions.
+	if err := s.checkSize(sn); err != nil {
 		return nil, err
 	}
 	obj.fallback = nil // the agent's commits are nowhere else

@@ -1,13 +1,15 @@
 package changes
 
 import (
-	"bytes"
 	"compress/zlib"
+	"container/list"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -28,18 +30,19 @@ var errTooLarge = errors.New("object larger than XMODE_CR_MAX_BYTES")
 // an os.Root so no symlink leads outside the directory, with no
 // objects/info/alternates followed, every declared size bounded, delta
 // chains bounded and every object checked to hash to the ID it was asked
-// for. A tampered or corrupt object is an error, never an answer.
+// for. A tampered or corrupt object is an error, never an answer, and
+// what one read and all the reads of a source may inflate is bounded
+// (readWork, sourceWork).
 type objectSource struct {
 	root      *os.Root
-	ownsRoot  bool   // Close closes root too
-	name      string // for messages
-	limit     int64
+	ownsRoot  bool            // Close closes root too
+	name      string          // for messages
+	limit     int64           // the largest object: XMODE_CR_MAX_BYTES
+	ctx       context.Context // cancels a long read; nil: never
 	packs     []*packFile
 	packsOpen bool
-	// cache keeps delta bases (objects up to 1 MB), bounded in total.
-	cache     map[packPos]object
-	cacheSize int64
-	reading   map[Hash]bool // objects being resolved: a ref-delta back to one is a cycle
+	cache     *baseCache    // resolved pack entries, for the chains that follow
+	spent     int64         // bytes all reads so far inflated, rebuilt and hashed
 	zr        io.ReadCloser // reused: a zlib reader costs ~40 KB to make
 	// alt is searched for what this source lacks: the run's own objects
 	// (storage.RecordOverlay) beside a project machine's.
@@ -63,15 +66,12 @@ type packFile struct {
 	idx  *idxfile.MemoryIndex
 }
 
-// maxDeltaDepth bounds delta chains (git's own limit when packing is 4095).
-const maxDeltaDepth = 5000
-
 // openSource opens the objects of the git directory root (which it now
 // owns). Its packs are opened on the first object not found loose; a pack
 // whose index does not parse is skipped: its objects are then simply not
 // found.
 func openSource(root *os.Root, name string, limit int64) *objectSource {
-	return &objectSource{root: root, ownsRoot: true, name: name, limit: limit, cache: map[packPos]object{}}
+	return &objectSource{root: root, ownsRoot: true, name: name, limit: limit, cache: newBaseCache(cacheBytes(limit))}
 }
 
 func (s *objectSource) openPacks() {
@@ -172,26 +172,102 @@ func (s *objectSource) Close() error {
 	return s.root.Close()
 }
 
-// read returns the object h, verified.
-func (s *objectSource) read(h Hash) (string, []byte, error) {
-	return s.readDepth(h, 0)
+// Bounds on reading a sandbox's objects (docs/change-requests.md, "Hostile
+// packs"). A chain is resolved from its base up, one link at a time, so
+// its depth costs a small record per link, never an object per link.
+const (
+	// maxDeltaDepth is the longest delta chain read: git's pack-objects
+	// writes none deeper (it caps --depth at 4095).
+	maxDeltaDepth = 4095
+)
+
+// readWork bounds the bytes one object read may inflate, rebuild from
+// deltas and hash: 8 times the largest object plus workSlack, so a
+// 50-deep chain (git's default depth) of objects up to about a seventh of
+// the limit reads.
+func readWork(limit int64) int64 { return satAdd(satMul(limit, 8), workSlack) }
+
+// workSlack is 256 MiB (a variable for tests).
+var workSlack int64 = 256 << 20
+
+// sourceWork bounds the same for all the reads of one snapshot together.
+func sourceWork(limit int64) int64 { return satMul(readWork(limit), 4) }
+
+// cacheBytes bounds the cache of delta bases: room for one object of the
+// limit and 64 MiB of others, at most 512 MiB.
+func cacheBytes(limit int64) int64 { return min(satAdd(limit, 64<<20), 512<<20) }
+
+func satMul(a, k int64) int64 {
+	if a > math.MaxInt64/k {
+		return math.MaxInt64
+	}
+	return a * k
 }
 
-func (s *objectSource) readDepth(h Hash, depth int) (string, []byte, error) {
-	if depth > maxDeltaDepth {
-		return "", nil, fmt.Errorf("object %s: delta chain too deep", h)
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
 	}
-	if s.reading[h] {
-		return "", nil, fmt.Errorf("object %s: delta cycle", h)
+	return a + b
+}
+
+// errTooMuchWork is a read that would inflate more than its bound.
+var errTooMuchWork = errors.New("reading it would inflate more than")
+
+// work is what one read may still inflate, rebuild and hash.
+type work struct {
+	left, used int64
+	bound      string // for the error: which bound, and how much
+}
+
+func (w *work) take(n int64) error {
+	if w == nil {
+		return nil
 	}
-	if s.reading == nil {
-		s.reading = map[Hash]bool{}
+	if n > w.left {
+		return fmt.Errorf("%w %s", errTooMuchWork, w.bound)
 	}
-	s.reading[h] = true
-	defer delete(s.reading, h)
-	typ, data, err := s.find(h, depth)
-	if err != nil {
+	w.left -= n
+	w.used += n
+	return nil
+}
+
+// ctxReader stops a long read once ctx is cancelled (Ctrl-C, SIGTERM).
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+func (s *objectSource) context() context.Context {
+	if s.ctx == nil {
+		return context.Background()
+	}
+	return s.ctx
+}
+
+// read returns the object h, verified.
+func (s *objectSource) read(h Hash) (string, []byte, error) {
+	if err := s.context().Err(); err != nil {
 		return "", nil, err
+	}
+	w := &work{left: readWork(s.limit), bound: humanBytes(readWork(s.limit)) + ", the bound for one object"}
+	if rest := sourceWork(s.limit) - s.spent; rest < w.left {
+		w.left, w.bound = max(rest, 0), humanBytes(sourceWork(s.limit))+", the bound for all the objects of one snapshot"
+	}
+	typ, data, err := s.find(h, w)
+	if err == nil {
+		err = w.take(int64(len(data))) // the hash below
+	}
+	s.spent += w.used
+	if err != nil {
+		return "", nil, fmt.Errorf("object %s in %s: %w", h, s.name, err)
 	}
 	got, err := hashObject(typ, data)
 	if err != nil {
@@ -203,38 +279,67 @@ func (s *objectSource) readDepth(h Hash, depth int) (string, []byte, error) {
 	return typ, data, nil
 }
 
-func (s *objectSource) find(h Hash, depth int) (string, []byte, error) {
-	hex := h.String()
-	typ, data, err := s.loose("objects/" + hex[:2] + "/" + hex[2:])
-	if err == nil || !errors.Is(err, fs.ErrNotExist) {
-		return typ, data, err
+// location is where an object is: a loose object's open file, or a pack
+// entry.
+type location struct {
+	file *os.File // loose; the caller closes it
+	name string
+	pos  packPos
+}
+
+// locate finds h: loose, then in the packs, then in the alt source.
+func (s *objectSource) locate(h Hash) (location, error) {
+	x := h.String()
+	name := "objects/" + x[:2] + "/" + x[2:]
+	f, _, err := openRegular(s.root, name)
+	if err == nil {
+		return location{file: f, name: name}, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return location{}, err
 	}
 	s.openPacks()
 	for _, p := range s.packs {
-		off, err := p.idx.FindOffset(plumbing.Hash(h))
-		if err != nil {
-			continue
+		if off, err := p.idx.FindOffset(plumbing.Hash(h)); err == nil {
+			return location{pos: packPos{p, off}}, nil
 		}
-		o, err := s.packObject(p, off, depth)
-		if err != nil {
-			return "", nil, fmt.Errorf("object %s in %s: %w", h, p.name, err)
-		}
-		return o.typ, o.data, nil
 	}
 	if s.alt != nil {
-		return s.alt.find(h, depth)
+		return s.alt.locate(h)
 	}
-	return "", nil, fmt.Errorf("object %s: %w in %s", h, errNotFound, s.name)
+	return location{}, errNotFound
 }
 
-// loose reads a zlib-compressed "<type> <size>\0<content>" object file.
+func (s *objectSource) find(h Hash, w *work) (string, []byte, error) {
+	loc, err := s.locate(h)
+	if err != nil {
+		return "", nil, err
+	}
+	if loc.file != nil {
+		defer loc.file.Close()
+		return s.looseFile(loc.file, loc.name, w)
+	}
+	o, err := s.unpack(loc.pos, w)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", loc.pos.p.name, err)
+	}
+	return o.typ, o.data, nil
+}
+
+// loose reads a loose object of the source, with no bound but its limit.
 func (s *objectSource) loose(name string) (string, []byte, error) {
 	f, _, err := openRegular(s.root, name)
 	if err != nil {
 		return "", nil, err
 	}
 	defer f.Close()
-	zr, err := s.zlib(f)
+	return s.looseFile(f, name, nil)
+}
+
+// looseFile reads a zlib-compressed "<type> <size>\0<content>" object
+// file, its declared size bounded before any content is inflated.
+func (s *objectSource) looseFile(f *os.File, name string, w *work) (string, []byte, error) {
+	zr, err := s.zlib(ctxReader{s.context(), f})
 	if err != nil {
 		return "", nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -258,6 +363,9 @@ func (s *objectSource) loose(name string) (string, []byte, error) {
 	}
 	if size > s.limit {
 		return "", nil, fmt.Errorf("%s: %w (%d bytes)", name, errTooLarge, size)
+	}
+	if err := w.take(size); err != nil {
+		return "", nil, fmt.Errorf("%s: %w", name, err)
 	}
 	data, err := readExactly(zr, size)
 	if err != nil {
@@ -284,18 +392,35 @@ func validType(t string) bool {
 }
 
 // readExactly reads size bytes and insists the stream ends there; memory
-// grows with what arrives, never with what a header claims.
+// grows with what arrives (doubling, never past size), not with what a
+// header claims.
 func readExactly(r io.Reader, size int64) ([]byte, error) {
-	var b bytes.Buffer
-	b.Grow(int(min(size, 1<<20)))
-	n, err := io.Copy(&b, io.LimitReader(r, size+1))
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+	eof := func(err error) bool { return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) }
+	b := make([]byte, 0, min(size, 1<<20))
+	for int64(len(b)) < size {
+		if len(b) == cap(b) {
+			nb := make([]byte, len(b), min(size, 2*int64(cap(b))))
+			copy(nb, b)
+			b = nb
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if eof(err) && int64(len(b)) < size {
+			return nil, fmt.Errorf("content is %d bytes, header says %d", len(b), size)
+		}
+		if err != nil && !eof(err) {
+			return nil, err
+		}
+	}
+	var one [1]byte
+	n, err := io.ReadFull(r, one[:])
+	if n > 0 {
+		return nil, fmt.Errorf("content is more than the %d bytes its header says", size)
+	}
+	if err != nil && !eof(err) {
 		return nil, err
 	}
-	if n != size {
-		return nil, fmt.Errorf("content is %d bytes, header says %d", n, size)
-	}
-	return b.Bytes(), nil
+	return b, nil
 }
 
 // Pack entry types.
@@ -310,20 +435,27 @@ const (
 
 var packTypes = map[int]string{packCommit: typeCommit, packTree: typeTree, packBlob: typeBlob, packTag: typeTag}
 
-func (s *objectSource) packObject(p *packFile, off int64, depth int) (object, error) {
-	if depth > maxDeltaDepth {
-		return object{}, errors.New("delta chain too deep")
-	}
-	if o, ok := s.cache[packPos{p, off}]; ok {
-		return o, nil
-	}
+// entry is a pack entry's header.
+type entry struct {
+	pos     packPos
+	kind    int
+	size    int64 // of the entry's inflated data: the object, or the delta
+	at      int64 // where its zlib data starts
+	baseOff int64 // packOfsDelta: the base's offset
+	baseID  Hash  // packRefDelta: the base's ID
+}
+
+// readEntry reads the header of the entry at pos.
+func readEntry(pos packPos) (entry, error) {
+	p, off := pos.p, pos.off
+	e := entry{pos: pos}
 	if off < 12 || off >= p.size-20 {
-		return object{}, fmt.Errorf("offset %d outside the pack", off)
+		return e, fmt.Errorf("offset %d outside the pack", off)
 	}
 	var hdr [32]byte
 	n, err := p.f.ReadAt(hdr[:], off)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return object{}, err
+		return e, err
 	}
 	buf := hdr[:n]
 	i := 0
@@ -336,105 +468,200 @@ func (s *objectSource) packObject(p *packFile, off int64, depth int) (object, er
 	}
 	c, err := next()
 	if err != nil {
-		return object{}, err
+		return e, err
 	}
-	kind := int(c>>4) & 7
-	size := int64(c & 15)
+	e.kind = int(c>>4) & 7
+	e.size = int64(c & 15)
 	for shift := 4; c&0x80 != 0; shift += 7 {
 		if c, err = next(); err != nil {
-			return object{}, err
+			return e, err
 		}
 		if shift > 56 {
-			return object{}, errors.New("entry size overflows")
+			return e, errors.New("entry size overflows")
 		}
-		size |= int64(c&0x7f) << shift
+		e.size |= int64(c&0x7f) << shift
 	}
-	if size > s.limit {
-		return object{}, fmt.Errorf("%w (%d bytes)", errTooLarge, size)
-	}
-	var o object
-	switch kind {
+	switch e.kind {
 	case packCommit, packTree, packBlob, packTag:
-		data, err := s.inflate(p, off+int64(i), size)
-		if err != nil {
-			return object{}, err
-		}
-		o = object{packTypes[kind], data}
 	case packOfsDelta:
 		if c, err = next(); err != nil {
-			return object{}, err
+			return e, err
 		}
 		rel := int64(c & 0x7f)
 		for c&0x80 != 0 {
 			if c, err = next(); err != nil {
-				return object{}, err
+				return e, err
 			}
 			if rel > 1<<48 {
-				return object{}, errors.New("delta offset overflows")
+				return e, errors.New("delta offset overflows")
 			}
 			rel = ((rel + 1) << 7) | int64(c&0x7f)
 		}
-		baseOff := off - rel
-		if rel <= 0 || baseOff < 12 {
-			return object{}, errors.New("delta base outside the pack")
-		}
-		base, err := s.packObject(p, baseOff, depth+1)
-		if err != nil {
-			return object{}, err
-		}
-		if o, err = s.undelta(p, off+int64(i), size, base); err != nil {
-			return object{}, err
+		e.baseOff = off - rel
+		if rel <= 0 || e.baseOff < 12 {
+			return e, errors.New("delta base outside the pack")
 		}
 	case packRefDelta:
 		if len(buf) < i+20 {
-			return object{}, errors.New("truncated entry header")
+			return e, errors.New("truncated entry header")
 		}
-		var bh Hash
-		copy(bh[:], buf[i:i+20])
+		copy(e.baseID[:], buf[i:i+20])
 		i += 20
-		btyp, bdata, err := s.readDepth(bh, depth+1)
-		if err != nil {
-			return object{}, err
-		}
-		if o, err = s.undelta(p, off+int64(i), size, object{btyp, bdata}); err != nil {
-			return object{}, err
-		}
 	default:
-		return object{}, fmt.Errorf("unknown entry type %d", kind)
+		return e, fmt.Errorf("unknown entry type %d", e.kind)
 	}
-	if int64(len(o.data)) <= 1<<20 {
-		if s.cacheSize > 64<<20 {
-			clear(s.cache)
-			s.cacheSize = 0
-		}
-		s.cache[packPos{p, off}] = o
-		s.cacheSize += int64(len(o.data))
-	}
-	return o, nil
+	e.at = off + int64(i)
+	return e, nil
 }
 
-func (s *objectSource) inflate(p *packFile, at, size int64) ([]byte, error) {
-	zr, err := s.zlib(io.NewSectionReader(p.f, at, p.size-20-at))
+// unpack resolves the pack entry at pos. It walks the delta chain down to
+// a full object or a cached base reading entry headers only — refusing a
+// chain deeper than maxDeltaDepth, one that loops, or an entry larger than
+// the limit, before anything is inflated — then inflates the base and
+// applies the deltas upward, caching each result: memory holds one base
+// and one result at a time, whatever the depth, and every error is one
+// line however deep the chain.
+func (s *objectSource) unpack(pos packPos, w *work) (object, error) {
+	ctx := s.context()
+	var chain []entry
+	var base object
+	for {
+		if err := ctx.Err(); err != nil {
+			return object{}, err
+		}
+		if o, ok := s.cache.get(pos); ok {
+			base = o
+			break
+		}
+		e, err := readEntry(pos)
+		if err != nil {
+			return object{}, fmt.Errorf("entry at %d of %s: %w", pos.off, pos.p.name, err)
+		}
+		if e.size > s.limit {
+			return object{}, fmt.Errorf("entry at %d of %s: %w (%d bytes)", pos.off, pos.p.name, errTooLarge, e.size)
+		}
+		if typ, full := packTypes[e.kind]; full {
+			if err := w.take(e.size); err != nil {
+				return object{}, err
+			}
+			data, err := s.inflate(e)
+			if err != nil {
+				return object{}, fmt.Errorf("entry at %d of %s: %w", pos.off, pos.p.name, err)
+			}
+			base = object{typ, data}
+			s.cache.add(pos, base)
+			break
+		}
+		if len(chain) == maxDeltaDepth {
+			return object{}, fmt.Errorf("delta chain deeper than %d", maxDeltaDepth)
+		}
+		chain = append(chain, e)
+		if e.kind == packOfsDelta {
+			pos = packPos{pos.p, e.baseOff} // always earlier in the pack: no loop
+			continue
+		}
+		loc, err := s.locate(e.baseID)
+		if err != nil {
+			return object{}, fmt.Errorf("delta base %s: %w", e.baseID, err)
+		}
+		if loc.file != nil {
+			typ, data, err := s.looseFile(loc.file, loc.name, w)
+			loc.file.Close()
+			if err != nil {
+				return object{}, fmt.Errorf("delta base %s: %w", e.baseID, err)
+			}
+			base = object{typ, data}
+			break
+		}
+		for _, c := range chain {
+			if c.pos == loc.pos {
+				return object{}, fmt.Errorf("delta cycle through %s", e.baseID)
+			}
+		}
+		pos = loc.pos
+	}
+	for i := len(chain) - 1; i >= 0; i-- {
+		e := chain[i]
+		if err := ctx.Err(); err != nil {
+			return object{}, err
+		}
+		if err := w.take(e.size); err != nil {
+			return object{}, err
+		}
+		delta, err := s.inflate(e)
+		if err != nil {
+			return object{}, fmt.Errorf("entry at %d of %s: %w", e.pos.off, e.pos.p.name, err)
+		}
+		data, err := applyDelta(base.data, delta, s.limit, w)
+		if err != nil {
+			return object{}, fmt.Errorf("entry at %d of %s: %w", e.pos.off, e.pos.p.name, err)
+		}
+		base = object{base.typ, data}
+		s.cache.add(e.pos, base)
+	}
+	return base, nil
+}
+
+func (s *objectSource) inflate(e entry) ([]byte, error) {
+	p := e.pos.p
+	zr, err := s.zlib(ctxReader{s.context(), io.NewSectionReader(p.f, e.at, p.size-20-e.at)})
 	if err != nil {
 		return nil, err
 	}
-	return readExactly(zr, size)
+	return readExactly(zr, e.size)
 }
 
-func (s *objectSource) undelta(p *packFile, at, size int64, base object) (object, error) {
-	delta, err := s.inflate(p, at, size)
-	if err != nil {
-		return object{}, err
-	}
-	data, err := applyDelta(base.data, delta, s.limit)
-	if err != nil {
-		return object{}, err
-	}
-	return object{base.typ, data}, nil
+// baseCache keeps resolved pack entries, least recently used out first,
+// bounded in bytes: the objects of a chain are the bases of the next
+// object's chain, so a pack of many deltas of one large base inflates it
+// once.
+type baseCache struct {
+	max, size int64
+	order     *list.List // of *cached, most recent first
+	byPos     map[packPos]*list.Element
 }
 
-// applyDelta applies a git delta to base, refusing a result over limit.
-func applyDelta(base, delta []byte, limit int64) ([]byte, error) {
+type cached struct {
+	pos packPos
+	o   object
+}
+
+func newBaseCache(max int64) *baseCache {
+	return &baseCache{max: max, order: list.New(), byPos: map[packPos]*list.Element{}}
+}
+
+func (c *baseCache) get(pos packPos) (object, bool) {
+	el, ok := c.byPos[pos]
+	if !ok {
+		return object{}, false
+	}
+	c.order.MoveToFront(el)
+	return el.Value.(*cached).o, true
+}
+
+func (c *baseCache) add(pos packPos, o object) {
+	n := int64(len(o.data))
+	if n > c.max {
+		return
+	}
+	if el, ok := c.byPos[pos]; ok {
+		c.order.MoveToFront(el)
+		return
+	}
+	for c.size+n > c.max {
+		last := c.order.Back()
+		old := last.Value.(*cached)
+		c.order.Remove(last)
+		delete(c.byPos, old.pos)
+		c.size -= int64(len(old.o.data))
+	}
+	c.byPos[pos] = c.order.PushFront(&cached{pos, o})
+	c.size += n
+}
+
+// applyDelta applies a git delta to base, refusing a result over limit or
+// over what w has left.
+func applyDelta(base, delta []byte, limit int64, w *work) ([]byte, error) {
 	bad := errors.New("corrupt delta")
 	varint := func() (int64, error) {
 		var v int64
@@ -461,7 +688,11 @@ func applyDelta(base, delta []byte, limit int64) ([]byte, error) {
 	if dstSize > limit {
 		return nil, fmt.Errorf("%w (%d bytes)", errTooLarge, dstSize)
 	}
-	out := make([]byte, 0, min(dstSize, 1<<20))
+	if err := w.take(dstSize); err != nil {
+		return nil, err
+	}
+	out := make([]byte, 0, dstSize) // bounded by the limit and paid for
+
 	for len(delta) > 0 {
 		op := delta[0]
 		delta = delta[1:]

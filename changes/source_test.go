@@ -167,10 +167,10 @@ func TestSourceStopsDeltaCycles(t *testing.T) {
 
 func TestApplyDeltaBounds(t *testing.T) {
 	base := []byte("0123456789")
-	if out, err := applyDelta(base, []byte{10, 4, 0x91, 2, 4}, 100); err != nil || string(out) != "2345" {
+	if out, err := applyDelta(base, []byte{10, 4, 0x91, 2, 4}, 100, nil); err != nil || string(out) != "2345" {
 		t.Fatalf("copy: %q %v", out, err)
 	}
-	if out, err := applyDelta(base, []byte{10, 3, 3, 'a', 'b', 'c'}, 100); err != nil || string(out) != "abc" {
+	if out, err := applyDelta(base, []byte{10, 3, 3, 'a', 'b', 'c'}, 100, nil); err != nil || string(out) != "abc" {
 		t.Fatalf("insert: %q %v", out, err)
 	}
 	for name, d := range map[string][]byte{
@@ -181,11 +181,11 @@ func TestApplyDeltaBounds(t *testing.T) {
 		"reserved opcode zero":     {10, 1, 0},
 		"target shorter than said": {10, 5, 1, 'a'},
 	} {
-		if _, err := applyDelta(base, d, 100); err == nil {
+		if _, err := applyDelta(base, d, 100, nil); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if _, err := applyDelta(base, []byte{10, 0xe8, 0x07}, 100); !errors.Is(err, errTooLarge) {
+	if _, err := applyDelta(base, []byte{10, 0xe8, 0x07}, 100, nil); !errors.Is(err, errTooLarge) {
 		t.Errorf("a target over the limit: %v", err)
 	}
 }

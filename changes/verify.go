@@ -50,8 +50,8 @@ func (s *Service) Verify(ctx context.Context, p *Package) (*Report, error) {
 	}
 	defer root.Close()
 	dir := strconv.Itoa(p.Number)
-	read := func(name string) ([]byte, bool) {
-		b, err := readRegular(root, dir+"/"+name, 1<<40)
+	read := func(name string, max int64) ([]byte, bool) {
+		b, err := readRegular(root, dir+"/"+name, max)
 		if err != nil {
 			r.add(name, "cannot be read: %v", err)
 			return nil, false
@@ -59,7 +59,7 @@ func (s *Service) Verify(ctx context.Context, p *Package) (*Report, error) {
 		r.Checked = append(r.Checked, name)
 		return b, true
 	}
-	mb, ok := read(ManifestFile)
+	mb, ok := read(ManifestFile, maxManifest)
 	if !ok {
 		return r, nil
 	}
@@ -79,7 +79,12 @@ func (s *Service) Verify(ctx context.Context, p *Package) (*Report, error) {
 	files := map[string][]byte{}
 	for _, name := range sortedKeys(m.Files) {
 		want := m.Files[name]
-		b, ok := read(name)
+		// the size first: a file that is not the size recorded is not read
+		if st, err := root.Lstat(dir + "/" + name); err == nil && st.Mode().IsRegular() && st.Size() != want.Size {
+			r.add(name, "sha256 not computed (%d bytes), the manifest says %s (%d bytes)", st.Size(), want.SHA256, want.Size)
+			continue
+		}
+		b, ok := read(name, max(want.Size, 0))
 		if !ok {
 			continue
 		}
@@ -99,7 +104,7 @@ func (s *Service) Verify(ctx context.Context, p *Package) (*Report, error) {
 		s.verifyTree(ctx, p, &m, patch, r)
 	}
 	if evb, ok := files[EvidenceFile]; ok {
-		s.verifyLogs(p, evb, r)
+		s.verifyLogs(ctx, p, evb, r)
 	}
 	return r, nil
 }
@@ -183,7 +188,7 @@ func baseFiles(st *objectStore, commit string) (map[string]TreeEntry, error) {
 }
 
 // verifyLogs checks the logs of finished steps against evidence.json.
-func (s *Service) verifyLogs(p *Package, evb []byte, r *Report) {
+func (s *Service) verifyLogs(ctx context.Context, p *Package, evb []byte, r *Report) {
 	var ev Evidence
 	if err := json.Unmarshal(evb, &ev); err != nil {
 		r.add(EvidenceFile, "does not parse: %v", err)
@@ -208,11 +213,13 @@ func (s *Service) verifyLogs(p *Package, evb []byte, r *Report) {
 			if log.want == nil {
 				continue
 			}
-			got, err := hashFileIn(root, rel+"/"+log.name)
+			got, err := hashFileIn(ctx, root, rel+"/"+log.name, log.want.Size)
 			name := rel + "/" + log.name
 			switch {
 			case err != nil:
 				r.add(name, "cannot be read: %v", err)
+			case got.SHA256 == "":
+				r.add(name, "sha256 not computed (%d bytes), evidence.json says %s (%d bytes)", got.Size, log.want.SHA256, log.want.Size)
 			case *got != *log.want:
 				r.add(name, "sha256 %s (%d bytes), evidence.json says %s (%d bytes)", got.SHA256, got.Size, log.want.SHA256, log.want.Size)
 			default:
@@ -221,6 +228,10 @@ func (s *Service) verifyLogs(p *Package, evb []byte, r *Report) {
 		}
 	}
 }
+
+// maxManifest bounds the manifest.json verify reads (the store records
+// only its hash).
+const maxManifest = 256 << 20
 
 func sha256Hex(b []byte) string {
 	h := sha256.Sum256(b)

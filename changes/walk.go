@@ -1,6 +1,7 @@
 package changes
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -8,7 +9,6 @@ import (
 	"os"
 	"path"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -69,6 +69,7 @@ func openAt(dir *os.File, name string, flags int) (*os.File, error) {
 // symlink is recorded as a link. Blobs that differ from the base at their
 // path, and every tree, go into the object store.
 type walker struct {
+	ctx      context.Context // a cancelled walk stops reading at once
 	store    *objectStore
 	base     map[string]TreeEntry // the base tree, flattened: path → entry
 	gitlinks map[string]Hash      // submodule pointers: path → commit
@@ -77,7 +78,8 @@ type walker struct {
 	cache    *statCache            // from the last walk
 	added    map[string]*statEntry // hashed this walk, for the next one
 	limit    int64
-	started  int64 // ns: when the walk began
+	budget   *sizeBudget // XMODE_CR_MAX_BYTES, shared with the shards
+	started  int64       // ns: when the walk began
 	files    map[string]walked
 	shards   []map[string]walked // the files the shards found
 	skipped  []Skipped
@@ -97,13 +99,116 @@ type Skipped struct {
 	Reason string `json:"reason"`
 }
 
+// walk returns the worktree's tree; a change over XMODE_CR_MAX_BYTES is
+// refused (fail.Refused) without reading what is over.
 func (w *walker) walk(root *os.File) (Hash, error) {
 	w.started = time.Now().UnixNano()
 	w.files = make(map[string]walked, len(w.base)/max(w.parallel, 1)+16)
 	w.added = map[string]*statEntry{}
+	if w.ctx == nil {
+		w.ctx = context.Background()
+	}
+	if w.budget == nil {
+		w.budget = &sizeBudget{limit: w.limit}
+	}
 	h, err := w.dir(root, "", false)
 	sort.Slice(w.skipped, func(i, j int) bool { return w.skipped[i].Path < w.skipped[j].Path })
+	if err == nil {
+		err = w.budget.err()
+	}
 	return h, err
+}
+
+// sizeBudget is what one walk may read of the files that are part of the
+// change: XMODE_CR_MAX_BYTES, shared by the walk's shards. A file is
+// measured by the size fstat gives before a byte of it is read: one larger
+// than the limit is never read, and a path the base lacks (so certainly
+// part of the change) is charged before it is read. A path the base holds
+// is read to learn whether it changed, and charged once it did. Once the
+// change is over the limit nothing more is read: the walk only lstats the
+// rest to name the largest files.
+type sizeBudget struct {
+	limit   int64
+	mu      sync.Mutex
+	used    int64
+	why     string  // set once the change is over the limit
+	largest []sized // the largest files charged or refused, largest first
+}
+
+type sized struct {
+	path string
+	size int64
+}
+
+// charge counts size bytes of p as part of the change; false when that
+// takes the change over the limit (or it was already).
+func (b *sizeBudget) charge(p string, size int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.note(p, size)
+	if b.why != "" {
+		return false
+	}
+	if size > b.limit {
+		b.why = fmt.Sprintf("%s alone is %s", p, humanBytes(size))
+		return false
+	}
+	if b.used+size > b.limit {
+		b.why = fmt.Sprintf("its files add up to more than %s", humanBytes(b.limit))
+		return false
+	}
+	b.used += size
+	return true
+}
+
+// refund takes back a charge of size bytes (when charged) for a file
+// that changed size before it was read.
+func (b *sizeBudget) refund(size int64, charged bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if charged && b.why == "" {
+		b.used -= size
+	}
+}
+
+// note keeps p among the largest files, for the refusal; b.mu is held.
+func (b *sizeBudget) note(p string, size int64) {
+	const keep = 5
+	for i, f := range b.largest {
+		if f.path == p {
+			b.largest = append(b.largest[:i], b.largest[i+1:]...)
+			break
+		}
+	}
+	i := sort.Search(len(b.largest), func(i int) bool { return b.largest[i].size < size })
+	if i == keep {
+		return
+	}
+	b.largest = append(b.largest, sized{})
+	copy(b.largest[i+1:], b.largest[i:])
+	b.largest[i] = sized{p, size}
+	b.largest = b.largest[:min(len(b.largest), keep)]
+}
+
+// over reports a change already refused: nothing more is read.
+func (b *sizeBudget) over() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.why != ""
+}
+
+// err is the refusal, nil while the change is within the limit.
+func (b *sizeBudget) err() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.why == "" {
+		return nil
+	}
+	var names []string
+	for _, f := range b.largest {
+		names = append(names, fmt.Sprintf("%s (%s)", f.path, humanBytes(f.size)))
+	}
+	return tooLargeError(b.limit, b.why, names)
 }
 
 // trackedSet is the paths the index lists plus the base's, and the
@@ -141,7 +246,7 @@ func (w *walker) shard() *walker {
 	return &walker{
 		store: w.store, base: w.base, gitlinks: w.gitlinks, tracked: w.tracked,
 		rules: ignoreRules{patterns: append([]ignorePattern(nil), w.rules.patterns...)},
-		cache: w.cache, added: map[string]*statEntry{}, limit: w.limit, started: w.started,
+		cache: w.cache, added: map[string]*statEntry{}, limit: w.limit, budget: w.budget, started: w.started, ctx: w.ctx,
 		files: map[string]walked{},
 	}
 }
@@ -229,6 +334,9 @@ func join(dir, name string) string {
 }
 
 func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
+	if err := w.ctx.Err(); err != nil {
+		return Hash{}, err
+	}
 	names, err := f.Readdirnames(-1)
 	if err != nil {
 		return Hash{}, fmt.Errorf("read directory %s: %w", displayDir(rel), err)
@@ -236,7 +344,7 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 	sort.Strings(names)
 	if rel != "" {
 		for _, n := range names {
-			if strings.EqualFold(n, ".git") && !w.tracked.hasDir(rel) {
+			if n == ".git" && !w.tracked.hasDir(rel) {
 				if !ignored {
 					w.skipped = append(w.skipped, Skipped{rel + "/", "a nested git repository"})
 				}
@@ -253,8 +361,11 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 	var entries []TreeEntry
 	var subs []*subdir
 	for _, name := range names {
-		if strings.EqualFold(name, ".git") {
-			continue
+		if name == ".git" {
+			continue // the repository (or a nested one's, tracked): never content
+		}
+		if err := w.ctx.Err(); err != nil {
+			return Hash{}, err
 		}
 		e, ok, err := w.entry(f, rel, name, ignored, &subs)
 		if err != nil {
@@ -274,8 +385,8 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 			}
 		}
 	}
-	if len(entries) == 0 {
-		return Hash{}, nil
+	if len(entries) == 0 || w.budget.over() {
+		return Hash{}, nil // a refused change makes no trees
 	}
 	sortTree(entries)
 	data := encodeTree(entries)
@@ -300,6 +411,22 @@ func (w *walker) entry(f *os.File, rel, name string, ignored bool, subs *[]*subd
 	}
 	typ := st.Mode & unix.S_IFMT
 	isDir := typ == unix.S_IFDIR
+	// A path git refuses (.GIT, git~1, ...) is left out, and listed when
+	// git add -A would have tried to add it. Its directories were checked
+	// on the way down, and only a symlink's rules look past the last
+	// component.
+	why := ""
+	if typ == unix.S_IFLNK {
+		why = gitRefuses(p, true)
+	} else {
+		why = gitRefuses(name, false)
+	}
+	if why != "" {
+		if !(ignored || w.rules.ignored(p, name, isDir)) || w.tracked.has(p) || (isDir && w.tracked.hasDir(p)) {
+			w.skipped = append(w.skipped, Skipped{skippedPath(p, isDir), why})
+		}
+		return e, false, nil
+	}
 	if gl := w.gitlinks[p]; !gl.IsZero() && isDir {
 		e = TreeEntry{Name: name, Mode: modeGitlink, Hash: gl}
 		w.files[p] = walked{TreeEntry: e}
@@ -333,8 +460,11 @@ func (w *walker) entry(f *os.File, rel, name string, ignored bool, subs *[]*subd
 			return e, false, err
 		}
 		size = int64(len(target))
+		if w.changed(p, e.Mode, e.Hash) {
+			w.budget.charge(p, size)
+		}
 	case unix.S_IFREG:
-		if e, size, err = w.regular(f, p, name, &st); err != nil {
+		if e, size, ok, err = w.regular(f, p, name, &st); err != nil || !ok {
 			return e, false, err
 		}
 	default:
@@ -345,6 +475,15 @@ func (w *walker) entry(f *os.File, rel, name string, ignored bool, subs *[]*subd
 	}
 	w.files[p] = walked{e, size}
 	return e, true, nil
+}
+
+// skippedPath is how the skipped list names a path: a directory with a
+// trailing '/', all of it left out.
+func skippedPath(p string, isDir bool) string {
+	if isDir {
+		return p + "/"
+	}
+	return p
 }
 
 func displayDir(rel string) string {
@@ -393,21 +532,41 @@ func statEntryOf(st *unix.Stat_t) statEntry {
 	}
 }
 
-func (w *walker) regular(dir *os.File, p, name string, st *unix.Stat_t) (TreeEntry, int64, error) {
+// regular hashes a regular file, or takes its hash from the stat cache;
+// ok is false for a file not read because the change is over the limit
+// (w.budget says why). Its size (from lstat, checked again by fstat
+// before the read) decides before a byte of it is read.
+func (w *walker) regular(dir *os.File, p, name string, st *unix.Stat_t) (e TreeEntry, size int64, ok bool, err error) {
 	mode := modeFile
 	if st.Mode&0o100 != 0 {
 		mode = modeExec
 	}
 	want := statEntryOf(st)
+	_, inBase := w.base[p]
 	if c, ok := w.cache.entries[p]; ok {
 		if c.Size == want.Size && c.Mtime == want.Mtime && c.Ctime == want.Ctime && c.Ino == want.Ino &&
 			c.Dev == want.Dev && c.Mode == want.Mode && (!w.changed(p, mode, c.Hash) || w.store.has(c.Hash)) {
 			c.seen = true // each path is met by one walker only
-			return TreeEntry{Name: name, Mode: mode, Hash: c.Hash}, want.Size, nil
+			if w.changed(p, mode, c.Hash) {
+				w.budget.charge(p, want.Size)
+			}
+			return TreeEntry{Name: name, Mode: mode, Hash: c.Hash}, want.Size, true, nil
+		}
+	}
+	// What the size alone decides: a file over the limit is never read; a
+	// new one is charged first; nothing is read once the change is over.
+	switch {
+	case w.budget.over():
+		if !inBase {
+			w.budget.charge(p, want.Size) // only to be named
+		}
+		return e, 0, false, nil
+	case want.Size > w.limit, !inBase:
+		if !w.budget.charge(p, want.Size) {
+			return e, 0, false, nil
 		}
 	}
 	var h Hash
-	var err error
 	w.hashed++
 	for attempt := 0; ; attempt++ {
 		h, err = w.hashFile(dir, p, name, mode, want)
@@ -416,18 +575,28 @@ func (w *walker) regular(dir *os.File, p, name string, st *unix.Stat_t) (TreeEnt
 		}
 		var st2 unix.Stat_t
 		if serr := unix.Fstatat(int(dir.Fd()), name, &st2, unix.AT_SYMLINK_NOFOLLOW); serr != nil || st2.Mode&unix.S_IFMT != unix.S_IFREG {
-			return TreeEntry{}, 0, fmt.Errorf("%s: %w", p, errChanged)
+			return e, 0, false, fmt.Errorf("%s: %w", p, errChanged)
 		}
+		prev := want.Size
 		want = statEntryOf(&st2)
+		if want.Size > w.limit || !inBase {
+			w.budget.refund(prev, !inBase)
+			if !w.budget.charge(p, want.Size) {
+				return e, 0, false, nil
+			}
+		}
 	}
 	if err != nil {
-		return TreeEntry{}, 0, fmt.Errorf("%s: %w", p, err)
+		return e, 0, false, fmt.Errorf("%s: %w", p, err)
+	}
+	if inBase && w.changed(p, mode, h) {
+		w.budget.charge(p, want.Size)
 	}
 	if want.Ctime < w.started-racyMargin && want.Mtime < w.started-racyMargin {
 		want.Hash = h
 		w.added[p] = &want
 	}
-	return TreeEntry{Name: name, Mode: mode, Hash: h}, want.Size, nil
+	return TreeEntry{Name: name, Mode: mode, Hash: h}, want.Size, true, nil
 }
 
 // hashFile reads the file (opened without following a symlink, and
@@ -450,9 +619,13 @@ func (w *walker) hashFile(dir *os.File, p, name string, mode uint32, want statEn
 	if !same() {
 		return Hash{}, errChanged
 	}
+	r := ctxReader{w.ctx, f} // a long read stops at Ctrl-C
 	var h Hash
 	if want.Size <= inMemory {
-		data, err := readExactly(f, want.Size)
+		data, err := readExactly(r, want.Size)
+		if err := w.ctx.Err(); err != nil {
+			return Hash{}, err
+		}
 		if err != nil {
 			return Hash{}, errChanged
 		}
@@ -469,7 +642,7 @@ func (w *walker) hashFile(dir *os.File, p, name string, mode uint32, want statEn
 		}
 		return h, nil
 	}
-	if h, err = hashReader(typeBlob, want.Size, f); err != nil {
+	if h, err = hashReader(typeBlob, want.Size, r); err != nil {
 		return Hash{}, err
 	}
 	if !same() {
@@ -479,7 +652,7 @@ func (w *walker) hashFile(dir *os.File, p, name string, mode uint32, want statEn
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			return Hash{}, err
 		}
-		if err := w.store.writeStream(h, typeBlob, want.Size, f); err != nil {
+		if err := w.store.writeStream(h, typeBlob, want.Size, r); err != nil {
 			return Hash{}, err
 		}
 	}

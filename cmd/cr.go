@@ -27,6 +27,10 @@ func (a *App) changes(ctx context.Context) (*changes.Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A large change or a hostile pack can hold a few hundred MB live
+	// (docs/change-requests.md, "Hostile packs"): a soft limit keeps the
+	// heap near that rather than at 5 times it.
+	debug.SetMemoryLimit(512<<20 + 4*min(svc.Cfg.CRMaxBytes, 1<<40))
 	return changesOf(svc), nil
 }
 
@@ -93,7 +97,10 @@ func (a *App) newDiff() *cobra.Command {
 		Long: `Show everything the session's worktree holds against its base commit — the
 agent's commits, uncommitted and untracked files, with the repository's ignore
 rules — as git diff would show it (--stat: as git diff --stat). Nothing the
-worktree configured runs, and nothing is written the sandbox can see.` + exitStatusHelp,
+worktree configured runs, and nothing is written the sandbox can see. Paths
+git refuses to track (.GIT, git~1, ...) are left out and listed on stderr; a
+change larger than XMODE_CR_MAX_BYTES is refused (exit 4), as cr create
+refuses it.` + exitStatusHelp,
 		Args: exactArgs(1, "one session"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.session = args[0]
@@ -123,6 +130,7 @@ func (a *App) runDiff(ctx context.Context, o diffOptions) error {
 	}
 	defer sn.Close()
 	a.warn(sn.Warnings)
+	a.reportLeftOut(sn.Skipped)
 	if a.json || o.stat {
 		st, err := sn.Stat(ctx)
 		if err != nil {
@@ -144,6 +152,14 @@ func (a *App) runDiff(ctx context.Context, o diffOptions) error {
 		}
 		return err
 	})
+}
+
+// reportLeftOut lists on stderr the worktree paths a snapshot left out,
+// and why (--json has them as "skipped").
+func (a *App) reportLeftOut(skipped []changes.Skipped) {
+	for _, s := range skipped {
+		a.info("xmode: left out %s: %s", clean(s.Path), s.Reason)
+	}
 }
 
 func nonNilSlice[T any](s []T) []T {
@@ -198,6 +214,7 @@ func (a *App) runCRCreate(ctx context.Context, o crCreateOptions) error {
 		return err
 	}
 	a.warn(p.Manifest.Warnings)
+	a.reportLeftOut(p.Manifest.Skipped)
 	if a.json {
 		return a.printJSON(p)
 	}
@@ -385,6 +402,9 @@ func (a *App) writeCR(w io.Writer, p *changes.Package, ev *changes.Evidence) err
 	}
 	for _, warning := range m.Warnings {
 		fmt.Fprintf(w, "%s %s\n", a.paint(color.FgYellow, "Warning:"), clean(warning))
+	}
+	for _, s := range m.Skipped {
+		fmt.Fprintf(w, "Left out: %s: %s\n", clean(s.Path), s.Reason)
 	}
 	fmt.Fprintln(w)
 	if err := writeStat(w, m.Stat, a.colour()); err != nil {

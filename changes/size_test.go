@@ -1,0 +1,154 @@
+package changes_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xmode/xmode/changes"
+	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/sandbox"
+)
+
+// readBytes is how many bytes this process has read (rchar: every read
+// system call, a sparse file's holes included).
+func readBytes(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "rchar: "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	t.Fatal("no rchar in /proc/self/io")
+	return 0
+}
+
+// TestSizeDecidesBeforeReading: a 50 GB sparse file (new, or a tracked file
+// grown to it), and new files that add up to more than the limit, are
+// refused by `sandbox diff` (Snapshot) and `cr create` from their sizes:
+// the refusal names the file, its size, the limit and the variable, and
+// the process reads next to nothing (reading 50 GB took ~1.5 h per TB).
+func TestSizeDecidesBeforeReading(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	e.makeRepo(map[string]string{"README": "hello\n", "data.bin": "small\n"})
+	s := e.create(sandbox.CreateOptions{})
+	for _, c := range []struct{ script, want string }{
+		{`truncate -s 50G big.bin`, "big.bin alone is 50.0 GiB"},
+		{`rm big.bin && truncate -s 50G data.bin`, "data.bin alone is 50.0 GiB"},
+	} {
+		e.sh(s, c.script)
+		before := readBytes(t)
+		done := make(chan error, 2)
+		go func() {
+			sn, err := e.cr.Snapshot(ctx, s, changes.WantStat)
+			if err == nil {
+				sn.Close()
+			}
+			done <- err
+			_, err = e.cr.Create(ctx, s, changes.CreateOptions{})
+			done <- err
+		}()
+		for _, what := range []string{"sandbox diff", "cr create"} {
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(20 * time.Second): // reading 50 GB takes minutes
+				t.Fatalf("%s after %q: still running after 20 s: it reads the file", what, c.script)
+			}
+			if fail.KindOf(err) != fail.Refused || !strings.Contains(err.Error(), c.want) ||
+				!strings.Contains(err.Error(), "larger than XMODE_CR_MAX_BYTES (100.0 MiB)") || !strings.Contains(err.Error(), "raise XMODE_CR_MAX_BYTES") {
+				t.Fatalf("%s after %q: %v", what, c.script, err)
+			}
+		}
+		if n := readBytes(t) - before; n > 64<<20 {
+			t.Fatalf("after %q: refusing read %d MiB", c.script, n>>20)
+		}
+	}
+
+	// New files over the limit together: the one that goes over is
+	// refused unread.
+	e.sh(s, `rm data.bin && git checkout -q data.bin && head -c 3000 /dev/urandom > a.bin && head -c 3000 /dev/urandom > b.bin`)
+	e.cr.MaxBytes = 5000
+	_, err := e.cr.Snapshot(ctx, s, changes.WantStat)
+	if fail.KindOf(err) != fail.Refused || !strings.Contains(err.Error(), "its files add up to more than 4.9 KiB") ||
+		!strings.Contains(err.Error(), "a.bin (2.9 KiB)") || !strings.Contains(err.Error(), "b.bin (2.9 KiB)") {
+		t.Fatalf("two files over the limit together: %v", err)
+	}
+}
+
+// TestWalkStopsWhenCancelled: a read under a raised limit stops as soon as
+// the context is cancelled (Ctrl-C, SIGTERM), not when the file is read.
+func TestWalkStopsWhenCancelled(t *testing.T) {
+	e := newEnv(t, map[string]string{"XMODE_CR_MAX_BYTES": "100g"})
+	e.makeRepo(map[string]string{"README": "hello\n"})
+	s := e.create(sandbox.CreateOptions{})
+	e.sh(s, `truncate -s 50G big.bin`)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	before := readBytes(t)
+	go func() { _, err := e.cr.Create(ctx, s, changes.CreateOptions{}); done <- err }()
+	// wait until it is reading the file
+	deadline := time.Now().Add(20 * time.Second)
+	for readBytes(t)-before < 64<<20 {
+		if time.Now().After(deadline) {
+			t.Fatal("cr create did not start reading big.bin")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("cr create went on reading after its context was cancelled")
+	}
+}
+
+// TestVerifySizeFirst: a package file or a step log grown to 50 GB is
+// reported from its size, not read (it would not even fit in memory).
+func TestVerifySizeFirst(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	e.makeRepo(map[string]string{"README": "hello\n"})
+	s := e.create(sandbox.CreateOptions{})
+	e.sh(s, `printf 'more\n' >> README && echo step output`)
+	p, err := e.cr.Create(ctx, s, changes.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{filepath.Join(p.Dir, changes.PatchFile), filepath.Join(e.root, "runs", s.RunID, "steps", "0001-sh", "stdout.log")} {
+		if err := os.Truncate(f, 50<<30); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := readBytes(t)
+	rep, err := e.cr.Verify(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := readBytes(t) - before; n > 64<<20 {
+		t.Fatalf("verify read %d MiB", n>>20)
+	}
+	var problems []string
+	for _, pr := range rep.Problems {
+		problems = append(problems, pr.File+": "+pr.Problem)
+	}
+	got := strings.Join(problems, "\n")
+	if rep.Intact || !strings.Contains(got, "change.patch: sha256 not computed (53687091200 bytes), the manifest says") ||
+		!strings.Contains(got, "stdout.log: sha256 not computed (53687091200 bytes), evidence.json says") {
+		t.Fatalf("problems:\n%s", got)
+	}
+}

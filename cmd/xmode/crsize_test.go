@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xmode/xmode/internal/testenv"
+	"github.com/xmode/xmode/providers/docker/dockertest"
+)
+
+// quick is how long a refusal from a file's size may take at most, very
+// loosely: reading the 50 GB file these tests make takes minutes.
+const quick = 20 * time.Second
+
+// TestSizeRefusedBeforeRead: a 50 GB sparse file in a sandbox's worktree
+// makes `sandbox diff` (patch, --stat, --json), `cr create` and `xmode run`
+// refuse from its size (exit 4, naming the file, its size, the limit and
+// the variable to raise) instead of reading it first — on the host engine
+// and in a docker sandbox.
+func TestSizeRefusedBeforeRead(t *testing.T) {
+	refused := func(t *testing.T, root string, env []string, args ...string) {
+		t.Helper()
+		r := dkWant(t, dkXmode(t, root, env, args...), 4)
+		if r.took > quick {
+			t.Fatalf("xmode %s took %s: it reads the file", strings.Join(args, " "), r.took)
+		}
+		if !strings.Contains(r.stderr, "the change is larger than XMODE_CR_MAX_BYTES (100.0 MiB): big.bin alone is 50.0 GiB") ||
+			!strings.Contains(r.stderr, "raise XMODE_CR_MAX_BYTES") {
+			t.Fatalf("xmode %s: the refusal does not name the file, its size, the limit and the variable\n%s", strings.Join(args, " "), r)
+		}
+	}
+	check := func(t *testing.T, root string, env []string, id string) {
+		dkWant(t, dkXmode(t, root, env, "sandbox", "exec", id, "--", "truncate", "-s", "50G", "big.bin"), 0)
+		for _, args := range [][]string{{"sandbox", "diff", id}, {"sandbox", "diff", id, "--stat"}, {"sandbox", "diff", id, "--json"}, {"cr", "create", id}} {
+			refused(t, root, env, args...)
+		}
+		if r := dkWant(t, dkXmode(t, root, env, "cr", "list", "-q"), 0); r.stdout != "" {
+			t.Fatalf("a refused change request was recorded: %s", r.stdout)
+		}
+	}
+
+	dir := t.TempDir()
+	repo := filepath.Join(dir, "repo")
+	if err := makeRepo(repo); err != nil {
+		t.Fatal(err)
+	}
+	plan := filepath.Join(dir, "plan.yaml")
+	os.WriteFile(plan, []byte("steps:\n  - name: big\n    run: [truncate, -s, 50G, big.bin]\n"), 0o644)
+
+	t.Run("host", func(t *testing.T) {
+		root := filepath.Join(t.TempDir(), "root")
+		id := strings.TrimSpace(dkWant(t, dkXmode(t, root, nil, "sandbox", "create", "--repo", repo, "-q"), 0).stdout)
+		check(t, root, nil, id)
+		refused(t, root, nil, "run", "--repo", repo, "--objective", "a big file", "-f", plan)
+	})
+
+	t.Run("docker", func(t *testing.T) {
+		cli := dockertest.Require(t)
+		img := dockertest.Image(t)
+		host := dockertest.Host()
+		if !strings.HasPrefix(host, "unix://") {
+			testenv.Skip(t, "bind mode needs a local daemon, the daemon is at %s", host)
+		}
+		root := filepath.Join(t.TempDir(), "root")
+		dkRemoveSandboxes(t, cli, "", root)
+		env := []string{"XMODE_SANDBOX_ENGINE=docker", "XMODE_RUNNER_MODE=cloud_worker", "XMODE_SANDBOX_IMAGE=" + img, "XMODE_SANDBOX_DOCKER_HOST=" + host}
+		id := strings.TrimSpace(dkWant(t, dkXmode(t, root, env, "sandbox", "create", "--repo", repo, "-q"), 0).stdout)
+		check(t, root, env, id)
+		dkWant(t, dkXmode(t, root, env, "sandbox", "stop", id), 0)
+	})
+}
+
+// TestCRCreateStopsOnSIGTERM: `cr create` reading a large file (50 GB,
+// sparse, under a raised limit) stops at SIGTERM — exit 143, nothing
+// recorded — instead of reading on for minutes.
+func TestCRCreateStopsOnSIGTERM(t *testing.T) {
+	root, id := newSession(t)
+	if out, err := xmode(t, root, "sandbox", "exec", id, "--", "truncate", "-s", "50G", "big.bin").CombinedOutput(); err != nil {
+		t.Fatalf("truncate: %v\n%s", err, out)
+	}
+	c := xmode(t, root, "cr", "create", id)
+	c.Env = append(c.Env, "XMODE_CR_MAX_BYTES=100g")
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	// wait until it has big.bin open: it is reading it
+	fds := "/proc/" + strconv.Itoa(c.Process.Pid) + "/fd"
+	deadline := time.Now().Add(quick)
+	for reading := false; !reading; {
+		if time.Now().After(deadline) {
+			c.Process.Kill()
+			t.Fatalf("cr create never opened big.bin\n%s", stderr.String())
+		}
+		names, _ := os.ReadDir(fds)
+		for _, n := range names {
+			if target, _ := os.Readlink(filepath.Join(fds, n.Name())); strings.HasSuffix(target, "/worktree/big.bin") {
+				reading = true
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		ee, _ := err.(*exec.ExitError)
+		if ee == nil || ee.ExitCode() != 128+int(syscall.SIGTERM) || !strings.Contains(stderr.String(), "interrupted (SIGTERM)") {
+			t.Fatalf("after SIGTERM: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(quick):
+		c.Process.Kill()
+		<-done
+		t.Fatalf("cr create went on reading for %s after SIGTERM\n%s", quick, stderr.String())
+	}
+	if out, _ := xmode(t, root, "cr", "list", "-q").Output(); len(out) != 0 {
+		t.Fatalf("an interrupted cr create recorded %s", out)
+	}
+}
