@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xmode/xmode/storage"
 )
 
 // openWorktree opens the worktree directory without following a symlink
@@ -501,14 +503,10 @@ func readlinkAt(dir *os.File, name string) (string, error) {
 // readFileAt reads a regular file (not a symlink: git does not follow a
 // symlinked .gitignore either) of at most max bytes in dir.
 func readFileAt(dir *os.File, name string, max int64) ([]byte, error) {
-	f, err := openAt(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK)
+	f, err := storage.OpenRegularAt(dir, name)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() || st.Size() > max {
-		return nil, fmt.Errorf("%s is not a regular file of at most %d bytes", name, max)
-	}
-	return io.ReadAll(io.LimitReader(f, max))
+	return storage.ReadBounded(f, name, max)
 }

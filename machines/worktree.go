@@ -259,7 +259,8 @@ func ReleaseWorktree(g storage.Guard, project, runID string) (bool, error) {
 		if !e.IsDir() {
 			continue // a symlink a sandbox planted is not a record
 		}
-		b, err := wts.ReadFile(e.Name() + "/gitdir")
+		// The sandbox's to rewrite: a FIFO there must not hang the reaper.
+		b, err := storage.ReadRegular(wts, e.Name()+"/gitdir", 4<<10)
 		if err != nil || !strings.HasSuffix(strings.TrimSpace(string(b)), suffix) {
 			continue
 		}

@@ -98,13 +98,13 @@ func stripSetuid(worktree string) error {
 		if err != nil || info.Mode()&(fs.ModeSetuid|fs.ModeSetgid) == 0 {
 			return nil
 		}
-		f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+		f, err := storage.OpenRegular(root, name)
 		if err != nil {
 			return nil // gone, or not a file any more
 		}
 		defer f.Close()
 		fi, err := f.Stat()
-		if err != nil || !fi.Mode().IsRegular() {
+		if err != nil {
 			return nil
 		}
 		return f.Chmod(fi.Mode().Perm())
