@@ -95,13 +95,15 @@ func (s *objectSource) openPacks() {
 	}
 }
 
+// readDirNames lists dir under root (storage.ReadDir: a FIFO in its place
+// does not block, a link is not followed).
 func readDirNames(root *os.Root, dir string) ([]string, error) {
-	f, err := root.Open(dir)
-	if err != nil {
-		return nil, err
+	entries, err := storage.ReadDir(root, dir)
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
 	}
-	defer f.Close()
-	return f.Readdirnames(-1)
+	return names, err
 }
 
 func (s *objectSource) openPack(base string) (*packFile, error) {

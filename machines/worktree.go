@@ -241,7 +241,8 @@ func ReleaseWorktree(g storage.Guard, project, runID string) (bool, error) {
 		return false, fmt.Errorf("open %s: %w", g.MachinesDir(), err)
 	}
 	defer root.Close()
-	wts, err := root.OpenRoot(project + "/repo/.git/worktrees")
+	// The sandbox's to rewrite too: neither a link nor a FIFO is opened.
+	wts, err := storage.OpenRoot(root, project+"/repo/.git/worktrees")
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}

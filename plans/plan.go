@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -98,7 +97,7 @@ func Load(file string) (*Plan, error) {
 // opens what a sandbox wrote (no link followed, a FIFO never waited on)
 // and must be a regular file.
 func LoadWorktree(worktree string) (*Plan, error) {
-	root, err := os.OpenRoot(worktree)
+	root, err := storage.OpenRootPath(worktree)
 	if err != nil {
 		return nil, fmt.Errorf("open worktree %s: %w", worktree, err)
 	}

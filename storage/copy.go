@@ -77,7 +77,7 @@ func copyDir(src *os.Root, sn string, dst *os.Root, dn string, info fs.FileInfo,
 	} else if err != nil {
 		return err
 	}
-	entries, err := fs.ReadDir(src.FS(), sn)
+	entries, err := ReadDir(src, sn)
 	if err != nil {
 		return err
 	}

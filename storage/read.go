@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -171,4 +173,145 @@ func ReadBounded(r io.Reader, name string, max int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s is larger than %d bytes", name, max)
 	}
 	return b, nil
+}
+
+// OpenRoot opens the directory name under parent as an os.Root, refusing at
+// once what is not a directory: os.Root's own open blocks on a FIFO put in
+// a directory's place, and follows a final link that stays inside. The
+// directory is opened O_DIRECTORY|O_NOFOLLOW|O_NONBLOCK and the root made
+// from that very descriptor, so nothing swapped in meanwhile is opened
+// instead.
+func OpenRoot(parent *os.Root, name string) (*os.Root, error) {
+	dir, base := path.Split(path.Clean(name))
+	if dir == "" {
+		dir = "."
+	}
+	if base == "." {
+		return parent.OpenRoot(".")
+	}
+	d, err := parent.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ENOTDIR) {
+			return nil, &NotRegularError{Path: path.Clean(dir), Kind: "not a directory"}
+		}
+		return nil, err
+	}
+	defer d.Close()
+	return openRootAt(d, base, name)
+}
+
+// OpenRootAt is OpenRoot for a directory directly in an open directory (a
+// walk that holds its directories' descriptors).
+func OpenRootAt(dir *os.File, name string) (*os.Root, error) {
+	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') {
+		return nil, fmt.Errorf("%q is not a name in a directory", name)
+	}
+	return openRootAt(dir, name, path.Join(dir.Name(), name))
+}
+
+// OpenRootPath is OpenRoot for a directory xmode names by its path (a
+// worktree the guard derived): a host step could have put a FIFO there.
+func OpenRootPath(dir string) (*os.Root, error) {
+	var fd int
+	var err error
+	for {
+		fd, err = unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return nil, notDir(unix.AT_FDCWD, dir, dir, err)
+	}
+	return rootOf(fd, dir)
+}
+
+func openRootAt(dir *os.File, base, display string) (*os.Root, error) {
+	fd, err := openDirAt(dir, base, display)
+	if err != nil {
+		return nil, err
+	}
+	return rootOf(fd, display)
+}
+
+// openDirAt opens the directory base in dir O_DIRECTORY|O_NOFOLLOW|
+// O_NONBLOCK: a FIFO or a link in its place fails at once.
+func openDirAt(dir *os.File, base, display string) (int, error) {
+	rc, err := dir.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	var oerr error
+	if err := rc.Control(func(dfd uintptr) {
+		for {
+			fd, oerr = unix.Openat(int(dfd), base, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+			if oerr != unix.EINTR {
+				break
+			}
+		}
+		if oerr != nil {
+			oerr = notDir(int(dfd), base, display, oerr)
+		}
+	}); err != nil {
+		return -1, err
+	}
+	return fd, oerr
+}
+
+// notDir turns a failed O_DIRECTORY|O_NOFOLLOW open into a NotRegularError
+// that says what is there instead, or a PathError.
+func notDir(dirfd int, name, display string, err error) error {
+	if err == unix.ENOTDIR || err == unix.ELOOP {
+		var st unix.Stat_t
+		if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			return &NotRegularError{Path: display, Kind: kindOf(st.Mode) + ", not a directory"}
+		}
+	}
+	return &fs.PathError{Op: "open", Path: display, Err: err}
+}
+
+// rootOf makes an os.Root of the directory fd refers to, through its
+// /proc/self/fd link (which names the open directory, not a path that could
+// have been replaced), and closes fd.
+func rootOf(fd int, display string) (*os.Root, error) {
+	defer unix.Close(fd)
+	r, err := os.OpenRoot("/proc/self/fd/" + strconv.Itoa(fd))
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", display, err)
+	}
+	return r, nil
+}
+
+// ReadDir lists the directory name under root, sorted by name, refusing at
+// once anything but a directory: fs.ReadDir would block on a FIFO in its
+// place, and follow a link.
+func ReadDir(root *os.Root, name string) ([]fs.DirEntry, error) {
+	clean := path.Clean(name)
+	var f *os.File
+	if clean == "." {
+		var err error
+		if f, err = root.OpenFile(".", os.O_RDONLY|syscall.O_DIRECTORY, 0); err != nil {
+			return nil, err
+		}
+	} else {
+		dir, base := path.Split(clean)
+		if dir == "" {
+			dir = "."
+		}
+		d, err := root.OpenFile(dir, os.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return nil, err
+		}
+		fd, err := openDirAt(d, base, name)
+		d.Close()
+		if err != nil {
+			return nil, err
+		}
+		f = os.NewFile(uintptr(fd), name)
+	}
+	defer f.Close()
+	entries, err := f.ReadDir(-1)
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
+	return entries, err
 }

@@ -99,3 +99,70 @@ func TestOpenRegularRefusesAllButFiles(t *testing.T) {
 		t.Errorf("missing: %v", err)
 	}
 }
+
+// A directory a sandbox could have replaced opens as an os.Root, or lists,
+// at once or not at all: a FIFO or a link in its place is refused saying
+// what it is (os.OpenRoot and fs.ReadDir block on a FIFO), and the root is
+// the directory that was opened, whatever is put at its path afterwards.
+func TestOpenRootRefusesAllButDirectories(t *testing.T) {
+	dir := t.TempDir()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(dir, "a", "sub"), 0o755))
+	must(os.WriteFile(filepath.Join(dir, "a", "sub", "f"), []byte("x"), 0o644))
+	must(unix.Mkfifo(filepath.Join(dir, "a", "fifo"), 0o644))
+	must(os.Symlink("sub", filepath.Join(dir, "a", "link")))
+	root, err := os.OpenRoot(dir)
+	must(err)
+	defer root.Close()
+
+	quick := func(what string, f func() error) error {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- f() }()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s blocked", what)
+			return nil
+		}
+	}
+	for name, want := range map[string]string{"a/fifo": "a/fifo is a FIFO, not a directory", "a/link": "a/link is a symlink, not a directory"} {
+		err := quick("OpenRoot "+name, func() error { _, err := OpenRoot(root, name); return err })
+		var nr *NotRegularError
+		if !errors.As(err, &nr) || err.Error() != want {
+			t.Errorf("OpenRoot %s: %v, want %q", name, err, want)
+		}
+		if err := quick("ReadDir "+name, func() error { _, err := ReadDir(root, name); return err }); err == nil {
+			t.Errorf("ReadDir %s listed it", name)
+		}
+	}
+	fifoPath := filepath.Join(dir, "a", "fifo")
+	err = quick("OpenRootPath", func() error { _, err := OpenRootPath(fifoPath); return err })
+	if nr := (*NotRegularError)(nil); !errors.As(err, &nr) {
+		t.Errorf("OpenRootPath of a FIFO: %v", err)
+	}
+
+	sub, err := OpenRoot(root, "a/sub")
+	must(err)
+	defer sub.Close()
+	byPath, err := OpenRootPath(filepath.Join(dir, "a", "sub"))
+	must(err)
+	defer byPath.Close()
+	// Swapped for a FIFO after the open: both roots are still the directory.
+	must(os.Rename(filepath.Join(dir, "a", "sub"), filepath.Join(dir, "a", "moved")))
+	must(unix.Mkfifo(filepath.Join(dir, "a", "sub"), 0o644))
+	for _, r := range []*os.Root{sub, byPath} {
+		if b, err := ReadRegular(r, "f", 10); err != nil || string(b) != "x" {
+			t.Errorf("the root after its path was swapped: %q %v", b, err)
+		}
+	}
+	if es, err := ReadDir(root, "a"); err != nil || len(es) != 4 || es[0].Name() != "fifo" || es[3].Name() != "sub" {
+		t.Errorf("ReadDir a: %v %v", es, err)
+	}
+}

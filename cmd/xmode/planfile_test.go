@@ -163,3 +163,45 @@ func TestPipelineRunHonoursSIGTERM(t *testing.T) {
 		t.Fatalf("pipeline run took %s to end after SIGTERM", took)
 	}
 }
+
+// A directory xmode reads from a worktree is opened the way its files are:
+// a FIFO in place of .git/objects/pack does not hang `sandbox diff` or
+// `cr create` (the objects are read without the packs), and a FIFO in
+// place of the worktree itself makes `pipeline run`, `sandbox cp` and
+// `sandbox diff` fail at once.
+func TestWorktreeDirectoryNotADirectory(t *testing.T) {
+	t.Parallel()
+	root, id := newSession(t)
+	quick := func(want int, args ...string) string {
+		t.Helper()
+		code, out := runQuick(t, xmode(t, root, args...), 20*time.Second)
+		if code != want {
+			t.Fatalf("%v: exit %d, want %d:\n%s", args, code, want, out)
+		}
+		return out
+	}
+	quick(0, "sandbox", "exec", id, "--", "sh", "-c", "echo more >> README; rm -rf .git/objects/pack && mkfifo .git/objects/pack")
+	if out := quick(0, "sandbox", "diff", id); !strings.Contains(out, "+more") {
+		t.Fatalf("diff:\n%s", out)
+	}
+	quick(0, "cr", "create", id)
+
+	wts, _ := filepath.Glob(filepath.Join(root, "runs", "*", "worktree"))
+	if len(wts) != 1 {
+		t.Fatalf("worktrees: %v", wts)
+	}
+	if err := os.Rename(wts[0], wts[0]+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(wts[0], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"pipeline", "run", id}, {"sandbox", "cp", id + ":README", t.TempDir()}, {"sandbox", "diff", id}} {
+		code, out := runQuick(t, xmode(t, root, args...), 20*time.Second)
+		if code == 0 || !strings.Contains(out, "is a FIFO") && !strings.Contains(out, "is not a directory") {
+			t.Errorf("%v with a FIFO for the worktree: exit %d, want a failure saying so:\n%s", args, code, out)
+		}
+	}
+	os.Remove(wts[0])
+	os.Rename(wts[0]+".moved", wts[0])
+}

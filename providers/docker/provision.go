@@ -479,7 +479,7 @@ const maxGitFile = 4 << 10
 // sandbox's to rewrite once a step has run, so read as storage.OpenRegular
 // reads what a sandbox wrote; it must lie directly in <gitdir>/worktrees.
 func worktreeAdminDir(worktree, gitDir string) (string, error) {
-	root, err := os.OpenRoot(worktree)
+	root, err := storage.OpenRootPath(worktree)
 	if err != nil {
 		return "", fmt.Errorf("worktree %s of a project machine: %w", worktree, err)
 	}
