@@ -239,7 +239,8 @@ func TestFullDisk(t *testing.T) {
 		t.Fatalf("exec did not say what evidence was lost:\n%s", out)
 	}
 	// create refuses below the floor (exit 4), and changes nothing; the
-	// floor is above the store's 8 MiB reserve, which the step's end used
+	// floor is above what the disk has left (a chunk of the store's
+	// reserve, which the step's end took)
 	if out, code = run([]string{"XMODE_MIN_FREE=12m"}, "sandbox", "create", "--repo", repo); code != 4 || !strings.Contains(out, "XMODE_MIN_FREE") {
 		t.Fatalf("create on a full disk: exit %d, want 4 naming XMODE_MIN_FREE\n%s", code, out)
 	}
