@@ -188,7 +188,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 		res.Why = fmt.Sprintf("the %s agent failed: %s", req.Kind, res.Agent.Error)
 	case req.Kind == Command:
 		// A command agent that printed no event of its own: its last words.
-		if msg := lastLine(res.StderrPath); msg != "" {
+		if msg := r.lastLine(req.Session, res, evidence.StderrFile); msg != "" {
 			res.Why = fmt.Sprintf("the command agent failed: %s", msg)
 		}
 	}
@@ -239,9 +239,9 @@ func (r *Runner) codexLogin(ctx context.Context, req Request, secretEnv []string
 	case res.ExitCode == 127:
 		res.Why = r.missing(req.Session, Codex, bin)
 	case res.ExitCode != 0:
-		msg := lastLine(res.StderrPath)
+		msg := r.lastLine(req.Session, res, evidence.StderrFile)
 		if msg == "" {
-			msg = lastLine(res.StdoutPath)
+			msg = r.lastLine(req.Session, res, evidence.StdoutFile)
 		}
 		res.Why = fmt.Sprintf("codex is not signed in where the session runs (`codex login status`: %q, exit %d): run `codex login` there, or pass a key with --env-pass OPENAI_API_KEY (XMODE_AGENT_ENV passes it by default when it is set)", msg, res.ExitCode)
 	}
@@ -340,9 +340,11 @@ func hasKey(sess *store.Session, secretEnv []string) bool {
 	return sess.Engine != "docker" && (os.Getenv("OPENAI_API_KEY") != "" || os.Getenv("CODEX_API_KEY") != "")
 }
 
-// lastLine is the last non-empty line of a log (at most its last 4 KB).
-func lastLine(path string) string {
-	f, err := os.Open(path)
+// lastLine is the last non-empty line of one of a step's logs (at most its
+// last 4 KB), opened as evidence.Open opens evidence: a host step could have
+// put a FIFO or a link in its place.
+func (r *Runner) lastLine(sess *store.Session, res *evidence.Result, file string) string {
+	f, err := evidence.Open(r.Svc.Guard, sess.RunID, res.Seq, res.Name, file)
 	if err != nil {
 		return ""
 	}

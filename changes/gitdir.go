@@ -62,7 +62,7 @@ func locateGitDirs(ctx context.Context, st *store.Store, g storage.Guard, runID 
 	if err != nil {
 		return nil, err
 	}
-	common, err := os.OpenRoot(filepath.Join(dir, "repo", ".git"))
+	common, err := storage.OpenRootPath(filepath.Join(dir, "repo", ".git"))
 	if err != nil {
 		d.note = fmt.Sprintf("project machine %s has no repository (%v)", project, err)
 		return d, nil
@@ -73,7 +73,7 @@ func locateGitDirs(ctx context.Context, st *store.Store, g storage.Guard, runID 
 		d.note = fmt.Sprintf("project machine %s has no record of this worktree (%v): its commits and index are not read", project, err)
 		return d, nil
 	}
-	if d.record, err = common.OpenRoot("worktrees/" + name); err != nil {
+	if d.record, err = storage.OpenRoot(common, "worktrees/"+name); err != nil {
 		d.note = fmt.Sprintf("open the worktree record %s: %v", name, err)
 	}
 	return d, nil
@@ -153,7 +153,7 @@ func (d *gitDirs) overlay() *os.Root {
 	if d.kind != KindMachine || d.record == nil {
 		return nil
 	}
-	ov, err := d.record.OpenRoot(storage.RecordOverlay)
+	ov, err := storage.OpenRoot(d.record, storage.RecordOverlay)
 	if err != nil {
 		return nil
 	}

@@ -13,10 +13,11 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
+
+	"github.com/xmode/xmode/storage"
 )
 
 // errNotFound is an object no source holds.
@@ -94,13 +95,15 @@ func (s *objectSource) openPacks() {
 	}
 }
 
+// readDirNames lists dir under root (storage.ReadDir: a FIFO in its place
+// does not block, a link is not followed).
 func readDirNames(root *os.Root, dir string) ([]string, error) {
-	f, err := root.Open(dir)
-	if err != nil {
-		return nil, err
+	entries, err := storage.ReadDir(root, dir)
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
 	}
-	defer f.Close()
-	return f.Readdirnames(-1)
+	return names, err
 }
 
 func (s *objectSource) openPack(base string) (*packFile, error) {
@@ -126,10 +129,11 @@ func (s *objectSource) openPack(base string) (*packFile, error) {
 	return &packFile{name: base, f: f, size: size, idx: idx}, nil
 }
 
-// openRegular opens name under root for reading: a FIFO does not block the
-// open, and anything but a regular file is refused.
+// openRegular opens name under root for reading as storage.OpenRegular
+// does (no final link followed, no FIFO waited on, only a regular file),
+// with its size.
 func openRegular(root *os.Root, name string) (*os.File, int64, error) {
-	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := storage.OpenRegular(root, name)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -137,10 +141,6 @@ func openRegular(root *os.Root, name string) (*os.File, int64, error) {
 	if err != nil {
 		f.Close()
 		return nil, 0, err
-	}
-	if !st.Mode().IsRegular() {
-		f.Close()
-		return nil, 0, fmt.Errorf("%s is not a regular file", name)
 	}
 	return f, st.Size(), nil
 }

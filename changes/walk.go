@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xmode/xmode/storage"
 )
 
 // openWorktree opens the worktree directory without following a symlink
@@ -26,31 +28,10 @@ func openWorktree(dir string) (*os.File, error) {
 }
 
 // openSubdirRoot opens name, a directory directly inside the directory
-// parent, as an os.Root, refusing a symlink in its place: the root must be
-// the very directory an lstat of the name saw.
+// parent, as an os.Root: the very directory, never a link or a FIFO put in
+// its place (storage.OpenRootAt).
 func openSubdirRoot(parent *os.File, name string) (*os.Root, error) {
-	var st unix.Stat_t
-	if err := unix.Fstatat(int(parent.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return nil, err
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return nil, errors.New("not a directory")
-	}
-	root, err := os.OpenRoot(path.Join(parent.Name(), name))
-	if err != nil {
-		return nil, err
-	}
-	var got unix.Stat_t
-	f, err := root.Open(".")
-	if err == nil {
-		err = unix.Fstat(int(f.Fd()), &got)
-		f.Close()
-	}
-	if err != nil || got.Ino != st.Ino || got.Dev != st.Dev {
-		root.Close()
-		return nil, errors.New("replaced while being opened")
-	}
-	return root, nil
+	return storage.OpenRootAt(parent, name)
 }
 
 func openAt(dir *os.File, name string, flags int) (*os.File, error) {
@@ -674,14 +655,10 @@ func readlinkAt(dir *os.File, name string) (string, error) {
 // readFileAt reads a regular file (not a symlink: git does not follow a
 // symlinked .gitignore either) of at most max bytes in dir.
 func readFileAt(dir *os.File, name string, max int64) ([]byte, error) {
-	f, err := openAt(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK)
+	f, err := storage.OpenRegularAt(dir, name)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() || st.Size() > max {
-		return nil, fmt.Errorf("%s is not a regular file of at most %d bytes", name, max)
-	}
-	return io.ReadAll(io.LimitReader(f, max))
+	return storage.ReadBounded(f, name, max)
 }

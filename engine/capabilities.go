@@ -42,6 +42,25 @@ type OrphanLister interface {
 	RemoveObject(ctx context.Context, o Object) error
 }
 
+// LivenessChecker is an engine whose sandboxes can die behind xmode's back
+// (a container removed or stopped by hand, a daemon restarted): Alive says
+// whether sb's engine objects are there and running, so that a pool claim
+// never hands out a dead sandbox. It is one cheap query (a pool claim is
+// budgeted in milliseconds); an engine it cannot reach is an error.
+type LivenessChecker interface {
+	Alive(ctx context.Context, sb Sandbox) (bool, error)
+}
+
+// Alive asks the adapter whether sb's engine objects live; an engine
+// without them (the host) has nothing that can die apart from the worktree,
+// and says yes.
+func Alive(ctx context.Context, a Adapter, sb Sandbox) (bool, error) {
+	if l, ok := a.(LivenessChecker); ok {
+		return l.Alive(ctx, sb)
+	}
+	return true, nil
+}
+
 // Check statuses.
 const (
 	CheckOK   = "ok"

@@ -310,7 +310,7 @@ func (s *Step) Finish(ctx context.Context, status engine.Status) (*Result, error
 	if err != nil {
 		lose("the store still says the step is running (the reaper marks it lost)", err)
 	}
-	if err := s.writeJSON("result.json", s.res); err != nil {
+	if err := s.writeResult(); err != nil {
 		s.res.EvidenceIncomplete = true
 		lose("no result.json", err)
 		// Said on the row as well, where it can still be written.
@@ -321,6 +321,19 @@ func (s *Step) Finish(ctx context.Context, status engine.Status) (*Result, error
 		return &s.res, inc
 	}
 	return &s.res, nil
+}
+
+// writeResult writes result.json. On a full disk (the step filled it) it
+// takes a chunk of the store's reserve and tries again: the status of a
+// step is the evidence that matters most, and the row written next has
+// room left in that chunk.
+func (s *Step) writeResult() error {
+	err := s.writeJSON(ResultFile, s.res)
+	if err != nil && storage.IsDiskFull(err) && s.st.MakeRoom() {
+		_ = s.runs.Remove(filepath.Join(s.rel, ResultFile)) // what the failed write left
+		err = s.writeJSON(ResultFile, s.res)
+	}
+	return err
 }
 
 func (s *Step) close() {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/storage"
@@ -71,21 +70,18 @@ func Open(g storage.Guard, runID string, seq int, name, file string) (*os.File, 
 		}
 	}
 	path := filepath.Join(rel, file)
-	if st, err := runs.Lstat(path); err == nil && st.Mode()&fs.ModeSymlink != 0 {
-		return nil, fail.Refusedf("%s is a symlink (a step replaced it?): refusing to follow it", filepath.Join(g.RunsDir(), path))
-	}
-	f, err := runs.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	f, err := storage.OpenRegular(runs, path)
 	if err != nil {
-		// A link swapped in after the check: ELOOP, or os.Root's own
-		// refusal of one that leads out.
-		if errors.Is(err, syscall.ELOOP) || strings.Contains(err.Error(), "path escapes") {
-			return nil, fail.Refusedf("%s is a symlink (a step replaced it?): refusing to follow it", filepath.Join(g.RunsDir(), rel, file))
+		// A link: refused by O_NOFOLLOW, or by os.Root when one on the way
+		// was swapped in after the check and leads out.
+		var nr *storage.NotRegularError
+		switch {
+		case errors.As(err, &nr) && nr.Symlink(), strings.Contains(err.Error(), "path escapes"):
+			return nil, fail.Refusedf("%s is a symlink (a step replaced it?): refusing to follow it", filepath.Join(g.RunsDir(), path))
+		case errors.As(err, &nr):
+			return nil, fail.Refusedf("%s is not a regular file (a step replaced it?): refusing to read it", filepath.Join(g.RunsDir(), path))
 		}
-		return nil, missing(filepath.Join(rel, file), err)
-	}
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		f.Close()
-		return nil, fail.Refusedf("%s is not a regular file (a step replaced it?): refusing to read it", filepath.Join(g.RunsDir(), rel, file))
+		return nil, missing(path, err)
 	}
 	return f, nil
 }

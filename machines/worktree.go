@@ -241,7 +241,8 @@ func ReleaseWorktree(g storage.Guard, project, runID string) (bool, error) {
 		return false, fmt.Errorf("open %s: %w", g.MachinesDir(), err)
 	}
 	defer root.Close()
-	wts, err := root.OpenRoot(project + "/repo/.git/worktrees")
+	// The sandbox's to rewrite too: neither a link nor a FIFO is opened.
+	wts, err := storage.OpenRoot(root, project+"/repo/.git/worktrees")
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
@@ -259,7 +260,8 @@ func ReleaseWorktree(g storage.Guard, project, runID string) (bool, error) {
 		if !e.IsDir() {
 			continue // a symlink a sandbox planted is not a record
 		}
-		b, err := wts.ReadFile(e.Name() + "/gitdir")
+		// The sandbox's to rewrite: a FIFO there must not hang the reaper.
+		b, err := storage.ReadRegular(wts, e.Name()+"/gitdir", 4<<10)
 		if err != nil || !strings.HasSuffix(strings.TrimSpace(string(b)), suffix) {
 			continue
 		}

@@ -2,12 +2,14 @@ package plans
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
 	"github.com/xmode/xmode/agents"
+	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/sandbox"
@@ -151,17 +153,28 @@ func (r *Runner) Run(ctx context.Context, sess *store.Session, p *Plan, o Option
 			}
 			if ctx.Err() != nil {
 				// Ctrl-C: the step was ended and recorded; nothing more runs,
-				// and the plan's status is the interrupt's (130), unless an
-				// earlier step had already failed it.
+				// and the plan's status is the interrupt's (128+N: 130 for
+				// Ctrl-C, 143 for SIGTERM), unless an earlier step had
+				// already failed it.
 				stop, rep.Interrupted = true, true
 				if rep.ExitCode == 0 || rep.Failed == s.Name {
-					rep.ExitCode, rep.Failed = 130, s.Name
+					rep.ExitCode, rep.Failed = interruptStatus(ctx), s.Name
 				}
 			}
 		}
 		rep.Steps = append(rep.Steps, out)
 	}
 	return rep, stopErr
+}
+
+// interruptStatus is 128+N for the signal that cancelled ctx, 130 (Ctrl-C)
+// when no signal is known.
+func interruptStatus(ctx context.Context) int {
+	var in *engine.Interrupt
+	if errors.As(context.Cause(ctx), &in) {
+		return 128 + int(in.Signal)
+	}
+	return 130
 }
 
 func (r *Runner) step(ctx context.Context, sess *store.Session, s Step, o Options) (*evidence.Result, error) {

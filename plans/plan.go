@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/storage"
 )
 
 // FileName is the plan a repository carries at its root.
@@ -70,12 +70,18 @@ func (p *Plan) HasAgent() bool {
 	return false
 }
 
-// Load reads and parses a plan file given on the command line.
+// Load reads and parses a plan file given on the command line. Only a
+// regular file is read (storage.OpenRegularPath): a FIFO, a device or a
+// directory is refused at once instead of blocking or reading for ever.
 func Load(file string) (*Plan, error) {
-	f, err := os.Open(file)
+	f, err := storage.OpenRegularPath(file)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
+		var nr *storage.NotRegularError
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
 			return nil, fail.Usagef("-f %s: no such file", file)
+		case errors.As(err, &nr):
+			return nil, fail.Usagef("-f %s is %s: a plan must be a regular file", file, nr.Kind)
 		}
 		return nil, fail.Usagef("-f %s: %v", file, err)
 	}
@@ -88,25 +94,27 @@ func Load(file string) (*Plan, error) {
 }
 
 // LoadWorktree reads <worktree>/xmode.yaml; nil, nil when there is none.
-// The worktree is a sandbox's: the file is read through an os.Root (no
-// symlink leads out of the worktree) and must be a regular file.
+// The worktree is a sandbox's: the file is opened as storage.OpenRegular
+// opens what a sandbox wrote (no link followed, a FIFO never waited on)
+// and must be a regular file.
 func LoadWorktree(worktree string) (*Plan, error) {
-	root, err := os.OpenRoot(worktree)
+	root, err := storage.OpenRootPath(worktree)
 	if err != nil {
 		return nil, fmt.Errorf("open worktree %s: %w", worktree, err)
 	}
 	defer root.Close()
-	f, err := root.Open(FileName)
+	f, err := storage.OpenRegular(root, FileName)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
+		var nr *storage.NotRegularError
+		if errors.As(err, &nr) {
+			return nil, fail.Usagef("%s in the worktree is %s: a plan must be a regular file (xmode follows no link in a worktree)", FileName, nr.Kind)
+		}
 		return nil, fail.Usagef("%s in the worktree: %v", FileName, err)
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return nil, fail.Usagef("%s in the worktree is not a regular file", FileName)
-	}
 	b, err := readCapped(f, FileName)
 	if err != nil {
 		return nil, err

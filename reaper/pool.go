@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/machines"
 	"github.com/xmode/xmode/store"
 )
@@ -37,6 +38,8 @@ func (r *Reaper) TeardownEntry(ctx context.Context, e *store.PoolEntry, why stri
 		if sb.ContainerID != "" {
 			r.logf(e.SessionID, "removed container %s of pool entry (%s)", short(sb.ContainerID), why)
 		}
+	} else if err := r.removeUnrecorded(ctx, e, why); err != nil {
+		return false, fmt.Errorf("retire pool entry %s: %w", e.SessionID, err)
 	}
 	if err := r.Store.DropPoolEntry(ctx, e.SessionID, e.RunID, r.now()); err != nil {
 		return false, fmt.Errorf("retire pool entry %s: %w", e.SessionID, err)
@@ -60,6 +63,40 @@ func (r *Reaper) TeardownEntry(ctx context.Context, e *store.PoolEntry, why stri
 		r.logf(e.SessionID, "retired pool entry of %s (%s): it had no worktree", e.Project, why)
 	}
 	return true, nil
+}
+
+// removeUnrecorded removes the engine objects of an entry whose maker died
+// between making them and recording them (a reap killed mid-refill leaves
+// a container in state Created): found by the entry's session label among
+// this install's objects, so nothing of another instance, nor of another
+// entry or session, is touched. An engine without such objects has none.
+func (r *Reaper) removeUnrecorded(ctx context.Context, e *store.PoolEntry, why string) error {
+	adapter, err := r.adapter(e.Engine)
+	if err != nil {
+		return err
+	}
+	lister, ok := engine.Orphans(adapter)
+	if !ok {
+		return nil
+	}
+	instance, err := r.Store.InstanceID(ctx)
+	if err != nil {
+		return err
+	}
+	objs, err := lister.ListObjects(ctx, instance)
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if o.SessionID != e.SessionID || o.Instance != instance {
+			continue
+		}
+		if err := lister.RemoveObject(ctx, o); err != nil {
+			return fmt.Errorf("remove %s %s: %w", o.Kind, shortName(o), err)
+		}
+		r.logf(e.SessionID, "removed %s %s of pool entry, never recorded (%s)", o.Kind, shortName(o), why)
+	}
+	return nil
 }
 
 // Close releases the engine connections this Reaper opened (a Pass closes

@@ -144,7 +144,8 @@ func (r *Reaper) Stop(ctx context.Context, sess *store.Session, force bool) (Out
 // ended, and a step whose xmode is gone is recorded as lost), then the
 // engine's objects (a session whose container may still live is never
 // marked ended), then the row, then the worktree when no other open session
-// shares the run.
+// shares the run. On a full disk the worktree goes before anything is
+// written to the store (see record).
 func (r *Reaper) Teardown(ctx context.Context, sess *store.Session, status, reason, errMsg string) (Outcome, error) {
 	var out Outcome
 	if _, err := r.Guard.CheckWorktree(sess.RunID, sess.WorktreePath); err != nil {
@@ -152,7 +153,8 @@ func (r *Reaper) Teardown(ctx context.Context, sess *store.Session, status, reas
 		// worktree, never the claimed path.
 		r.logf(sess.ID, "ignoring stored worktree path: %v", err)
 	}
-	if err := r.endSteps(ctx, sess); err != nil {
+	gone, err := r.endSteps(ctx, sess)
+	if err != nil {
 		return out, fmt.Errorf("tear down %s: %w", sess.ID, err)
 	}
 	sb := sess.Sandbox()
@@ -170,15 +172,31 @@ func (r *Reaper) Teardown(ctx context.Context, sess *store.Session, status, reas
 			r.logf(sess.ID, "removed container %s", short(sb.ContainerID))
 		}
 	}
-	freedFirst := false
-	ended, last, err := r.Store.End(ctx, sess.ID, status, reason, errMsg, r.now())
-	if err != nil && storage.IsDiskFull(err) {
-		// A sandbox filled the disk and the store cannot write: free the
-		// worktree first — it is what holds the space — then write.
-		if freedFirst, err = r.freeFirst(ctx, sess); err == nil {
-			ended, last, err = r.Store.End(ctx, sess.ID, status, reason, errMsg, r.now())
+	// Nothing runs in the worktree any more: on a full disk it can go now.
+	fr := &freer{r: r, sess: sess}
+	if storage.Full(r.Guard.Root, store.ReserveChunk) {
+		if err := fr.free(ctx); err != nil {
+			return out, fmt.Errorf("tear down %s: %w", sess.ID, err)
 		}
 	}
+	for _, st := range gone {
+		var lost bool
+		err := fr.record(ctx, func() (err error) {
+			lost, err = r.Store.LoseStep(ctx, st.RunID, st.Seq, r.now(), "its xmode was gone (last heartbeat "+st.Heartbeat.Format(time.RFC3339)+"); the session was torn down")
+			return err
+		})
+		if err != nil {
+			return out, fmt.Errorf("tear down %s: %w", sess.ID, err)
+		}
+		if lost {
+			r.logf(sess.ID, "step %d lost: its xmode was gone", st.Seq)
+		}
+	}
+	var ended, last bool
+	err = fr.record(ctx, func() (err error) {
+		ended, last, err = r.Store.End(ctx, sess.ID, status, reason, errMsg, r.now())
+		return err
+	})
 	if err != nil {
 		return out, fmt.Errorf("tear down %s: %w", sess.ID, err)
 	}
@@ -191,7 +209,10 @@ func (r *Reaper) Teardown(ctx context.Context, sess *store.Session, status, reas
 		r.logf(sess.ID, "kept worktree of %s: another open session shares it", sess.RunID)
 		return out, nil
 	}
-	size := r.measure(sess)
+	size := fr.size
+	if !fr.freed {
+		size = r.measure(sess)
+	}
 	removed, c, err := r.reclaim(ctx, sess.RunID, false)
 	if err != nil {
 		return out, fmt.Errorf("tear down %s: %w", sess.ID, err)
@@ -204,9 +225,12 @@ func (r *Reaper) Teardown(ctx context.Context, sess *store.Session, status, reas
 	case store.Busy:
 		r.logf(sess.ID, "left the worktree of %s to the reaper already removing it", sess.RunID)
 	}
-	out.WorktreeReclaimed = removed || freedFirst
+	out.WorktreeReclaimed = removed || fr.freed
 	if out.WorktreeReclaimed {
 		r.logf(sess.ID, "reclaimed worktree of %s", sess.RunID)
+		// Room again, perhaps: the reserve comes back now, not at the next
+		// command (a reap pass may go on to fill pools).
+		r.Store.KeepReserve()
 	}
 	if size >= 0 {
 		_ = r.Store.SetWorktreeBytes(ctx, sess.ID, size)
@@ -223,36 +247,67 @@ func (r *Reaper) Teardown(ctx context.Context, sess *store.Session, status, reas
 
 // endSteps ends the processes of the session's running steps (a step must
 // not outlive its session, nor run in a worktree about to be removed) and
-// records as lost those whose xmode is gone; a step whose xmode still runs
-// is finished by it, with the status its processes died of.
-func (r *Reaper) endSteps(ctx context.Context, sess *store.Session) error {
+// returns those whose xmode is gone, for the caller to record as lost; a
+// step whose xmode still runs is finished by it, with the status its
+// processes died of. It writes nothing to the store.
+func (r *Reaper) endSteps(ctx context.Context, sess *store.Session) ([]store.StepRow, error) {
 	steps, err := r.Store.RunningSteps(ctx, sess.ID)
 	if err != nil || len(steps) == 0 {
-		return err
+		return nil, err
 	}
 	adapter, err := r.adapter(sess.Engine)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	stale := r.now().Add(-r.staleAfter())
+	var gone []store.StepRow
 	for _, st := range steps {
 		if err := engine.KillStep(ctx, adapter, sess.Sandbox(), st.Tag); err != nil {
-			return fmt.Errorf("end step %d: %w", st.Seq, err)
+			return nil, fmt.Errorf("end step %d: %w", st.Seq, err)
 		}
 		if !st.Gone(stale) {
 			r.awaitEnd(ctx, st, stale)
 		}
 		if st.Gone(stale) {
-			lost, err := r.Store.LoseStep(ctx, st.RunID, st.Seq, r.now(), "its xmode was gone (last heartbeat "+st.Heartbeat.Format(time.RFC3339)+"); the session was torn down")
-			if err != nil {
-				return err
-			}
-			if lost {
-				r.logf(sess.ID, "step %d lost: its xmode was gone", st.Seq)
-			}
+			gone = append(gone, st)
 		}
 	}
-	return nil
+	return gone, nil
+}
+
+// freer frees a session's worktree ahead of the store's writes, the way
+// out of a full disk: a sandbox filled it, and the store's reserve may be
+// spent.
+type freer struct {
+	r     *Reaper
+	sess  *store.Session
+	tried bool  // free ran
+	freed bool  // it removed the worktree
+	size  int64 // what the worktree held, when freed
+}
+
+// free removes the worktree (once), unless another open session shares it.
+func (f *freer) free(ctx context.Context) error {
+	if f.tried {
+		return nil
+	}
+	f.tried = true
+	var err error
+	f.freed, f.size, err = f.r.freeFirst(ctx, f.sess)
+	return err
+}
+
+// record runs one of the teardown's writes; when it finds the disk full,
+// the worktree goes first and the write is tried again.
+func (f *freer) record(ctx context.Context, write func() error) error {
+	err := write()
+	if err == nil || !storage.IsDiskFull(err) || f.tried {
+		return err
+	}
+	if ferr := f.free(ctx); ferr != nil {
+		return ferr
+	}
+	return write()
 }
 
 // stepEndWait bounds how long a teardown waits for the xmode of a step it
@@ -277,19 +332,19 @@ func (r *Reaper) awaitEnd(ctx context.Context, st store.StepRow, stale time.Time
 }
 
 // freeFirst removes the session's worktree before the store can record
-// anything, when no other open session shares it: the way out of a full
-// disk. It reports whether it removed it.
-func (r *Reaper) freeFirst(ctx context.Context, sess *store.Session) (bool, error) {
+// anything, when no other open session shares it. It reports whether it
+// removed it, and what it held.
+func (r *Reaper) freeFirst(ctx context.Context, sess *store.Session) (bool, int64, error) {
 	n, err := r.Store.OpenOnRun(ctx, sess.RunID)
 	if err != nil || n > 1 {
-		return false, err
+		return false, -1, err
 	}
 	size := r.measure(sess)
 	removed, err := r.Guard.RemoveWorktree(sess.RunID)
 	if removed {
 		r.logf(sess.ID, "disk full: removed the worktree of %s (%d MiB) before recording the end", sess.RunID, size>>20)
 	}
-	return removed, err
+	return removed, size, err
 }
 
 // measure is the disk space of the session's worktree, -1 when it is gone.

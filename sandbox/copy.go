@@ -49,7 +49,7 @@ func (s *Service) CopyOut(ctx context.Context, sess *store.Session, rel, dest st
 	if err := engine.SyncBack(ctx, adapter, s.sandboxOf(sess, wt)); err != nil {
 		return CopyResult{}, err
 	}
-	src, err := os.OpenRoot(wt)
+	src, err := storage.OpenRootPath(wt)
 	if err != nil {
 		return CopyResult{}, fmt.Errorf("open the worktree: %w", err)
 	}
@@ -125,7 +125,7 @@ func (s *Service) CopyIn(ctx context.Context, sess *store.Session, src, rel stri
 	if contents && !info.IsDir() {
 		return CopyResult{}, fail.Usagef("%s names what a directory holds, and it is not a directory", src)
 	}
-	dst, err := os.OpenRoot(wt)
+	dst, err := storage.OpenRootPath(wt)
 	if err != nil {
 		return CopyResult{}, fmt.Errorf("open the worktree: %w", err)
 	}
@@ -207,7 +207,7 @@ func copyTree(src *os.Root, sn string, dst *os.Root, dn string, contents bool, o
 	if err := dst.MkdirAll(dn, 0o755); err != nil {
 		return storage.Copied{}, err
 	}
-	entries, err := fs.ReadDir(src.FS(), sn)
+	entries, err := storage.ReadDir(src, sn)
 	if err != nil {
 		return storage.Copied{}, err
 	}

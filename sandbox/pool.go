@@ -92,9 +92,9 @@ func (s *Service) claim(ctx context.Context, o CreateOptions, sess store.Session
 		}
 		also = commits[0].Commit
 	}
-	entry, claimed, err := s.Store.ClaimPoolEntry(ctx, store.PoolClaim{
+	entry, claimed, err := s.claimLive(ctx, store.PoolClaim{
 		Project: o.Project, Shape: shape, Want: want, Also: also, Session: sess, MaxOpen: s.Cfg.MaxOpen,
-	})
+	}, adapter)
 	if err != nil {
 		co.Close()
 		return nil, nil, err
@@ -115,6 +115,66 @@ func (s *Service) claim(ctx context.Context, o CreateOptions, sess store.Session
 	}
 	got, err := s.Store.Get(ctx, claimed.ID)
 	return got, nil, err
+}
+
+// maxClaimTries bounds the entries one claim looks at: dead ones retired,
+// live ones taken by racing creates.
+const maxClaimTries = 16
+
+// claimLive claims the entry a claim would take once its sandbox is known
+// to live — its worktree there, its engine objects running (engine.Alive:
+// one inspect of its container on docker) — so a claim never hands out a
+// dead sandbox. A dead one (its container removed or stopped behind
+// xmode's back) is retired through reaper.TeardownEntry and the next entry
+// is tried; with none left it returns nil, and the create makes a sandbox.
+func (s *Service) claimLive(ctx context.Context, c store.PoolClaim, adapter engine.Adapter) (*store.PoolEntry, *store.Session, error) {
+	var r *reaper.Reaper
+	for range maxClaimTries {
+		c.Entry = ""
+		e, err := s.Store.NextPoolEntry(ctx, c)
+		if err != nil || e == nil {
+			return nil, nil, err
+		}
+		why, err := deadEntry(ctx, adapter, e)
+		if err != nil {
+			return nil, nil, err
+		}
+		if why == "" {
+			c.Entry = e.SessionID
+			entry, claimed, err := s.Store.ClaimPoolEntry(ctx, c)
+			if err != nil || entry != nil {
+				return entry, claimed, err
+			}
+			continue // a racing create took it
+		}
+		if r == nil {
+			r = s.reaper()
+			defer r.Close()
+		}
+		if _, err := r.TeardownEntry(ctx, e, why); err != nil {
+			return nil, nil, err
+		}
+		if s.Notices != nil {
+			fmt.Fprintf(s.Notices, "xmode: note: pool entry %s of %s was dead (%s): retired it\n", e.SessionID, e.Project, why)
+		}
+	}
+	return nil, nil, nil
+}
+
+// deadEntry says why an entry's sandbox cannot be handed out ("" when it
+// can): its worktree is gone, or its engine objects are.
+func deadEntry(ctx context.Context, adapter engine.Adapter, e *store.PoolEntry) (string, error) {
+	if st, err := os.Lstat(e.WorktreePath); err != nil || !st.IsDir() {
+		return "its worktree is gone", nil
+	}
+	alive, err := engine.Alive(ctx, adapter, e.Sandbox())
+	if err != nil {
+		return "", fmt.Errorf("check pool entry %s: %w", e.SessionID, err)
+	}
+	if !alive {
+		return "its sandbox is gone or not running", nil
+	}
+	return "", nil
 }
 
 // moveClaimed moves a claimed entry's worktree to commit and opens the

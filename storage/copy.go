@@ -77,7 +77,7 @@ func copyDir(src *os.Root, sn string, dst *os.Root, dn string, info fs.FileInfo,
 	} else if err != nil {
 		return err
 	}
-	entries, err := fs.ReadDir(src.FS(), sn)
+	entries, err := ReadDir(src, sn)
 	if err != nil {
 		return err
 	}
@@ -97,15 +97,15 @@ func copyDir(src *os.Root, sn string, dst *os.Root, dn string, info fs.FileInfo,
 }
 
 func copyFile(src *os.Root, sn string, dst *os.Root, dn string, info fs.FileInfo, o CopyOptions, c *Copied) error {
-	// O_NOFOLLOW: not a link swapped in meanwhile; O_NONBLOCK: nor a FIFO.
-	in, err := src.OpenFile(sn, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	// Not a link nor a FIFO swapped in meanwhile.
+	in, err := OpenRegular(src, sn)
+	if nr := (*NotRegularError)(nil); errors.As(err, &nr) {
+		return fmt.Errorf("%s changed while it was copied (it is now %s)", sn, nr.Kind)
+	}
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	if st, err := in.Stat(); err != nil || !st.Mode().IsRegular() {
-		return fmt.Errorf("%s changed while it was copied", sn)
-	}
 	if err := clearPath(dst, dn); err != nil {
 		return err
 	}

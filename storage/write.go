@@ -75,6 +75,14 @@ func Free(dir string) (int64, error) {
 	return int64(st.Bavail) * int64(st.Bsize), nil
 }
 
+// Full reports whether dir's filesystem has less than min bytes free: too
+// little for the next write to be sure of room. A filesystem that cannot
+// be asked is not full.
+func Full(dir string, min int64) bool {
+	free, err := Free(dir)
+	return err == nil && free < min
+}
+
 // CheckFree refuses work that would start with less than min bytes free on
 // the storage root's filesystem (XMODE_MIN_FREE; 0 turns it off).
 func (g Guard) CheckFree(min int64, what string) error {

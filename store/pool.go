@@ -276,10 +276,33 @@ type PoolClaim struct {
 	// another commit whose entries the caller can move to Want. Entries
 	// at Want are taken first, oldest first.
 	Want, Also string
+	// Entry, when not empty, is the one entry to claim (NextPoolEntry's,
+	// checked alive meanwhile); the claim takes nothing else.
+	Entry string
 	// Session is the new session: owner, runner mode, repo, ref, times.
 	// Its ID, run and engine fields come from the entry.
 	Session Session
 	MaxOpen int
+}
+
+// claimWhere picks the entry a claim takes: one at Want before one at
+// Also, then the oldest.
+const claimWhere = `project = ? AND shape = ? AND state = 'ready' AND base_commit IN (?, ?) AND (? = '' OR session_id = ?)
+	ORDER BY base_commit = ? DESC, created_at, session_id LIMIT 1`
+
+// NextPoolEntry returns the entry ClaimPoolEntry would take now, without
+// taking it (nil when none fits): the caller checks that its sandbox lives
+// before claiming it by Entry.
+func (s *Store) NextPoolEntry(ctx context.Context, c PoolClaim) (*PoolEntry, error) {
+	e, err := s.scanPoolEntry(s.db.QueryRowContext(ctx, `SELECT `+poolCols+` FROM pool_entries WHERE `+claimWhere,
+		c.Project, c.Shape, c.Want, c.Also, c.Entry, c.Entry, c.Want))
+	if err == sql.ErrNoRows {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the pool of %s: %w", c.Project, err)
+	}
+	return e, nil
 }
 
 // ClaimPoolEntry turns a ready entry into the session, in one immediate
@@ -298,9 +321,8 @@ func (s *Store) ClaimPoolEntry(ctx context.Context, c PoolClaim) (*PoolEntry, *S
 		if err := checkQuota(ctx, tx, c.Session.User, c.MaxOpen, now); err != nil {
 			return err
 		}
-		e, err := s.scanPoolEntry(tx.QueryRowContext(ctx, `SELECT `+poolCols+` FROM pool_entries
-			WHERE project = ? AND shape = ? AND state = 'ready' AND base_commit IN (?, ?)
-			ORDER BY base_commit = ? DESC, created_at, session_id LIMIT 1`, c.Project, c.Shape, c.Want, c.Also, c.Want))
+		e, err := s.scanPoolEntry(tx.QueryRowContext(ctx, `SELECT `+poolCols+` FROM pool_entries WHERE `+claimWhere,
+			c.Project, c.Shape, c.Want, c.Also, c.Entry, c.Entry, c.Want))
 		if err == sql.ErrNoRows {
 			return nil
 		}

@@ -103,9 +103,11 @@ func (s *Store) ActiveSessions(ctx context.Context) (sessions, runs map[string]b
 	return sessions, runs, rows.Err()
 }
 
-// Heartbeat renews a running step's lease.
+// Heartbeat renews a running step's lease. It never takes from the reserve:
+// a step filling the disk would eat each chunk a heartbeat gave back, and
+// leave nothing for the write that records its end.
 func (s *Store) Heartbeat(ctx context.Context, runID string, seq int, now time.Time) error {
-	_, err := s.exec(ctx, `UPDATE steps SET heartbeat_at = ? WHERE run_id = ? AND seq = ? AND state = 'running'`,
+	_, err := s.execNoReserve(ctx, `UPDATE steps SET heartbeat_at = ? WHERE run_id = ? AND seq = ? AND state = 'running'`,
 		millis(now), runID, seq)
 	if err != nil {
 		return fmt.Errorf("heartbeat of step %s/%d: %w", runID, seq, err)

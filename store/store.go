@@ -310,10 +310,10 @@ func (s *Store) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
 }
 
 // tx runs fn in an immediate transaction (the DSN's _txlock). On a full
-// disk it gives back the reserve and runs fn once more (see exec).
+// disk it gives back a chunk of the reserve and runs fn again (see exec).
 func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 	err := s.tx1(ctx, fn)
-	if err != nil && isFull(err) && s.releaseReserve() {
+	for i := 0; i < reserveTries && err != nil && isFull(err) && s.releaseReserve(); i++ {
 		err = s.tx1(ctx, fn)
 	}
 	return s.writeError(err)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -242,7 +243,8 @@ func TestFullDisk(t *testing.T) {
 		t.Fatalf("exec did not say what evidence was lost:\n%s", out)
 	}
 	// create refuses below the floor (exit 4), and changes nothing; the
-	// floor is above the store's 8 MiB reserve, which the step's end used
+	// floor is above what the disk has left (a chunk of the store's
+	// reserve, which the step's end took)
 	if out, code = run([]string{"XMODE_MIN_FREE=12m"}, "sandbox", "create", "--repo", repo); code != 4 || !strings.Contains(out, "XMODE_MIN_FREE") {
 		t.Fatalf("create on a full disk: exit %d, want 4 naming XMODE_MIN_FREE\n%s", code, out)
 	}
@@ -288,5 +290,198 @@ func TestReadOnlyRoot(t *testing.T) {
 	ee, ok := err.(*exec.ExitError)
 	if !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "storage root "+root+" is read-only") {
 		t.Fatalf("list on a read-only root: %v\n%s", err, out)
+	}
+}
+
+// smallRoot mounts a tmpfs of size as a storage root's filesystem and
+// returns the root and a repository beside it.
+func smallRoot(t *testing.T, size string) (root, repo string) {
+	t.Helper()
+	if os.Getuid() != 0 {
+		testenv.Skip(t, "mounting a small tmpfs needs root")
+	}
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "small")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", mnt).CombinedOutput(); err != nil {
+		testenv.Skip(t, "mount a tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	repo = filepath.Join(dir, "repo")
+	if err := makeRepo(repo); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(mnt, "root"), repo
+}
+
+// A full disk twice, and more, is survivable: each fill costs the store
+// one chunk of its reserve, not all of it, so every step's status reaches
+// its row and its result.json; stop and reap then succeed, freeing the
+// worktree before they write; the reserve is whole again as soon as there
+// is room (after the teardown, or at the next command after an `rm`); and
+// with the reserve spent, a teardown still gets through by freeing the
+// worktree first.
+func TestFullDiskTwice(t *testing.T) {
+	t.Parallel()
+	root, repo := smallRoot(t, "24m")
+	env := []string{"XMODE_MIN_FREE=1m", "XMODE_EVIDENCE_MAX_BYTES=64k"}
+	run := func(args ...string) (string, int) {
+		t.Helper()
+		c := xmode(t, root, args...)
+		c.Env = append(c.Env, env...)
+		out, err := c.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), code
+	}
+	reserve := filepath.Join(root, "xmode.reserve")
+	whole := func(when string) {
+		t.Helper()
+		if st, err := os.Stat(reserve); err != nil || st.Size() != 8<<20 {
+			t.Fatalf("%s: the reserve is not whole: %v %v", when, st, err)
+		}
+	}
+	fill := func(id, name string, code int) {
+		t.Helper()
+		out, got := run("sandbox", "exec", id, "--name", name, "--", "sh", "-c",
+			"dd if=/dev/zero of="+name+" bs=1M count=100 2>/dev/null; echo filled; exit "+strconv.Itoa(code))
+		if got != code || !strings.Contains(out, "disk full on") {
+			t.Fatalf("%s: exit %d, want the command's %d and what was lost:\n%s", name, got, code, out)
+		}
+		if r := readResult(t, root, "*-"+name); r.ExitCode != code || !r.EvidenceIncomplete {
+			t.Fatalf("%s: result.json %+v, want exit %d and evidence_incomplete", name, r, code)
+		}
+	}
+	steps := func(id string) map[string]string {
+		t.Helper()
+		out, code := run("sandbox", "show", id, "--json")
+		var s struct {
+			Status string `json:"status"`
+			Steps  []struct {
+				Name     string `json:"name"`
+				State    string `json:"state"`
+				ExitCode *int   `json:"exit_code"`
+			} `json:"steps"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &s) != nil {
+			t.Fatalf("show %s: %d\n%s", id, code, out)
+		}
+		m := map[string]string{"status": s.Status}
+		for _, st := range s.Steps {
+			m[st.Name] = st.State
+			if st.ExitCode != nil {
+				m[st.Name] += " " + strconv.Itoa(*st.ExitCode)
+			}
+		}
+		return m
+	}
+	worktrees := func() []string {
+		m, _ := filepath.Glob(filepath.Join(root, "runs", "*", "worktree"))
+		return m
+	}
+
+	// Two fills in a row, nothing freed between them: both recorded.
+	out, code := run("sandbox", "create", "--repo", repo, "-q")
+	if code != 0 {
+		t.Fatalf("create: %d %s", code, out)
+	}
+	a := strings.TrimSpace(out)
+	whole("after create")
+	fill(a, "fill1", 7)
+	fill(a, "fill2", 8)
+	if got := steps(a); got["fill1"] != "finished 7" || got["fill2"] != "finished 8" {
+		t.Fatalf("the steps' rows after two fills: %v", got)
+	}
+	if out, code = run("sandbox", "stop", a); code != 0 {
+		t.Fatalf("stop after two fills: exit %d\n%s", code, out)
+	}
+	whole("right after the stop that freed the disk")
+	if got := steps(a); got["status"] != "destroyed" || got["fill1"] != "finished 7" || got["fill2"] != "finished 8" {
+		t.Fatalf("after stop: %v", got)
+	}
+	if wt := worktrees(); len(wt) != 0 {
+		t.Fatalf("stop left the worktree: %v", wt)
+	}
+
+	// Fill twice again; an `rm` frees the disk, and the next command makes
+	// the reserve whole; two more fills; the reaper tears it down.
+	if out, code = run("sandbox", "create", "--repo", repo, "-q"); code != 0 {
+		t.Fatalf("create: %d %s", code, out)
+	}
+	b := strings.TrimSpace(out)
+	fill(b, "fill3", 3)
+	fill(b, "fill4", 4)
+	if out, code = run("sandbox", "exec", b, "--name", "rm", "--", "rm", "fill3", "fill4"); code != 0 {
+		t.Fatalf("rm: %d %s", code, out)
+	}
+	run("sandbox", "list")
+	whole("at the first command after the rm")
+	fill(b, "fill5", 5)
+	fill(b, "fill6", 6)
+	if out, code = run("sandbox", "extend", b, "--ttl", "1ms"); code != 0 {
+		t.Fatalf("extend: %d %s", code, out)
+	}
+	// The disk is full: the reaper frees the worktree before it writes.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, code = run("reap", "-v")
+		if code != 0 || strings.Contains(out, "reclaimed worktree of") || time.Now().After(deadline) {
+			break
+		}
+	}
+	if code != 0 || !regexp.MustCompile(`disk full: removed the worktree of run_\w+ \(\d+ MiB\) before recording the end\n(.*\n)*.*destroyed \(expired\)\n(.*\n)*.*reclaimed worktree of`).MatchString(out) {
+		t.Fatalf("reap after two fills: exit %d, want the worktree freed before the end is recorded:\n%s", code, out)
+	}
+	whole("right after the reap that freed the disk")
+	got := steps(b)
+	for name, want := range map[string]string{"status": "destroyed", "fill3": "finished 3", "fill4": "finished 4", "fill5": "finished 5", "fill6": "finished 6"} {
+		if got[name] != want {
+			t.Fatalf("after reap: %s is %q, want %q (%v)", name, got[name], want, got)
+		}
+	}
+
+	// Fill after fill until the reserve is spent (each takes a chunk of its
+	// eight): at least four are recorded; the one that finds nothing left
+	// loses its result.json, and stop still succeeds.
+	if out, code = run("sandbox", "create", "--repo", repo, "-q"); code != 0 {
+		t.Fatalf("create: %d %s", code, out)
+	}
+	c := strings.TrimSpace(out)
+	spent := 0
+	for i := 1; i <= 12 && spent == 0; i++ {
+		name := "again" + strconv.Itoa(i)
+		out, code = run("sandbox", "exec", c, "--name", name, "--", "sh", "-c",
+			"dd if=/dev/zero of="+name+" bs=1M count=100 2>/dev/null; exit 9")
+		if code != 9 {
+			t.Fatalf("%s: exit %d, want 9\n%s", name, code, out)
+		}
+		if strings.Contains(out, "no result.json") {
+			spent = i
+		}
+	}
+	if spent <= 4 {
+		t.Fatalf("the reserve was spent at fill %d (0: never), want after more than 4", spent)
+	}
+	if out, code = run("sandbox", "stop", c); code != 0 {
+		t.Fatalf("stop with the reserve spent: exit %d\n%s", code, out)
+	}
+	whole("after the last stop")
+	got = steps(c)
+	for i := 1; i < spent; i++ {
+		if name := "again" + strconv.Itoa(i); got[name] != "finished 9" {
+			t.Fatalf("after stop with the reserve spent: %s is %q (%v)", name, got[name], got)
+		}
+	}
+	if got["status"] != "destroyed" {
+		t.Fatalf("after stop with the reserve spent: %v", got)
+	}
+	if wt := worktrees(); len(wt) != 0 {
+		t.Fatalf("stop left the worktree: %v", wt)
 	}
 }

@@ -130,6 +130,7 @@ func TestUnreachableDaemon(t *testing.T) {
 			Labels: dockertest.Labels("test_unreachable", sb.SessionID, run)})
 		_, checks["Exec"] = p.Exec(context.Background(), sb, engine.ExecRequest{Argv: []string{"true"}})
 		checks["Destroy"] = p.Destroy(context.Background(), sb)
+		_, checks["Alive"] = p.Alive(context.Background(), sb)
 		_, checks["Ping"] = p.Ping(context.Background())
 		_, checks["ListObjects"] = p.ListObjects(context.Background(), "x")
 		_, _, checks["IsolationMethod"] = p.IsolationMethod(context.Background())
@@ -252,6 +253,40 @@ func TestNoDockerSocketMount(t *testing.T) {
 	if err := p.checkNoSocket([]mount.Mount{{Type: mount.TypeBind, Source: "/srv/xmode/runs/r/worktree", Target: "/workspace"}}); err != nil {
 		t.Errorf("a worktree mount was refused: %v", err)
 	}
+}
+
+// Alive is one inspect: a running container of the session is alive; one
+// stopped, removed, or labelled for another session is not; a sandbox
+// without a container is not.
+func TestAlive(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, MountVolume, nil)
+	ctx := context.Background()
+	sb := e.provision()
+	alive := func(what string, sb engine.Sandbox, want bool) {
+		t.Helper()
+		got, err := e.p.Alive(ctx, sb)
+		if err != nil || got != want {
+			t.Errorf("%s: Alive %v (%v), want %v", what, got, err, want)
+		}
+	}
+	alive("running", sb, true)
+	start := time.Now()
+	for range 20 {
+		e.p.Alive(ctx, sb)
+	}
+	t.Logf("Alive: %s a call", time.Since(start)/20)
+	alive("another session's", engine.Sandbox{ContainerID: sb.ContainerID, SessionID: dockertest.NewID("sbx_")}, false)
+	alive("no container", engine.Sandbox{SessionID: sb.SessionID}, false)
+	zero := 0
+	if err := e.cli.ContainerStop(ctx, sb.ContainerID, container.StopOptions{Timeout: &zero}); err != nil {
+		t.Fatal(err)
+	}
+	alive("stopped", sb, false)
+	if err := e.p.Destroy(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	alive("removed", sb, false)
 }
 
 func TestDestroy(t *testing.T) {

@@ -471,11 +471,20 @@ func (p *Provider) cacheMount(spec engine.Spec) string {
 	return path.Clean(mnt)
 }
 
+// maxGitFile bounds a worktree's .git file: "gitdir: " and a path.
+const maxGitFile = 4 << 10
+
 // worktreeAdminDir is the machine's record of a linked worktree
-// (<gitdir>/worktrees/<name>), read from the worktree's .git file; it must
-// lie directly in <gitdir>/worktrees.
+// (<gitdir>/worktrees/<name>), read from the worktree's .git file — a
+// sandbox's to rewrite once a step has run, so read as storage.OpenRegular
+// reads what a sandbox wrote; it must lie directly in <gitdir>/worktrees.
 func worktreeAdminDir(worktree, gitDir string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(worktree, ".git"))
+	root, err := storage.OpenRootPath(worktree)
+	if err != nil {
+		return "", fmt.Errorf("worktree %s of a project machine: %w", worktree, err)
+	}
+	b, err := storage.ReadRegular(root, ".git", maxGitFile)
+	root.Close()
 	if err != nil {
 		return "", fmt.Errorf("worktree %s of a project machine: %w", worktree, err)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/storage"
 )
 
 // Sync mode: a daemon on another machine cannot mount this machine's
@@ -113,16 +114,19 @@ func writeTree(w io.Writer, dir, sub string, uid, gid int) error {
 			h.Typeflag, h.Linkname = tar.TypeSymlink, target
 			return tw.WriteHeader(h)
 		case info.Mode().IsRegular():
-			// O_NONBLOCK: a file swapped for a fifo meanwhile must not
-			// block the copy; O_NOFOLLOW: nor for a symlink.
-			f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+			// A file swapped for a FIFO or a link meanwhile must not
+			// block the copy nor lead it elsewhere.
+			f, err := storage.OpenRegular(root, rel)
+			if nr := (*storage.NotRegularError)(nil); errors.As(err, &nr) {
+				return fmt.Errorf("%s changed while it was copied (it is now %s)", rel, nr.Kind)
+			}
 			if err != nil {
 				return err
 			}
 			defer f.Close()
 			st, err := f.Stat()
-			if err != nil || !st.Mode().IsRegular() {
-				return fmt.Errorf("%s changed while it was copied", rel)
+			if err != nil {
+				return err
 			}
 			h.Typeflag, h.Size = tar.TypeReg, st.Size()
 			if err := tw.WriteHeader(h); err != nil {

@@ -100,11 +100,11 @@ func stripSetuid(worktree string) error {
 		if err != nil || info.Mode()&(fs.ModeSetuid|fs.ModeSetgid) == 0 {
 			return nil
 		}
-		flags := os.O_RDONLY | syscall.O_NOFOLLOW | syscall.O_NONBLOCK
+		open := storage.OpenRegular
 		if d.IsDir() {
-			flags |= syscall.O_DIRECTORY
+			open = storage.OpenDir
 		}
-		f, err := root.OpenFile(name, flags, 0)
+		f, err := open(root, name)
 		if err != nil {
 			return nil // gone, or not the same kind of file any more
 		}
