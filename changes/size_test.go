@@ -129,7 +129,11 @@ func TestVerifySizeFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{filepath.Join(p.Dir, changes.PatchFile), filepath.Join(e.root, "runs", s.RunID, "steps", "0001-sh", "stdout.log")} {
+	logs, _ := filepath.Glob(filepath.Join(e.root, "runs", s.RunID, "steps", "0001-*", "stdout.log"))
+	if len(logs) != 1 {
+		t.Fatalf("the step's stdout.log: %v", logs)
+	}
+	for _, f := range []string{filepath.Join(p.Dir, changes.PatchFile), logs[0]} {
 		if err := os.Truncate(f, 50<<30); err != nil {
 			t.Fatal(err)
 		}

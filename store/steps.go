@@ -168,10 +168,18 @@ type StepEnd struct {
 // was suspended is finished all the same: its own end is better evidence
 // than the reaper's guess.
 func (s *Store) FinishStep(ctx context.Context, e StepEnd) (stoppedBy string, err error) {
-	err = s.db.QueryRowContext(ctx, `UPDATE steps SET state = 'finished', finished_at = ?, exit_code = ?, signal = ?,
+	// On a full disk it takes a chunk of the reserve and tries again, as
+	// exec does: the step's status is the evidence that matters most.
+	for i := 0; ; i++ {
+		err = s.db.QueryRowContext(ctx, `UPDATE steps SET state = 'finished', finished_at = ?, exit_code = ?, signal = ?,
 		timed_out = ?, oom_killed = ?, truncated = ?, evidence_incomplete = ?, lost_reason = ''
 		WHERE run_id = ? AND seq = ? RETURNING stopped_by`,
-		millis(e.Finished), e.ExitCode, e.Signal, e.TimedOut, e.OOMKilled, e.Truncated, e.EvidenceIncomplete, e.RunID, e.Seq).Scan(&stoppedBy)
+			millis(e.Finished), e.ExitCode, e.Signal, e.TimedOut, e.OOMKilled, e.Truncated, e.EvidenceIncomplete, e.RunID, e.Seq).Scan(&stoppedBy)
+		if err == nil || i == reserveTries || !isFull(err) || !s.releaseReserve() {
+			break
+		}
+	}
+	err = s.writeError(err)
 	if err != nil {
 		return "", fmt.Errorf("record step %s/%d: %w", e.RunID, e.Seq, err)
 	}
