@@ -157,7 +157,16 @@ EXIT STATUS
 			}
 			o := codexcloud.PassOptions{Sweep: sweep}
 			if watch {
-				return p.Watch(cmd.Context(), svc.Cfg.CloudPollInterval, o, func(sum *codexcloud.Summary, err error) {
+				// A reader that went away (`| head -1`) ends the watch after
+				// the pass that found it gone; App.Run then exits 141, silently.
+				ctx, stop := context.WithCancel(cmd.Context())
+				defer stop()
+				return p.Watch(ctx, svc.Cfg.CloudPollInterval, o, func(sum *codexcloud.Summary, err error) {
+					defer func() {
+						if a.brokenPipe(nil) {
+							stop()
+						}
+					}()
 					if err != nil {
 						fmt.Fprintf(a.Err, "%s %s\n", a.paint(color.FgRed, "xmode:"), clean(err.Error()))
 						return
