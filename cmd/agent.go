@@ -28,7 +28,7 @@ EXIT STATUS
   the step's own status (124 when --timeout fired, 127 when the agent's CLI
   is missing where the session runs, 128+N when killed by signal N); 2 bad
   flag or plan, 3 no such session, 4 refused (session not open, an agent
-  that needs the network on a session without one), 5 engine unavailable.`
+  that needs the network on a session without one), 5 engine unavailable.` + stepPipeExitHelp
 
 func (a *App) newAgent() *cobra.Command {
 	c := parent(&cobra.Command{Use: "agent", Short: "Run coding agents bound to a sandbox's worktree",
