@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -16,7 +17,9 @@ import (
 	"github.com/xmode/xmode/sandbox"
 )
 
-// maxPromptBytes bounds a prompt read from a file or standard input.
+// maxPromptBytes bounds a prompt read from a file or standard input: 4 MiB,
+// more than any agent's context holds, so that a file given by mistake (a
+// log, /dev/zero) is refused instead of read for ever (docs/agents.md).
 const maxPromptBytes = 4 << 20
 
 const stepExitHelp = `
@@ -25,7 +28,7 @@ EXIT STATUS
   the step's own status (124 when --timeout fired, 127 when the agent's CLI
   is missing where the session runs, 128+N when killed by signal N); 2 bad
   flag or plan, 3 no such session, 4 refused (session not open, an agent
-  that needs the network on a session without one), 5 engine unavailable.`
+  that needs the network on a session without one), 5 engine unavailable.` + stepPipeExitHelp
 
 func (a *App) newAgent() *cobra.Command {
 	c := parent(&cobra.Command{Use: "agent", Short: "Run coding agents bound to a sandbox's worktree",
@@ -76,7 +79,7 @@ would otherwise wait for ever.` + stepExitHelp,
 			if err := agents.CheckKind(o.kind); err != nil {
 				return err
 			}
-			prompt, err := a.readPrompt(o.prompt, o.promptFile, len(args) == 2)
+			prompt, err := a.readPrompt(cmd.Context(), o.prompt, o.promptFile, len(args) == 2)
 			if err != nil {
 				return err
 			}
@@ -99,7 +102,7 @@ would otherwise wait for ever.` + stepExitHelp,
 	f := cmd.Flags()
 	f.StringVar(&o.kind, "agent", "", "codex, claude or command")
 	f.StringVar(&o.prompt, "prompt", "", "the prompt")
-	f.StringVar(&o.promptFile, "prompt-file", "", "read the prompt from this file (- for standard input)")
+	f.StringVar(&o.promptFile, "prompt-file", "", "read the prompt from this file, at most 4 MiB (- for standard input; a FIFO such as <(cmd) works)")
 	f.StringVar(&o.model, "model", "", "model (codex -m, claude --model)")
 	f.DurationVar(&o.timeout, "timeout", agents.DefaultTimeout, "end the agent's whole process tree after this long")
 	f.StringArrayVar(&o.envPass, "env-pass", nil, "pass this host variable to the agent by name, its value masked everywhere (repeatable)")
@@ -112,7 +115,7 @@ func (a *App) agents(svc *sandbox.Service) *agents.Runner {
 
 // readPrompt takes the prompt from exactly one of --prompt, --prompt-file
 // and standard input.
-func (a *App) readPrompt(text, file string, stdin bool) (string, error) {
+func (a *App) readPrompt(ctx context.Context, text, file string, stdin bool) (string, error) {
 	n := 0
 	for _, given := range []bool{text != "", file != "", stdin} {
 		if given {
@@ -125,24 +128,54 @@ func (a *App) readPrompt(text, file string, stdin bool) (string, error) {
 	if text != "" {
 		return text, nil
 	}
-	var r io.Reader = a.In
+	fromFile := file != "" && file != "-"
 	name := "standard input"
-	if file != "" && file != "-" {
-		f, err := os.Open(file)
-		if err != nil {
-			return "", fail.Usagef("--prompt-file: %v", err)
+	if fromFile {
+		name = file
+	}
+	type read struct {
+		b   []byte
+		err error
+	}
+	done := make(chan read, 1)
+	// Opening a FIFO (`--prompt-file <(cmd)`) waits for its writer and
+	// reading it, a terminal or standard input waits for its end: both
+	// happen here, and a signal abandons them (a goroutine still in open(2)
+	// ends with the process). An open file is closed on cancel, which ends
+	// a read through Go's poller.
+	go func() {
+		var r io.Reader = a.In
+		if fromFile {
+			f, err := os.Open(file)
+			if err != nil {
+				done <- read{err: fail.Usagef("--prompt-file: %v", err)}
+				return
+			}
+			defer f.Close()
+			defer context.AfterFunc(ctx, func() { f.Close() })()
+			r = f
 		}
-		defer f.Close()
-		r, name = f, file
+		b, err := io.ReadAll(io.LimitReader(r, maxPromptBytes+1))
+		if err != nil {
+			err = fail.Usagef("read the prompt from %s: %v", name, err)
+		}
+		done <- read{b, err}
+	}()
+	var got read
+	select {
+	case got = <-done:
+	case <-ctx.Done():
 	}
-	b, err := io.ReadAll(io.LimitReader(r, maxPromptBytes+1))
-	if err != nil {
-		return "", fail.Usagef("read the prompt from %s: %v", name, err)
+	if ctx.Err() != nil {
+		return "", fmt.Errorf("read the prompt from %s: %w", name, context.Cause(ctx))
 	}
-	if len(b) > maxPromptBytes {
-		return "", fail.Usagef("the prompt in %s is larger than %d bytes", name, maxPromptBytes)
+	if got.err != nil {
+		return "", got.err
 	}
-	return string(b), nil
+	if len(got.b) > maxPromptBytes {
+		return "", fail.Usagef("the prompt in %s is larger than 4 MiB, the most an agent step takes: shorten it", name)
+	}
+	return string(got.b), nil
 }
 
 func (a *App) newPipeline() *cobra.Command {

@@ -59,7 +59,7 @@ run ` + "`codex login`" + ` on this host).
 EXIT STATUS
   0 submitted · 1 the submit failed (the session is now failed) · 2 bad flag
   or value · 3 no such session · 4 refused (not a cloud_subscription session,
-  not open, already submitted)`,
+  not open, already submitted)` + pipeExitHelp,
 		Example: `  xmode cloud submit sbx_7k2m9q4x --env env_123 --prompt "Fix the flaky test in pkg/x"
   git log -1 --format=%B | xmode cloud submit sbx_7k2m --env env_123 --prompt -`,
 		Args: exactArgs(1, "one session"),
@@ -133,7 +133,7 @@ summary (one line per pass with --watch). --watch polls every --interval
 EXIT STATUS
   0 every task moved on, or only transient errors (retried later) · 1 a
   permanent error needs a person (see stderr or --json errors) · 2 bad flag
-  or value`,
+  or value` + pipeExitHelp,
 		Example: `  xmode cloud poll --sweep                 # from cron, every minute
   xmode cloud poll --watch --interval 30s  # as a service
   xmode cloud poll -v                      # one line per action`,
@@ -157,7 +157,16 @@ EXIT STATUS
 			}
 			o := codexcloud.PassOptions{Sweep: sweep}
 			if watch {
-				return p.Watch(cmd.Context(), svc.Cfg.CloudPollInterval, o, func(sum *codexcloud.Summary, err error) {
+				// A reader that went away (`| head -1`) ends the watch after
+				// the pass that found it gone; App.Run then exits 141, silently.
+				ctx, stop := context.WithCancel(cmd.Context())
+				defer stop()
+				return p.Watch(ctx, svc.Cfg.CloudPollInterval, o, func(sum *codexcloud.Summary, err error) {
+					defer func() {
+						if a.brokenPipe(nil) {
+							stop()
+						}
+					}()
 					if err != nil {
 						fmt.Fprintf(a.Err, "%s %s\n", a.paint(color.FgRed, "xmode:"), clean(err.Error()))
 						return

@@ -30,7 +30,7 @@ session IDs (with their status, repository and time left), step names and
 numbers, project machines, and flag values such as --runner-mode.
 ` + "`make install`" + ` installs the scripts for bash, zsh and fish. The bash
 script works in a plain bash too, and uses the bash-completion package's
-helpers where that is loaded.`,
+helpers where that is loaded.` + exitStatusHelp,
 		Example: `  source <(xmode completion bash)                       # this shell
   xmode completion bash > /etc/bash_completion.d/xmode
   xmode completion zsh > "${fpath[1]}/_xmode"

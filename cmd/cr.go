@@ -237,6 +237,7 @@ func (a *App) newCRList() *cobra.Command {
   xmode cr list --run run_7k2m9q4x --json`,
 		Aliases: []string{"ls"},
 		Short:   "List change requests, newest first",
+		Long:    "List change requests, newest first (--json: as JSON)." + exitStatusHelp,
 		Args:    exactArgs(0, "no arguments"),
 		RunE:    func(cmd *cobra.Command, _ []string) error { return a.runCRList(cmd.Context(), o) },
 	}
@@ -527,7 +528,7 @@ must give the manifest's tree.
 
 EXIT STATUS
   0 intact · 1 tampered (each problem is named) · 2 bad argument · 3 no such
-  change request.`,
+  change request.` + pipeExitHelp,
 		Args: exactArgs(1, "one change request"),
 		RunE: func(cmd *cobra.Command, args []string) error { return a.runCRVerify(cmd.Context(), args[0]) },
 	}

@@ -43,7 +43,7 @@ runs the store does not know alone unless ` + "`xmode reap --reclaim-unknown`" +
 
 EXIT STATUS
   0 when nothing failed (warnings allowed), 1 when any check failed, 2 when
-  the configuration itself is invalid.`,
+  the configuration itself is invalid.` + pipeExitHelp,
 		Example: `  xmode doctor
   xmode doctor --adopt     # after restoring nothing: start a new store over a used root`,
 		Args: exactArgs(0, "no arguments"),

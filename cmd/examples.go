@@ -31,7 +31,7 @@ checkout's examples/.
   xmode run --repo . --objective "…" -f "$(xmode examples)/xmode.yaml"
 
 EXIT STATUS
-  0 found; 3 not found (the message says where it looked).`,
+  0 found; 3 not found (the message says where it looked).` + pipeExitHelp,
 		Example: `  xmode examples
   xmode examples --json | jq -r .plan`,
 		Args: exactArgs(0, "no arguments"),

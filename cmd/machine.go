@@ -93,6 +93,7 @@ func (a *App) newMachineList() *cobra.Command {
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List project machines",
+		Long:    "List project machines (--json: with their pools)." + exitStatusHelp,
 		Example: "  xmode machine list\n  xmode machine list --json",
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -127,6 +128,7 @@ func (a *App) newMachineShow() *cobra.Command {
 	return &cobra.Command{
 		Use:               "show PROJECT",
 		Short:             "Show one project machine",
+		Long:              "Show one project machine (--json: with its pool)." + exitStatusHelp,
 		Example:           "  xmode machine show prom\n  xmode machine show prom --json",
 		Args:              exactArgs(1, "one project"),
 		ValidArgsFunction: a.completeProjects,

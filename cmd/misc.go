@@ -16,7 +16,7 @@ func (a *App) newConfig() *cobra.Command {
 		Short: "Print the effective configuration, each value with its source",
 		Long: `Print every setting of contract §6 with its effective value and where it came
 from: a flag, its XMODE_* variable, the CODEX_DOCKER_* fallback, or the default.
-A bad value exits 2 and names the variable.`,
+A bad value exits 2 and names the variable.` + exitStatusHelp,
 		Example: `  xmode config
   XMODE_SANDBOX_ENGINE=docker xmode config --json | jq '.[] | select(.source != "default")'`,
 		Args: exactArgs(0, "no arguments"),
@@ -64,6 +64,7 @@ func (a *App) newVersion() *cobra.Command {
 	return &cobra.Command{
 		Use:     "version",
 		Short:   "Print the version",
+		Long:    "Print xmode's version, the Go it was built with and its store's schema." + exitStatusHelp,
 		Example: "  xmode version\n  xmode version --json",
 		Args:    exactArgs(0, "no arguments"),
 		RunE:    func(*cobra.Command, []string) error { return a.printVersion() },

@@ -49,7 +49,7 @@ finishing everything else.
 
 EXIT STATUS
   0 every teardown succeeded · 1 any failed (see stderr or --json errors) ·
-  2 bad flag or value`,
+  2 bad flag or value` + pipeExitHelp,
 		Example: `  xmode reap                       # from cron: silent unless something failed
   xmode reap -v                    # one line per action
   xmode reap --dry-run             # what a pass would do

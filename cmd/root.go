@@ -229,6 +229,11 @@ Then: xmode sandbox shell "$id" (a terminal in it), xmode sandbox logs "$id"
 	return nil
 }
 
+// The EXIT STATUS section of --help: exitStatusHelp for a command with no
+// codes of its own; a command that has some lists them and ends its section
+// with pipeExitHelp, or stepPipeExitHelp when it exits with a step's
+// status, so that every section says what a closed pipe gives (see
+// exitBrokenPipe).
 const exitStatusHelp = `
 
 EXIT STATUS
@@ -236,7 +241,13 @@ EXIT STATUS
   4 refused (quota, session not open, outside the storage root) ·
   5 engine unavailable. sandbox exec exits with the command's status
   (124 timeout, 126 not executable, 127 not found, 128+N signal N) and 125
-  when xmode itself failed before the command could start.`
+  when xmode itself failed before the command could start.` + pipeExitHelp
+
+const pipeExitHelp = `
+  141 the reader of the output went away (| head): xmode stops, silently.`
+
+const stepPipeExitHelp = `
+  A reader of the output that went away (| head) does not change the status.`
 
 // config loads the configuration with this command's flag overrides.
 func (a *App) config(overrides map[string]config.Flag) (*config.Config, error) {

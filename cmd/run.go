@@ -88,7 +88,7 @@ STATUS
 EXIT STATUS
   the first failing required step's status (0 when every one passed; 130
   after Ctrl-C); 1 the loop failed (the change request could not be built);
-  2 bad flag or plan, 3 not found, 4 refused, 5 engine unavailable.`,
+  2 bad flag or plan, 3 not found, 4 refused, 5 engine unavailable.` + stepPipeExitHelp,
 		Example: `  xmode run --repo . --objective "fix the flaky test" --agent codex
   XMODE_AGENT_COMMAND_TEMPLATE="sh '$(xmode examples)/agent.sh' {prompt_file}" \
     xmode run --repo . --objective "add a NOTES.md" -f "$(xmode examples)/xmode.yaml"`,
@@ -192,6 +192,7 @@ func (a *App) newRunList() *cobra.Command {
 		Example: `  xmode run list --json`,
 		Aliases: []string{"ls"},
 		Short:   "List the runs of the loop, newest first (--all adds the runs of plain sandboxes)",
+		Long:    "List the runs of the loop, newest first (--all adds the runs of plain sandboxes)." + exitStatusHelp,
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			svc, err := a.service(cmd.Context(), nil)
@@ -247,6 +248,7 @@ func (a *App) newRunShow() *cobra.Command {
 		Use:     "show RUN",
 		Example: `  xmode run show run_7k2m9q4x`,
 		Short:   "Show a run: objective, plan, status, sessions, steps and change requests",
+		Long:    "Show a run: objective, plan, status, sessions, steps and change requests." + exitStatusHelp,
 		Args:    exactArgs(1, "one run"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			svc, err := a.service(cmd.Context(), nil)

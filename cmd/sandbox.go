@@ -180,7 +180,7 @@ EXIT STATUS
   signal N (130 for Ctrl-C; 137 with oom_killed when the memory limit killed
   it); 126 not executable; 127 not found; 125 when xmode failed before the
   command could start (bad flag, unknown session, session not open, engine
-  unreachable).`,
+  unreachable).` + stepPipeExitHelp,
 		Example: `  xmode sandbox exec sbx_7k2m9q4x -- make test
   xmode sandbox exec 7k2m --timeout 10m --name unit -- go test ./...
   xmode sandbox exec 7k2m --env GOFLAGS=-mod=mod --env HOME -- go build ./...
@@ -350,6 +350,7 @@ func (a *App) newList() *cobra.Command {
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List open sessions (--all adds ended ones)",
+		Long:    "List open sessions (--all adds ended ones; -q: their IDs only)." + exitStatusHelp,
 		Example: `  xmode sandbox list
   xmode sandbox list --all --user alice
   xmode sandbox list -q              # IDs only, for scripts`,
@@ -470,6 +471,7 @@ func (a *App) newExtend() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "extend SESSION --ttl DUR",
 		Short: "Push a session's expiry to now + DUR",
+		Long:  "Push a session's expiry to now + DUR." + exitStatusHelp,
 		Example: `  xmode sandbox extend sbx_7k2m9q4x --ttl 2h
   xmode sandbox extend 7k2m --ttl 30m`,
 		Args:              exactArgs(1, "one session"),

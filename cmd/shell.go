@@ -41,7 +41,7 @@ It needs a terminal: from a script, use ` + "`xmode sandbox exec`" + `.
 
 EXIT STATUS
   the shell's (or CMD's) own status; 2 without a terminal; otherwise xmode's
-  usual codes (3 no such session, 4 session not open, 5 engine unavailable).`,
+  usual codes (3 no such session, 4 session not open, 5 engine unavailable).` + stepPipeExitHelp,
 		Example: `  xmode sandbox shell sbx_7k2m9q4x
   xmode sandbox shell 7k2m -- python3          # any unique prefix of the ID
   xmode sandbox shell 7k2m --workdir src -- bash -l`,

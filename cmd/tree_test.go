@@ -27,6 +27,41 @@ func TestEveryCommandHasExamples(t *testing.T) {
 	walk(Tree())
 }
 
+// Every command that runs has an EXIT STATUS section in its --help, and
+// each says what a closed pipe gives: 141, or, for a command that exits
+// with its step's status, that it does not change it.
+func TestEveryExitStatusSaysWhatAClosedPipeGives(t *testing.T) {
+	seen := 0
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if !c.IsAvailableCommand() && c.HasParent() {
+			return
+		}
+		_, section, ok := strings.Cut(c.Long, "\nEXIT STATUS\n")
+		switch {
+		case !ok && !c.HasSubCommands():
+			t.Errorf("`%s --help` has no EXIT STATUS section: end its Long with exitStatusHelp, or its own codes and pipeExitHelp", c.CommandPath())
+		case ok && stepStatus(c):
+			seen++
+			if !strings.HasSuffix(section, stepPipeExitHelp) {
+				t.Errorf("the EXIT STATUS of `%s --help` does not end with stepPipeExitHelp:\n%s", c.CommandPath(), section)
+			}
+		case ok:
+			seen++
+			if !strings.HasSuffix(section, pipeExitHelp) || !strings.Contains(section, "141") {
+				t.Errorf("the EXIT STATUS of `%s --help` does not end with pipeExitHelp (141):\n%s", c.CommandPath(), section)
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(Tree())
+	if seen < 30 {
+		t.Fatalf("only %d EXIT STATUS sections: the walk is broken", seen)
+	}
+}
+
 // suggestion is an xmode command line a message tells the user to run: in
 // backquotes, its lowercase words up to an argument, a flag or the end.
 var suggestion = regexp.MustCompile("`xmode((?: [a-z][a-z-]*)+)(?:`| [%A-Z$<\"'-])")

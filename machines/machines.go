@@ -236,14 +236,24 @@ func (m *Manager) clone(ctx context.Context, project, repo string) error {
 		root.RemoveAll(project + "/" + filepath.Base(tmp))
 		return fail.As(fail.Failed, fmt.Errorf("warm project machine %s: %w", project, err))
 	}
-	// No local branch: the machine's checkout is detached (see refresh).
-	head, err := gitcli.Run(ctx, nil, tmp, "rev-parse", "--verify", "--quiet", "HEAD")
-	if err != nil || head == "" {
+	// No branch and no tag: a repository made by git init and never
+	// committed to, said as `sandbox create` says it.
+	refs, err := gitcli.Run(ctx, nil, tmp, "for-each-ref", "--count=1", "--format=%(refname)", "refs/remotes/", "refs/tags/")
+	if err != nil {
 		root.RemoveAll(project + "/" + filepath.Base(tmp))
-		return fail.Failedf("warm project machine %s: %s has no commits (or no default branch): warm with --ref", project, repo)
+		return fmt.Errorf("warm project machine %s: %w", project, err)
 	}
-	if _, err := gitcli.Run(ctx, nil, tmp, "update-ref", "--no-deref", "HEAD", head); err != nil {
-		return err
+	if refs == "" {
+		root.RemoveAll(project + "/" + filepath.Base(tmp))
+		return fail.Usagef("repository %s has no commits: commit something first", repo)
+	}
+	// No local branch: the machine's checkout is detached (see refresh).
+	// A HEAD that names a branch the repository lacks stays unborn: Warm
+	// then needs --ref, and refresh detaches it.
+	if head, err := gitcli.Run(ctx, nil, tmp, "rev-parse", "--verify", "--quiet", "HEAD"); err == nil && head != "" {
+		if _, err := gitcli.Run(ctx, nil, tmp, "update-ref", "--no-deref", "HEAD", head); err != nil {
+			return err
+		}
 	}
 	if branches, err := gitcli.Run(ctx, nil, tmp, "for-each-ref", "--format=%(refname:short)", "refs/heads/"); err != nil {
 		return err

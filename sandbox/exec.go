@@ -98,6 +98,9 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	if err != nil {
 		return nil, err
 	}
+	// A docker adapter holds a client and its connections: a process that
+	// runs many steps (a plan, the loop) must not keep one per step.
+	defer engine.Close(adapter)
 	tag := newTag()
 	// What is recorded has the secrets masked: the argv and the step name
 	// derived from it too.

@@ -108,7 +108,7 @@ func (s *Service) claim(ctx context.Context, o CreateOptions, sess store.Session
 	}
 	if err := s.moveClaimed(ctx, claimed, want); err != nil {
 		cleanup := context.WithoutCancel(ctx)
-		if _, terr := s.reaper().Teardown(cleanup, claimed, store.StatusFailed, store.ReasonProvisionFailed, err.Error()); terr != nil {
+		if _, terr := s.teardown(cleanup, claimed, err); terr != nil {
 			return nil, nil, fmt.Errorf("%w (and cleaning up failed: %v)", err, terr)
 		}
 		return nil, nil, err

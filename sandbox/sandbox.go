@@ -70,8 +70,17 @@ func (s *Service) Machines() *machines.Manager {
 	return &machines.Manager{Cfg: s.Cfg, Store: s.Store, Guard: s.Guard, Progress: s.Progress}
 }
 
+// reaper is a Reaper for this service's store; Close it when done, as it
+// keeps the engines it opened.
 func (s *Service) reaper() *reaper.Reaper {
 	return &reaper.Reaper{Cfg: s.Cfg, Store: s.Store, Guard: s.Guard, Log: s.Log}
+}
+
+// teardown ends a session whose provisioning failed with err.
+func (s *Service) teardown(ctx context.Context, sess *store.Session, err error) (reaper.Outcome, error) {
+	r := s.reaper()
+	defer r.Close()
+	return r.Teardown(ctx, sess, store.StatusFailed, store.ReasonProvisionFailed, err.Error())
 }
 
 // Create provisions a session. The row exists (provisioning) before anything
@@ -202,7 +211,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 				Status: store.RunFailed, ExitCode: fail.ExitCode(err), Error: err.Error(), Finished: time.Now(),
 			})
 		}
-		if _, terr := s.reaper().Teardown(cleanup, &sess, store.StatusFailed, store.ReasonProvisionFailed, err.Error()); terr != nil {
+		if _, terr := s.teardown(cleanup, &sess, err); terr != nil {
 			return nil, fmt.Errorf("%w (and cleaning up failed: %v)", err, terr)
 		}
 		return nil, err
@@ -357,7 +366,9 @@ func describeEngine(e string) string {
 
 // Stop is `sandbox stop`: reap this one session now.
 func (s *Service) Stop(ctx context.Context, sess *store.Session, force bool) (reaper.Outcome, error) {
-	return s.reaper().Stop(ctx, sess, force)
+	r := s.reaper()
+	defer r.Close()
+	return r.Stop(ctx, sess, force)
 }
 
 // MeasureWorktrees fills in WorktreeBytes of the sessions still open (an

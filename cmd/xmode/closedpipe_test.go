@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xmode/xmode/codexcloud/codexcloudtest"
 )
@@ -65,6 +66,8 @@ func TestClosedPipeIsSilent(t *testing.T) {
 		{141, []string{"cloud", "log", csid}},
 		{141, []string{"cloud", "log", csid, "--follow"}},
 		{141, []string{"cloud", "poll", "--json"}},
+		{141, []string{"cloud", "poll", "--watch", "--json", "--interval", "50ms"}},
+		{141, []string{"cloud", "poll", "--watch", "-v", "--interval", "50ms"}},
 		{141, []string{"machine", "list"}},
 		{141, []string{"reap", "--dry-run", "--json"}},
 		// The step's status, whatever became of its output.
@@ -81,7 +84,12 @@ func TestClosedPipeIsSilent(t *testing.T) {
 		pr.Close() // the reader is gone before xmode writes a byte
 		var stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = pw, &stderr
+		// A command that keeps going (--follow, --watch) must end too.
+		hung := time.AfterFunc(time.Minute, func() { cmd.Process.Kill() })
 		err = cmd.Run()
+		if !hung.Stop() {
+			t.Errorf("xmode %s | (closed): still running a minute later", strings.Join(c.args, " "))
+		}
 		pw.Close()
 		code := 0
 		var ee *exec.ExitError

@@ -29,6 +29,7 @@ func Markdown(dir string) error {
 		}
 	}
 	root := cmd.Tree()
+	rewrite(root, markdownLT)
 	prepend := func(string) string { return "" }
 	link := func(name string) string { return name }
 	if err := doc.GenMarkdownTreeCustom(root, dir, prepend, link); err != nil {
@@ -62,28 +63,82 @@ func Man(dir string) error {
 		return err
 	}
 	root := cmd.Tree()
-	escapePlaceholders(root)
+	rewrite(root, manLT)
 	return doc.GenManTree(root, &doc.GenManHeader{Title: "XMODE", Section: "1", Source: "xmode", Manual: "xmode manual"}, dir)
 }
 
-// escapePlaceholders keeps the <run>-style placeholders of the help text in
-// the man pages: cobra/doc hands the text to go-md2man as Markdown, which
-// takes <run> for an HTML tag and drops it (runs/<run>/steps became
-// runs//steps). Examples are code blocks, where nothing is dropped.
-func escapePlaceholders(c *cobra.Command) {
-	c.Short, c.Long = markdownText(c.Short), markdownText(c.Long)
-	for _, fs := range []*pflag.FlagSet{c.LocalFlags(), c.InheritedFlags()} {
-		fs.VisitAll(func(f *pflag.Flag) { f.Usage = markdownText(f.Usage) })
+// How a "<" of the help text is written so that Markdown shows it instead
+// of taking <run> for an HTML tag, which GitHub's renderer drops and
+// go-md2man leaves out (runs/<run>/steps became runs//steps): an entity
+// for GitHub, a backslash escape for go-md2man, which does not decode
+// entities.
+const (
+	markdownLT = "&lt;"
+	manLT      = `\<`
+)
+
+// rewrite makes the help text of c and its subcommands the Markdown that
+// cobra/doc hands on as it is: every "<" outside code written as lt, and
+// each block of lines indented as --help indents them (EXIT STATUS, a
+// plan, a list) a preformatted block, where its line layout survives and
+// nothing needs escaping. Man pages take the flags' usage as Markdown too;
+// the reference shows it in a code block.
+func rewrite(c *cobra.Command, lt string) {
+	c.Short, c.Long = escapeLT(c.Short, lt), helpMarkdown(c.Long, lt)
+	if lt == manLT {
+		for _, fs := range []*pflag.FlagSet{c.LocalFlags(), c.InheritedFlags()} {
+			fs.VisitAll(func(f *pflag.Flag) { f.Usage = escapeLT(f.Usage, lt) })
+		}
 	}
 	for _, sub := range c.Commands() {
-		escapePlaceholders(sub)
+		rewrite(sub, lt)
 	}
 }
 
-// markdownText escapes every "<" of s that Markdown would read as the start
-// of a tag, outside `code spans`; one escaped already stays as it is, so a
-// flag that several commands share is escaped once.
-func markdownText(s string) string {
+// helpMarkdown is help text as Markdown: runs of lines indented by two
+// spaces or more become fenced code blocks, kept line by line, and the
+// text between them is escaped with escapeLT.
+func helpMarkdown(s, lt string) string {
+	var out, text []string
+	flush := func() {
+		if len(text) > 0 {
+			out = append(out, strings.Split(escapeLT(strings.Join(text, "\n"), lt), "\n")...)
+			text = nil
+		}
+	}
+	lines := strings.Split(s, "\n")
+	for i := 0; i < len(lines); i++ {
+		if !indented(lines[i]) {
+			text = append(text, lines[i])
+			continue
+		}
+		flush()
+		if len(out) > 0 && out[len(out)-1] != "" {
+			out = append(out, "")
+		}
+		out = append(out, "```")
+		for ; i < len(lines) && indented(lines[i]); i++ {
+			out = append(out, lines[i])
+		}
+		out = append(out, "```")
+		if i < len(lines) && lines[i] != "" {
+			out = append(out, "")
+		}
+		i--
+	}
+	flush()
+	return strings.Join(out, "\n")
+}
+
+// indented reports a line of a preformatted block of --help.
+func indented(line string) bool {
+	return strings.HasPrefix(line, "  ") && strings.TrimSpace(line) != ""
+}
+
+// escapeLT writes every "<" of s outside `code spans` as lt; one escaped
+// already stays as it is, so a flag that several commands share is
+// escaped once.
+func escapeLT(s, lt string) string {
 	var b strings.Builder
 	code := false
 	for i := 0; i < len(s); i++ {
@@ -91,7 +146,8 @@ func markdownText(s string) string {
 		case c == '`':
 			code = !code
 		case c == '<' && !code && (i == 0 || s[i-1] != '\\'):
-			b.WriteByte('\\')
+			b.WriteString(lt)
+			continue
 		}
 		b.WriteByte(s[i])
 	}

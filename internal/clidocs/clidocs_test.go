@@ -1,12 +1,14 @@
 package clidocs
 
 import (
+	"html"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/russross/blackfriday/v2"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -48,7 +50,6 @@ func TestManPages(t *testing.T) {
 	}
 	// Every <run>-style placeholder of the help text and the flags' usage
 	// is in the man page, not eaten as an HTML tag (runs//steps).
-	placeholder := regexp.MustCompile(`<[a-z_]+>`)
 	seen := 0
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
@@ -77,6 +78,106 @@ func TestManPages(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(dir, "xmode-cr.1")); !strings.Contains(string(b), "runs/<run>/change_requests/<n>/") {
 		t.Errorf("xmode-cr.1 does not say runs/<run>/change_requests/<n>/")
 	}
+	// Every EXIT STATUS section keeps its lines: a preformatted block
+	// (.EX), not a paragraph troff fills.
+	sections := 0
+	eachCommand(cmd.Tree(), func(c *cobra.Command, name string) {
+		lines := exitStatusLines(c.Long)
+		if lines == nil {
+			return
+		}
+		sections++
+		page, err := os.ReadFile(filepath.Join(dir, strings.ReplaceAll(name, "_", "-")+".1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := ".EX\n" + strings.Join(lines, "\n") + "\n.EE\n"; !strings.Contains(string(page), want) {
+			t.Errorf("%s.1 does not keep its EXIT STATUS line by line:\n%s\nwant:\n%s", name, page, want)
+		}
+	})
+	if sections < 30 {
+		t.Fatalf("only %d EXIT STATUS sections: the check proves nothing", sections)
+	}
+}
+
+// The reference as GitHub shows it shows what --help shows: every
+// <run>-style placeholder of the help text is text in the rendered page,
+// not a tag the renderer drops, and every EXIT STATUS section keeps its
+// lines in a preformatted block. (blackfriday renders CommonMark's raw
+// HTML as GitHub's renderer does before GitHub drops the tags it does not
+// know.)
+func TestReferenceShowsTheHelp(t *testing.T) {
+	dir := t.TempDir()
+	if err := Markdown(dir); err != nil {
+		t.Fatal(err)
+	}
+	pre := regexp.MustCompile(`(?s)<pre><code>(.*?)</code></pre>`)
+	placeholders, sections := 0, 0
+	eachCommand(cmd.Tree(), func(c *cobra.Command, name string) {
+		page, err := os.ReadFile(filepath.Join(dir, name+".md"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rendered := string(blackfriday.Run(page))
+		for _, p := range placeholder.FindAllString(c.Short+"\n"+c.Long, -1) {
+			placeholders++
+			if strings.Contains(rendered, p) || !strings.Contains(rendered, html.EscapeString(p)) {
+				t.Errorf("%s.md does not show the placeholder %s: it renders as\n%s", name, p, rendered)
+			}
+		}
+		lines := exitStatusLines(c.Long)
+		if lines == nil {
+			return
+		}
+		sections++
+		kept := false
+		for _, m := range pre.FindAllStringSubmatch(rendered, -1) {
+			kept = kept || html.UnescapeString(m[1]) == strings.Join(lines, "\n")+"\n"
+		}
+		if !kept {
+			t.Errorf("%s.md does not keep its EXIT STATUS line by line: it renders as\n%s", name, rendered)
+		}
+	})
+	if placeholders < 5 || sections < 30 {
+		t.Fatalf("only %d placeholders and %d EXIT STATUS sections in the help: the check proves nothing", placeholders, sections)
+	}
+}
+
+// helpMarkdown escapes "<" outside code only, and fences the indented
+// blocks of --help, once.
+func TestHelpMarkdown(t *testing.T) {
+	in := "Logs under runs/<run>/steps, `a <b> c` as is.\nA plan:\n  steps:\n    - run: [x]\nEXIT STATUS\n  0 ok · 1 <failed>\n  141 gone"
+	want := "Logs under runs/&lt;run>/steps, `a <b> c` as is.\nA plan:\n\n```\n  steps:\n    - run: [x]\n```\n\nEXIT STATUS\n\n```\n  0 ok · 1 <failed>\n  141 gone\n```"
+	if got := helpMarkdown(in, markdownLT); got != want {
+		t.Errorf("helpMarkdown:\n%s\nwant:\n%s", got, want)
+	}
+	if got := escapeLT(escapeLT("a <b>", manLT), manLT); got != `a \<b>` {
+		t.Errorf("escaped twice for man: %q", got)
+	}
+}
+
+// placeholder is a <run>-style placeholder of the help text.
+var placeholder = regexp.MustCompile(`<[a-z_]+>`)
+
+// eachCommand calls f with every command a user can see and the name of its
+// page (xmode_sandbox_exec).
+func eachCommand(c *cobra.Command, f func(c *cobra.Command, name string)) {
+	f(c, strings.ReplaceAll(c.CommandPath(), " ", "_"))
+	for _, sub := range c.Commands() {
+		if sub.IsAvailableCommand() {
+			eachCommand(sub, f)
+		}
+	}
+}
+
+// exitStatusLines are the lines of the EXIT STATUS section of a command's
+// help text, nil without one.
+func exitStatusLines(long string) []string {
+	_, section, ok := strings.Cut(long, "\nEXIT STATUS\n")
+	if !ok {
+		return nil
+	}
+	return strings.Split(strings.TrimRight(section, "\n"), "\n")
 }
 
 func files(t *testing.T, dir string) map[string]string {
