@@ -126,3 +126,38 @@ func TestCRCreateStopsOnSIGTERM(t *testing.T) {
 		t.Fatalf("an interrupted cr create recorded %s", out)
 	}
 }
+
+// TestLargeTrackedFileCLI: a tracked file larger than XMODE_CR_MAX_BYTES
+// that the sandbox left alone does not stop `sandbox diff` or `cr create`;
+// grown to 50 GB, it is refused from its size at once.
+func TestLargeTrackedFileCLI(t *testing.T) {
+	dir := t.TempDir()
+	repo := filepath.Join(dir, "repo")
+	if err := makeRepo(repo); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "asset.bin"), bytes.Repeat([]byte("an asset that is larger than the limit\n"), 60000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"add", "asset.bin"}, {"commit", "-qm", "a 2 MB asset"}} {
+		if out, err := exec.Command("git", append([]string{"-C", repo}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %s: %v\n%s", args, err, out)
+		}
+	}
+	root := filepath.Join(dir, "root")
+	env := []string{"XMODE_CR_MAX_BYTES=1m"}
+	id := strings.TrimSpace(dkWant(t, dkXmode(t, root, env, "sandbox", "create", "--repo", repo, "-q"), 0).stdout)
+	dkWant(t, dkXmode(t, root, env, "sandbox", "exec", id, "--", "sh", "-c", "echo more >> README"), 0)
+	if r := dkWant(t, dkXmode(t, root, env, "sandbox", "diff", id, "--stat"), 0); !strings.Contains(r.stdout, "README") || strings.Contains(r.stdout, "asset.bin") {
+		t.Fatalf("sandbox diff --stat: want README alone\n%s", r)
+	}
+	dkWant(t, dkXmode(t, root, env, "cr", "create", id), 0)
+
+	dkWant(t, dkXmode(t, root, env, "sandbox", "exec", id, "--", "truncate", "-s", "50G", "asset.bin"), 0)
+	for _, args := range [][]string{{"sandbox", "diff", id, "--stat"}, {"cr", "create", id}} {
+		r := dkWant(t, dkXmode(t, root, env, args...), 4)
+		if r.took > quick || !strings.Contains(r.stderr, "asset.bin alone is 50.0 GiB") {
+			t.Fatalf("xmode %s took %s: want a refusal from the size at once\n%s", strings.Join(args, " "), r.took, r)
+		}
+	}
+}
