@@ -241,3 +241,44 @@ git repack -adfq; git prune-packed; test "$(echo `+blob+` | git cat-file --batch
 		t.Fatalf("refusing asset.bin grown to 50 GB read %d MiB", n>>20)
 	}
 }
+
+// TestPackageFilesSizeFirst: change.patch or evidence.json grown to 50 GB
+// is refused by OpenFile, ReadFile and Evidence (what `cr show` reads)
+// from its size, in `cr verify`'s words, without being read.
+func TestPackageFilesSizeFirst(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	e.makeRepo(map[string]string{"README": "hello\n"})
+	s := e.create(sandbox.CreateOptions{})
+	e.sh(s, `printf 'more\n' >> README`)
+	created, err := e.cr.Create(ctx, s, changes.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{changes.PatchFile, changes.EvidenceFile} {
+		if err := os.Truncate(filepath.Join(created.Dir, name), 50<<30); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := e.cr.Open(ctx, created.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := readBytes(t)
+	refused := func(what, name string, err error) {
+		t.Helper()
+		want := "fails verification (" + name + ": sha256 not computed (53687091200 bytes), the manifest says " + p.Manifest.Files[name].SHA256
+		if fail.KindOf(err) != fail.Failed || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s: %v; want %q", what, err, want)
+		}
+	}
+	_, _, err = e.cr.OpenFile(p, changes.PatchFile)
+	refused("OpenFile", changes.PatchFile, err)
+	_, err = e.cr.ReadFile(p, changes.PatchFile)
+	refused("ReadFile", changes.PatchFile, err)
+	_, err = e.cr.Evidence(p)
+	refused("Evidence", changes.EvidenceFile, err)
+	if n := readBytes(t) - before; n > 1<<20 {
+		t.Fatalf("refusing read %d KiB", n>>10)
+	}
+}

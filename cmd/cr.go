@@ -299,7 +299,8 @@ type crShowView struct {
 	*changes.Package
 	Manifest *changes.Manifest `json:"manifest"`
 	Evidence *changes.Evidence `json:"evidence"`
-	Patch    *string           `json:"patch,omitempty"`
+	// "patch" (cr show --json --patch) is streamed after these
+	// (printJSONWith).
 }
 
 func (a *App) newCRShow() *cobra.Command {
@@ -334,17 +335,19 @@ func (a *App) runCRShow(ctx context.Context, o crShowOptions) error {
 	if err != nil {
 		return err
 	}
-	var patch []byte
+	// The patch is streamed, never read whole: a change.patch that is not
+	// the size its manifest records is refused before anything is shown.
+	var patch io.ReadCloser
 	if o.patch {
-		if patch, err = cs.ReadFile(p, changes.PatchFile); err != nil {
+		if patch, _, err = cs.OpenFile(p, changes.PatchFile); err != nil {
 			return err
 		}
+		defer patch.Close()
 	}
 	if a.json {
 		v := crShowView{Package: p, Manifest: p.Manifest, Evidence: ev}
-		if o.patch {
-			s := string(patch)
-			v.Patch = &s
+		if patch != nil {
+			return a.printJSONWith(v, "patch", patch)
 		}
 		return a.printJSON(v)
 	}
@@ -352,15 +355,16 @@ func (a *App) runCRShow(ctx context.Context, o crShowOptions) error {
 		if err := a.writeCR(w, p, ev); err != nil {
 			return err
 		}
-		if !o.patch {
+		if patch == nil {
 			return nil
 		}
 		fmt.Fprintln(w)
 		pw, flush := a.patchWriter(w)
-		if _, err := pw.Write(patch); err != nil {
-			return err
+		_, err := io.Copy(pw, patch)
+		if ferr := flush(); err == nil {
+			err = ferr
 		}
-		return flush()
+		return err
 	})
 }
 
