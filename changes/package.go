@@ -348,10 +348,17 @@ func (s *Service) snapshotCommit(sn *Snapshot, m *Manifest) (Hash, error) {
 
 // commitMessage is the message of the commit that holds what the agent
 // did not commit.
-func commitMessage(m *Manifest) string {
+func commitMessage(m *Manifest) string { return commitMessageWith(m, "") }
+
+// commitMessageWith is commitMessage with one more paragraph (if any)
+// before the change request's line.
+func commitMessageWith(m *Manifest, paragraph string) string {
 	msg := m.Title + "\n"
 	if m.Message != "" {
 		msg += "\n" + strings.TrimRight(m.Message, "\n") + "\n"
+	}
+	if paragraph != "" {
+		msg += "\n" + paragraph + "\n"
 	}
 	return msg + "\nChange request: " + m.ID + " (run " + m.RunID + ", session " + m.SessionID + ")\n"
 }

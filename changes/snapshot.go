@@ -539,6 +539,11 @@ func (s *Service) history(obj *objects, dirs *gitDirs, sn *Snapshot) {
 		prev = c.Tree
 	}
 	sn.Commits = chain
+	// The snapshot leaves such paths out; export does not re-create
+	// commits that hold them (Export).
+	if r, err := refusedCommit(obj, sn.BaseTree, chain); err == nil && r != nil {
+		sn.Warnings = append(sn.Warnings, fmt.Sprintf("the agent's commit %s holds %s (%s): cr export makes one commit of the whole change instead of re-creating the agent's commits", r.Commit[:12], r.Path, r.Reason))
+	}
 }
 
 // largest returns the changed paths by decreasing size (the larger of

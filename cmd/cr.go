@@ -580,7 +580,9 @@ func (a *App) newCRExport() *cobra.Command {
 		Short: "Create a branch with the change in your repository",
 		Long: `Create a branch (default xmode/<cr_id>) in the repository at PATH with the
 change on top of the base commit: the agent's commits as it made them, then one
-commit with what it left uncommitted. Only objects and the new branch are
+commit with what it left uncommitted — or, when one of those commits holds a
+path git refuses (.GIT/hooks/..., git~1), one commit of the whole change
+instead, with a warning. Only objects and the new branch are
 written: the checked-out branch, the index and the working tree are not
 touched. Merge it like any branch. A branch that exists is refused (exit 4), so
 is a package that fails verification (exit 1).` + exitStatusHelp,
@@ -612,6 +614,9 @@ func (a *App) runCRExport(ctx context.Context, o crExportOptions) error {
 	out, err := cs.Export(ctx, p, o.repo, o.branch)
 	if err != nil {
 		return err
+	}
+	if r := out.Squashed; r != nil {
+		a.warn([]string{fmt.Sprintf("the agent's commit %s holds %s (%s): %s has one commit of the whole change on top of the base instead of the agent's commits", shortSHA(r.Commit), r.Path, r.Reason, out.Branch)})
 	}
 	if a.json {
 		return a.printJSON(out)
