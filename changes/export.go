@@ -22,12 +22,28 @@ type Exported struct {
 	Commit  string `json:"commit"`
 	Commits int    `json:"commits"`
 	Tree    string `json:"tree"`
+	// Squashed is set when the agent's commits were not re-created, the
+	// branch holding one commit of the whole change instead: it names the
+	// commit that holds a path git refuses.
+	Squashed *RefusedCommit `json:"squashed"`
+}
+
+// RefusedCommit is an agent's commit whose tree holds a path git refuses
+// to check out (gitRefuses): a directory ends in '/'.
+type RefusedCommit struct {
+	Commit string `json:"commit"`
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
 }
 
 // Export creates branch (default xmode/<cr_id>) in the repository repo
 // with the change on top of base_commit: the agent's commits as it made
 // them (messages, authors, dates), then one commit with what it left
-// uncommitted. It writes objects and one new branch, nothing else: the
+// uncommitted. When one of those commits holds a path git refuses (a
+// .GIT/hooks/… the snapshot left out), none of them is re-created — git
+// could not check it out, fsck flags it, and it would reach a clone — and
+// the branch holds one commit of the whole change instead (Squashed says
+// why). It writes objects and one new branch, nothing else: the
 // checked-out branch, the index and the working tree are not touched. A
 // branch that exists is refused (exit 4), and so is a package that fails
 // verification.
@@ -74,6 +90,17 @@ func (s *Service) Export(ctx context.Context, p *Package, repo, branch string) (
 	if err != nil {
 		return nil, fail.Failedf("change request %s: its commits cannot be read from the run's object store (%v)", p.ID, err)
 	}
+	baseTree, err := ParseHash(m.BaseTree)
+	if err != nil {
+		return nil, fail.Failedf("change request %s: base_tree %q: %v", p.ID, m.BaseTree, err)
+	}
+	squashed, err := refusedCommit(obj, baseTree, chain)
+	if err != nil {
+		return nil, fail.Failedf("change request %s: its commits cannot be read from the run's object store (%v)", p.ID, err)
+	}
+	if squashed != nil {
+		chain = []*Commit{squashCommit(m, squashed)}
+	}
 	var rnd [6]byte
 	rand.Read(rnd[:])
 	tmp := "refs/xmode-export/" + p.ID + "-" + hex.EncodeToString(rnd[:])
@@ -101,7 +128,97 @@ func (s *Service) Export(ctx context.Context, p *Package, repo, branch string) (
 	if _, err := gitcli.RunOwned(ctx, user, "update-ref", ref, commit, strings.Repeat("0", 40)); err != nil {
 		return nil, fail.Refusedf("branch %s could not be created in %s (did it appear meanwhile?): %v", branch, repo, err)
 	}
-	return &Exported{ID: p.ID, Repo: repo, Branch: branch, Commit: commit, Commits: len(chain), Tree: tree}, nil
+	return &Exported{ID: p.ID, Repo: repo, Branch: branch, Commit: commit, Commits: len(chain), Tree: tree, Squashed: squashed}, nil
+}
+
+// refusedCommit finds the first commit of chain (on top of the tree
+// base) whose tree holds a path git refuses; nil when none does.
+func refusedCommit(obj *objects, base Hash, chain []*Commit) (*RefusedCommit, error) {
+	prev := base
+	for _, c := range chain {
+		p, why, err := refusedEntry(obj, prev, c.Tree, "")
+		if err != nil {
+			return nil, err
+		}
+		if why != "" {
+			return &RefusedCommit{Commit: c.ID.String(), Path: p, Reason: why}, nil
+		}
+		prev = c.Tree
+	}
+	return nil, nil
+}
+
+// refusedEntry returns the first path of tree b that git refuses, and
+// why, looking only at what tree a (zero: none) does not hold the same:
+// the base holds no such path. A directory's path ends in '/'.
+func refusedEntry(obj *objects, a, b Hash, prefix string) (string, string, error) {
+	if a == b {
+		return "", "", nil
+	}
+	old := map[string]TreeEntry{}
+	if !a.IsZero() {
+		es, err := obj.tree(a)
+		if err != nil {
+			return "", "", err
+		}
+		for _, e := range es {
+			old[e.Name] = e
+		}
+	}
+	es, err := obj.tree(b)
+	if err != nil {
+		return "", "", err
+	}
+	for _, e := range es {
+		o, had := old[e.Name]
+		if had && o == e {
+			continue
+		}
+		p := join(prefix, e.Name)
+		// as the walk checks them: a symlink's rules look at its whole path
+		why := gitRefuses(e.Name, false)
+		if e.Mode == modeSymlink {
+			why = gitRefuses(p, true)
+		}
+		if why != "" {
+			return skippedPath(p, e.isTree()), why, nil
+		}
+		if e.isTree() {
+			from := Hash{}
+			if had && o.isTree() {
+				from = o.Hash
+			}
+			if p, why, err := refusedEntry(obj, from, e.Hash, p); err != nil || why != "" {
+				return p, why, err
+			}
+		}
+	}
+	return "", "", nil
+}
+
+// squashCommit is the one commit of the whole change that export makes
+// instead of the agent's commits: by the change request's author, with
+// its message, saying why and listing the commits it stands for.
+func squashCommit(m *Manifest, r *RefusedCommit) *Commit {
+	var why strings.Builder
+	fmt.Fprintf(&why, "The agent's commits are not re-created: %s holds %s (%s). This commit holds the whole change", r.Commit[:12], r.Path, r.Reason)
+	if len(m.Commits) > 0 {
+		why.WriteString(", made of:\n")
+		const list = 50
+		for i, c := range m.Commits {
+			if i == list {
+				fmt.Fprintf(&why, "\n... and %d more", len(m.Commits)-list)
+				break
+			}
+			subject, _, _ := strings.Cut(strings.TrimSpace(c.Message), "\n")
+			fmt.Fprintf(&why, "\n* %s %s", c.ID.String()[:12], subject)
+		}
+	} else {
+		why.WriteString(".")
+	}
+	sig := Signature{Name: m.Author, Raw: fmt.Sprintf("<> %d +0000", m.CreatedAt.Unix())}
+	tree, _ := ParseHash(m.Tree)
+	return &Commit{Tree: tree, Author: sig, Committer: sig, Message: commitMessageWith(m, why.String())}
 }
 
 // exportChain is the commits from base_commit (exclusive) to the snapshot

@@ -12,7 +12,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -223,19 +222,11 @@ func (s *objectStore) size(h Hash) (int64, error) {
 		return 0, err
 	}
 	defer f.Close()
-	zr, err := s.src.zlib(f)
+	_, _, size, err := s.src.looseHeader(f, loosePath(h))
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("object %s in the run's object store is corrupt: %w", h, err)
 	}
-	var hdr [32]byte
-	n, _ := io.ReadAtLeast(zr, hdr[:], 1)
-	nul := bytes.IndexByte(hdr[:n], 0)
-	_, size, ok := strings.Cut(string(hdr[:max(nul, 0)]), " ")
-	v, err := strconv.ParseInt(size, 10, 64)
-	if nul < 0 || !ok || err != nil {
-		return 0, fmt.Errorf("object %s in the run's object store is corrupt", h)
-	}
-	return v, nil
+	return size, nil
 }
 
 // setRef points refs/<name> at h.

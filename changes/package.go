@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -347,10 +348,17 @@ func (s *Service) snapshotCommit(sn *Snapshot, m *Manifest) (Hash, error) {
 
 // commitMessage is the message of the commit that holds what the agent
 // did not commit.
-func commitMessage(m *Manifest) string {
+func commitMessage(m *Manifest) string { return commitMessageWith(m, "") }
+
+// commitMessageWith is commitMessage with one more paragraph (if any)
+// before the change request's line.
+func commitMessageWith(m *Manifest, paragraph string) string {
 	msg := m.Title + "\n"
 	if m.Message != "" {
 		msg += "\n" + strings.TrimRight(m.Message, "\n") + "\n"
+	}
+	if paragraph != "" {
+		msg += "\n" + paragraph + "\n"
 	}
 	return msg + "\nChange request: " + m.ID + " (run " + m.RunID + ", session " + m.SessionID + ")\n"
 }
@@ -445,23 +453,91 @@ func (s *Service) packageDir(c *store.Change) (string, error) {
 	return filepath.Join(runDir, PackagesDir, strconv.Itoa(c.Number)), nil
 }
 
-// ReadFile reads one file of a package (through an os.Root of the run's
-// packages: no link leads out).
+// ReadFile reads one file of a package whole (OpenFile's checks): the
+// manifest, at most maxManifest bytes, or a file the manifest records.
 func (s *Service) ReadFile(p *Package, name string) ([]byte, error) {
-	root, err := s.packagesRoot(p.Change)
+	r, size, err := s.OpenFile(p, name)
 	if err != nil {
 		return nil, err
 	}
-	defer root.Close()
-	b, err := readRegular(root, strconv.Itoa(p.Number)+"/"+name, 1<<40)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fail.Failedf("change request %s: %s is missing from %s: `xmode cr verify %s` says more", p.ID, name, p.Dir, p.ID)
+	defer r.Close()
+	if name == ManifestFile && size > maxManifest {
+		return nil, fail.Failedf("change request %s: %s is %s, more than a manifest can be: `xmode cr verify %s` says more", p.ID, name, humanBytes(size), p.ID)
+	}
+	b, err := readExactly(r, size)
+	var tamper *fail.Error
+	if errors.As(err, &tamper) {
+		return nil, err
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s of %s: %w", name, p.ID, err)
 	}
 	return b, nil
 }
+
+// OpenFile opens one file of a package to stream it (through an os.Root
+// of the run's packages: no link leads out), with its size. A file the
+// manifest records (change.patch, evidence.json) must be the size it
+// records: one of another size was tampered with and is refused unread,
+// in cr verify's words; read to its end, it must have the recorded
+// sha256 too, else the last read fails the same way.
+func (s *Service) OpenFile(p *Package, name string) (io.ReadCloser, int64, error) {
+	root, err := s.packagesRoot(p.Change)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer root.Close() // the open file stays usable
+	f, size, err := openRegular(root, strconv.Itoa(p.Number)+"/"+name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, 0, fail.Failedf("change request %s: %s is missing from %s: `xmode cr verify %s` says more", p.ID, name, p.Dir, p.ID)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s of %s: %w", name, p.ID, err)
+	}
+	var want *FileHash
+	if p.Manifest != nil && name != ManifestFile {
+		if h, ok := p.Manifest.Files[name]; ok {
+			want = &h
+		}
+	}
+	if want != nil && size != want.Size {
+		f.Close()
+		return nil, 0, tampered(p, name, sizeProblem(size, "the manifest", *want))
+	}
+	return &checkedFile{f: f, p: p, name: name, want: want, h: sha256.New()}, size, nil
+}
+
+// tampered is the error for a package file that is not what its package
+// recorded, with the problem as cr verify words it.
+func tampered(p *Package, name, problem string) error {
+	return fail.Failedf("change request %s fails verification (%s: %s): `xmode cr verify %s` lists every problem", p.ID, name, problem, p.ID)
+}
+
+// checkedFile reads a package file, checking at its end that it is what
+// the manifest recorded (want; nil: nothing recorded).
+type checkedFile struct {
+	f    *os.File
+	p    *Package
+	name string
+	want *FileHash
+	h    hash.Hash
+	n    int64
+}
+
+func (c *checkedFile) Read(b []byte) (int, error) {
+	n, err := c.f.Read(b)
+	c.h.Write(b[:n])
+	c.n += int64(n)
+	if err == io.EOF && c.want != nil {
+		got := FileHash{SHA256: hex.EncodeToString(c.h.Sum(nil)), Size: c.n}
+		if got != *c.want {
+			return n, tampered(c.p, c.name, hashProblem(got, "the manifest", *c.want))
+		}
+	}
+	return n, err
+}
+
+func (c *checkedFile) Close() error { return c.f.Close() }
 
 func (s *Service) packagesRoot(c *store.Change) (*os.Root, error) {
 	runDir, err := s.Guard.RunDir(c.RunID)

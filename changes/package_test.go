@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -342,5 +343,80 @@ func TestCreateFromPatch(t *testing.T) {
 	}
 	if _, err := e.cr.CreateFromPatch(ctx, s, []byte("diff --git a/nope b/nope\n--- a/nope\n+++ b/nope\n@@ -1 +1 @@\n-x\n+y\n"), changes.CreateOptions{}); fail.KindOf(err) != fail.Usage {
 		t.Fatalf("a patch that does not apply: %v", err)
+	}
+}
+
+// plantRefusedCommit makes the sandbox commit, with git mktree and git
+// commit-tree, a tree holding .GIT/hooks/post-checkout and git~1/config
+// (paths git refuses to check out) between two ordinary commits, and
+// leaves a file uncommitted; the worktree never holds those paths.
+func plantRefusedCommit(e *env, s *store.Session) {
+	e.t.Helper()
+	e.sh(s, `set -e
+printf 'one\n' >> README && git commit -qam 'first: README'
+blob=$(printf '#!/bin/sh\necho owned\n' | git hash-object -w --stdin)
+hooks=$(printf '100755 blob %s\tpost-checkout\n' "$blob" | git mktree)
+dotgit=$(printf '040000 tree %s\thooks\n' "$hooks" | git mktree)
+cfg=$(printf '100644 blob %s\tconfig\n' "$blob" | git mktree)
+tree=$( (git ls-tree HEAD; printf '040000 tree %s\t.GIT\n040000 tree %s\tgit~1\n' "$dotgit" "$cfg") | git mktree)
+git reset -q --soft "$(git commit-tree "$tree" -p HEAD -m 'second: planted')"
+printf 'two\n' >> README && git commit -qam 'third: README again'
+printf 'uncommitted\n' > notes.txt`)
+}
+
+// TestExportCommitWithRefusedPaths: an agent commit whose tree holds paths
+// git refuses does not stop `cr create` (it warns), and `cr export` does
+// not re-create it: the branch is one commit of the change on top of the
+// base, saying why; every commit on it passes git fsck --strict, holds no
+// such path, and checks out with the real git.
+func TestExportCommitWithRefusedPaths(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	e.makeRepo(map[string]string{"README": "hello\n"})
+	s := e.create(sandbox.CreateOptions{})
+	plantRefusedCommit(e, s)
+	p, err := e.cr.Create(ctx, s, changes.CreateOptions{Title: "Agent work", Message: "three commits"})
+	if err != nil {
+		t.Fatalf("cr create: %v", err)
+	}
+	if w := strings.Join(p.Manifest.Warnings, "\n"); len(p.Manifest.Commits) != 3 || !strings.Contains(w, "holds .GIT/ (git refuses this path: .git (in any case)") ||
+		!strings.Contains(w, "cr export makes one commit of the whole change") {
+		t.Fatalf("%d commits recorded, warnings %q", len(p.Manifest.Commits), w)
+	}
+	if rep, err := e.cr.Verify(ctx, p); err != nil || !rep.Intact {
+		t.Fatalf("verify: %v %+v", err, rep)
+	}
+
+	user := e.repo
+	out, err := e.cr.Export(ctx, p, user, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Commits != 1 || out.Tree != p.Tree || out.Squashed == nil || out.Squashed.Commit != p.Manifest.Commits[1].ID.String() ||
+		out.Squashed.Path != ".GIT/" || !strings.Contains(out.Squashed.Reason, "git refuses this path") {
+		t.Fatalf("export: %+v %+v", out, out.Squashed)
+	}
+	commits := strings.Fields(git(t, user, "rev-list", p.BaseCommit+".."+out.Branch))
+	if len(commits) != 1 || git(t, user, "rev-parse", out.Branch+"^") != p.BaseCommit {
+		t.Fatalf("the branch: %v, want one commit on the base", commits)
+	}
+	body := git(t, user, "log", "-1", "--format=%an%n%B", out.Branch)
+	for _, want := range []string{"tester\nAgent work\n", "three commits", "holds .GIT/", "first: README", "second: planted", "third: README again", "Change request: " + p.ID} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("the commit's message lacks %q:\n%s", want, body)
+		}
+	}
+	if out, err := gitTry(user, nil, "fsck", "--strict", "--no-dangling"); err != nil || out != "" {
+		t.Fatalf("git fsck --strict: %v\n%s", err, out)
+	}
+	for i, c := range commits {
+		for _, f := range strings.Split(git(t, user, "ls-tree", "-r", "--name-only", "--full-tree", c), "\n") {
+			if strings.Contains(strings.ToLower(f), ".git/") || strings.HasPrefix(f, "git~1/") {
+				t.Fatalf("commit %s holds %s", c, f)
+			}
+		}
+		if out, err := gitTry(user, nil, "worktree", "add", "-q", "--detach", filepath.Join(t.TempDir(), fmt.Sprint(i)), c); err != nil {
+			t.Fatalf("git cannot check out %s: %v\n%s", c, err, out)
+		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"io/fs"
 	"runtime"
 	"sort"
+	"sync"
 	"syscall"
 
 	"github.com/xmode/xmode/config"
@@ -94,7 +95,8 @@ type objects struct {
 	// repository.
 	fallback func(why error) error
 	fellBack bool
-	trees    []Hash // when not nil, flatten records the trees it reads
+	trees    []Hash     // when not nil, flatten records the trees it reads
+	sizeMu   sync.Mutex // size is called by the walk's shards
 }
 
 func (o *objects) load(h Hash, want string) ([]byte, error) {
@@ -128,6 +130,39 @@ func (o *objects) read(h Hash) (string, []byte, error) {
 		err = o.store.writeKnown(h, typ, data)
 	}
 	return typ, data, err
+}
+
+// size returns the size of object h from its header, inflating nothing
+// else: from the store, else from the sandbox's objects (its word:
+// objectSource.size), else from the base fetched from the session's
+// repository. The walk's shards may call it at once.
+func (o *objects) size(h Hash) (int64, error) {
+	o.sizeMu.Lock()
+	defer o.sizeMu.Unlock()
+	if o.store.has(h) {
+		return o.store.size(h)
+	}
+	err := fmt.Errorf("object %s: %w", h, errNotFound)
+	if o.src != nil {
+		n, serr := o.src.size(h)
+		if serr == nil {
+			return n, nil
+		}
+		if cerr := o.src.context().Err(); cerr != nil {
+			return 0, cerr
+		}
+		err = serr
+	}
+	if o.fallback != nil && !o.fellBack {
+		o.fellBack = true
+		if ferr := o.fallback(err); ferr != nil {
+			return 0, fmt.Errorf("%w; fetching the base from the session's repository failed too: %v", err, ferr)
+		}
+		if o.store.has(h) {
+			return o.store.size(h)
+		}
+	}
+	return 0, err
 }
 
 func (o *objects) commit(h Hash) (*Commit, error) {
@@ -308,6 +343,10 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 
 	w := s.newWalker(st, dirs, baseFiles)
 	w.ctx = ctx
+	w.baseSize = func(h Hash) (int64, bool) {
+		n, err := obj.size(h)
+		return n, err == nil
+	}
 	if sn.Tree, err = w.walk(wt); err != nil {
 		if fail.KindOf(err) == fail.Refused {
 			_ = w.cache.save(st, w.added) // what was read stays known
@@ -400,12 +439,15 @@ func (s *Service) baseTree(obj *objects, sn *Snapshot) (map[string]TreeEntry, er
 }
 
 // fetchBase fetches one commit (depth 1) from the session's repository
-// into the store, as loose objects.
+// into the store, as loose objects. It tells the repository it has
+// nothing (the noop negotiation): the store's refs reach the base commit
+// once a change request was made, and git would then send none of the
+// objects the store lacks.
 func fetchBase(ctx context.Context, st *objectStore, repo string, base Hash) error {
 	if repo == "" || repo[0] == '-' {
 		return errors.New("no repository recorded")
 	}
-	_, err := gitcli.RunOwned(ctx, gitcli.Owned{GitDir: st.dir}, "-c", "fetch.unpackLimit=2147483647",
+	_, err := gitcli.RunOwned(ctx, gitcli.Owned{GitDir: st.dir}, "-c", "fetch.unpackLimit=2147483647", "-c", "fetch.negotiationAlgorithm=noop",
 		"fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--depth=1", "--", repo, base.String())
 	return err
 }
@@ -497,6 +539,11 @@ func (s *Service) history(obj *objects, dirs *gitDirs, sn *Snapshot) {
 		prev = c.Tree
 	}
 	sn.Commits = chain
+	// The snapshot leaves such paths out; export does not re-create
+	// commits that hold them (Export).
+	if r, err := refusedCommit(obj, sn.BaseTree, chain); err == nil && r != nil {
+		sn.Warnings = append(sn.Warnings, fmt.Sprintf("the agent's commit %s holds %s (%s): cr export makes one commit of the whole change instead of re-creating the agent's commits", r.Commit[:12], r.Path, r.Reason))
+	}
 }
 
 // largest returns the changed paths by decreasing size (the larger of

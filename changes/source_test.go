@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -187,5 +188,58 @@ func TestApplyDeltaBounds(t *testing.T) {
 	}
 	if _, err := applyDelta(base, []byte{10, 0xe8, 0x07}, 100, nil); !errors.Is(err, errTooLarge) {
 		t.Errorf("a target over the limit: %v", err)
+	}
+}
+
+// size reads an object's size from its header alone: every object of a
+// real repository (loose, packed whole, ofs-deltas) and a ref-delta chain
+// give git's size, and a large packed blob or delta is not inflated.
+func TestSourceSizeFromHeaders(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "repo")
+	gittest.Git(t, ".", "init", "-q", "-b", "main", dir)
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<19) // 8 MiB
+	body := strings.Repeat("a line that repeats so git deltas it\n", 200)
+	for i := 0; i < 6; i++ {
+		body += "one more line\n"
+		big[i*4096] = 'x'
+		os.WriteFile(filepath.Join(dir, "f.txt"), []byte(body), 0o644)
+		os.WriteFile(filepath.Join(dir, "big.bin"), big, 0o644)
+		gittest.Git(t, dir, "add", ".")
+		gittest.Git(t, dir, "commit", "-qm", "v")
+		if i == 4 {
+			gittest.Git(t, dir, "gc", "-q", "--aggressive") // the last commit's objects stay loose
+		}
+	}
+	s := openTestSource(t, filepath.Join(dir, ".git"), 1<<30)
+	list := gittest.Git(t, dir, "cat-file", "--batch-all-objects", "--batch-check=%(objectname) %(objectsize) %(deltabase)")
+	deltas := 0
+	for _, line := range strings.Split(list, "\n") {
+		f := strings.Fields(line)
+		h, _ := ParseHash(f[0])
+		var got int64
+		var err error
+		alloc := allocated(func() { got, err = s.size(h) })
+		if err != nil || strconv.FormatInt(got, 10) != f[1] {
+			t.Fatalf("%s: size %d, %v; git says %s", f[0], got, err, f[1])
+		}
+		if alloc > 1<<20 {
+			t.Fatalf("%s: the size of a %s-byte object allocated %d KiB", f[0], f[1], alloc>>10)
+		}
+		if f[2] != strings.Repeat("0", 40) {
+			deltas++
+		}
+	}
+	if deltas == 0 {
+		t.Fatal("the pack holds no delta: the test reads no delta's size")
+	}
+
+	gitDir := t.TempDir()
+	top, content := refChain(t, gitDir, 1<<10, 3, true)
+	s = openTestSource(t, gitDir, 1<<30)
+	if got, err := s.size(top); err != nil || got != int64(len(content)) {
+		t.Fatalf("a ref-delta: size %d, %v; want %d", got, err, len(content))
+	}
+	if _, err := s.size(fakeID(99)); !errors.Is(err, errNotFound) {
+		t.Fatalf("a missing object: %v", err)
 	}
 }

@@ -81,7 +81,7 @@ func (s *Service) Verify(ctx context.Context, p *Package) (*Report, error) {
 		want := m.Files[name]
 		// the size first: a file that is not the size recorded is not read
 		if st, err := root.Lstat(dir + "/" + name); err == nil && st.Mode().IsRegular() && st.Size() != want.Size {
-			r.add(name, "sha256 not computed (%d bytes), the manifest says %s (%d bytes)", st.Size(), want.SHA256, want.Size)
+			r.add(name, "%s", sizeProblem(st.Size(), "the manifest", want))
 			continue
 		}
 		b, ok := read(name, max(want.Size, 0))
@@ -89,8 +89,8 @@ func (s *Service) Verify(ctx context.Context, p *Package) (*Report, error) {
 			continue
 		}
 		files[name] = b
-		if got := sha256Hex(b); got != want.SHA256 || int64(len(b)) != want.Size {
-			r.add(name, "sha256 %s (%d bytes), the manifest says %s (%d bytes)", got, len(b), want.SHA256, want.Size)
+		if got := (FileHash{SHA256: sha256Hex(b), Size: int64(len(b))}); got != want {
+			r.add(name, "%s", hashProblem(got, "the manifest", want))
 		}
 	}
 	if names, err := readDirNames(root, dir); err == nil {
@@ -219,14 +219,26 @@ func (s *Service) verifyLogs(ctx context.Context, p *Package, evb []byte, r *Rep
 			case err != nil:
 				r.add(name, "cannot be read: %v", err)
 			case got.SHA256 == "":
-				r.add(name, "sha256 not computed (%d bytes), evidence.json says %s (%d bytes)", got.Size, log.want.SHA256, log.want.Size)
+				r.add(name, "%s", sizeProblem(got.Size, EvidenceFile, *log.want))
 			case *got != *log.want:
-				r.add(name, "sha256 %s (%d bytes), evidence.json says %s (%d bytes)", got.SHA256, got.Size, log.want.SHA256, log.want.Size)
+				r.add(name, "%s", hashProblem(*got, EvidenceFile, *log.want))
 			default:
 				r.Checked = append(r.Checked, name)
 			}
 		}
 	}
+}
+
+// sizeProblem is how verify words a file of another size than the one
+// recorded by what (not read: its sha256 is not computed).
+func sizeProblem(size int64, what string, want FileHash) string {
+	return fmt.Sprintf("sha256 not computed (%d bytes), %s says %s (%d bytes)", size, what, want.SHA256, want.Size)
+}
+
+// hashProblem is how verify words a file whose sha256 is not the one
+// recorded by what.
+func hashProblem(got FileHash, what string, want FileHash) string {
+	return fmt.Sprintf("sha256 %s (%d bytes), %s says %s (%d bytes)", got.SHA256, got.Size, what, want.SHA256, want.Size)
 }
 
 // maxManifest bounds the manifest.json verify reads (the store records

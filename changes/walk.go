@@ -60,7 +60,10 @@ type walker struct {
 	added    map[string]*statEntry // hashed this walk, for the next one
 	limit    int64
 	budget   *sizeBudget // XMODE_CR_MAX_BYTES, shared with the shards
-	started  int64       // ns: when the walk began
+	// baseSize gives a base blob's size from its header (objects.size);
+	// nil or false: not known.
+	baseSize func(Hash) (int64, bool)
+	started  int64 // ns: when the walk began
 	files    map[string]walked
 	shards   []map[string]walked // the files the shards found
 	skipped  []Skipped
@@ -102,12 +105,13 @@ func (w *walker) walk(root *os.File) (Hash, error) {
 
 // sizeBudget is what one walk may read of the files that are part of the
 // change: XMODE_CR_MAX_BYTES, shared by the walk's shards. A file is
-// measured by the size fstat gives before a byte of it is read: one larger
-// than the limit is never read, and a path the base lacks (so certainly
-// part of the change) is charged before it is read. A path the base holds
-// is read to learn whether it changed, and charged once it did. Once the
-// change is over the limit nothing more is read: the walk only lstats the
-// rest to name the largest files.
+// measured by the size fstat gives before a byte of it is read, and a
+// file certainly part of the change is charged before it is read: a path
+// the base lacks, or a file over the limit whose size is not its base
+// blob's. So a file over the limit is only read when it is as large as
+// its base version (to learn whether it changed), and charged once it
+// did. Once the change is over the limit nothing more is read: the walk
+// only lstats the rest to name the largest files.
 type sizeBudget struct {
 	limit   int64
 	mu      sync.Mutex
@@ -227,7 +231,7 @@ func (w *walker) shard() *walker {
 	return &walker{
 		store: w.store, base: w.base, gitlinks: w.gitlinks, tracked: w.tracked,
 		rules: ignoreRules{patterns: append([]ignorePattern(nil), w.rules.patterns...)},
-		cache: w.cache, added: map[string]*statEntry{}, limit: w.limit, budget: w.budget, started: w.started, ctx: w.ctx,
+		cache: w.cache, added: map[string]*statEntry{}, limit: w.limit, budget: w.budget, baseSize: w.baseSize, started: w.started, ctx: w.ctx,
 		files: map[string]walked{},
 	}
 }
@@ -534,18 +538,21 @@ func (w *walker) regular(dir *os.File, p, name string, st *unix.Stat_t) (e TreeE
 			return TreeEntry{Name: name, Mode: mode, Hash: c.Hash}, want.Size, true, nil
 		}
 	}
-	// What the size alone decides: a file over the limit is never read; a
-	// new one is charged first; nothing is read once the change is over.
-	switch {
-	case w.budget.over():
+	// What the size alone decides: a file certainly part of the change is
+	// charged before it is read, so one over the limit is refused unread;
+	// nothing is read once the change is over.
+	if w.budget.over() {
 		if !inBase {
 			w.budget.charge(p, want.Size) // only to be named
 		}
 		return e, 0, false, nil
-	case want.Size > w.limit, !inBase:
+	}
+	charged := false
+	if w.certainlyChanged(p, want.Size) {
 		if !w.budget.charge(p, want.Size) {
 			return e, 0, false, nil
 		}
+		charged = true
 	}
 	var h Hash
 	w.hashed++
@@ -558,19 +565,19 @@ func (w *walker) regular(dir *os.File, p, name string, st *unix.Stat_t) (e TreeE
 		if serr := unix.Fstatat(int(dir.Fd()), name, &st2, unix.AT_SYMLINK_NOFOLLOW); serr != nil || st2.Mode&unix.S_IFMT != unix.S_IFREG {
 			return e, 0, false, fmt.Errorf("%s: %w", p, errChanged)
 		}
-		prev := want.Size
-		want = statEntryOf(&st2)
-		if want.Size > w.limit || !inBase {
-			w.budget.refund(prev, !inBase)
+		w.budget.refund(want.Size, charged)
+		want, charged = statEntryOf(&st2), false
+		if w.certainlyChanged(p, want.Size) {
 			if !w.budget.charge(p, want.Size) {
 				return e, 0, false, nil
 			}
+			charged = true
 		}
 	}
 	if err != nil {
 		return e, 0, false, fmt.Errorf("%s: %w", p, err)
 	}
-	if inBase && w.changed(p, mode, h) {
+	if !charged && w.changed(p, mode, h) {
 		w.budget.charge(p, want.Size)
 	}
 	if want.Ctime < w.started-racyMargin && want.Mtime < w.started-racyMargin {
@@ -578,6 +585,27 @@ func (w *walker) regular(dir *os.File, p, name string, st *unix.Stat_t) (e TreeE
 		w.added[p] = &want
 	}
 	return TreeEntry{Name: name, Mode: mode, Hash: h}, want.Size, true, nil
+}
+
+// certainlyChanged reports a regular file of size bytes at p that is part
+// of the change whatever it holds, so that it is charged before it is
+// read: p is not in the base, or the file is over the limit and its size
+// is not the base blob's (the blob's header says it: reading a file as
+// large as the repository's own costs what git status would). A file
+// within the limit is read first: that costs at most the limit.
+func (w *walker) certainlyChanged(p string, size int64) bool {
+	b, ok := w.base[p]
+	if !ok {
+		return true
+	}
+	if size <= w.limit {
+		return false
+	}
+	if b.Mode != modeFile && b.Mode != modeExec || w.baseSize == nil {
+		return true
+	}
+	n, known := w.baseSize(b.Hash)
+	return !known || n != size
 }
 
 // hashFile reads the file (opened without following a symlink, and

@@ -300,7 +300,8 @@ type crShowView struct {
 	*changes.Package
 	Manifest *changes.Manifest `json:"manifest"`
 	Evidence *changes.Evidence `json:"evidence"`
-	Patch    *string           `json:"patch,omitempty"`
+	// "patch" (cr show --json --patch) is streamed after these
+	// (printJSONWith).
 }
 
 func (a *App) newCRShow() *cobra.Command {
@@ -335,17 +336,19 @@ func (a *App) runCRShow(ctx context.Context, o crShowOptions) error {
 	if err != nil {
 		return err
 	}
-	var patch []byte
+	// The patch is streamed, never read whole: a change.patch that is not
+	// the size its manifest records is refused before anything is shown.
+	var patch io.ReadCloser
 	if o.patch {
-		if patch, err = cs.ReadFile(p, changes.PatchFile); err != nil {
+		if patch, _, err = cs.OpenFile(p, changes.PatchFile); err != nil {
 			return err
 		}
+		defer patch.Close()
 	}
 	if a.json {
 		v := crShowView{Package: p, Manifest: p.Manifest, Evidence: ev}
-		if o.patch {
-			s := string(patch)
-			v.Patch = &s
+		if patch != nil {
+			return a.printJSONWith(v, "patch", patch)
 		}
 		return a.printJSON(v)
 	}
@@ -353,15 +356,16 @@ func (a *App) runCRShow(ctx context.Context, o crShowOptions) error {
 		if err := a.writeCR(w, p, ev); err != nil {
 			return err
 		}
-		if !o.patch {
+		if patch == nil {
 			return nil
 		}
 		fmt.Fprintln(w)
 		pw, flush := a.patchWriter(w)
-		if _, err := pw.Write(patch); err != nil {
-			return err
+		_, err := io.Copy(pw, patch)
+		if ferr := flush(); err == nil {
+			err = ferr
 		}
-		return flush()
+		return err
 	})
 }
 
@@ -577,7 +581,9 @@ func (a *App) newCRExport() *cobra.Command {
 		Short: "Create a branch with the change in your repository",
 		Long: `Create a branch (default xmode/<cr_id>) in the repository at PATH with the
 change on top of the base commit: the agent's commits as it made them, then one
-commit with what it left uncommitted. Only objects and the new branch are
+commit with what it left uncommitted — or, when one of those commits holds a
+path git refuses (.GIT/hooks/..., git~1), one commit of the whole change
+instead, with a warning. Only objects and the new branch are
 written: the checked-out branch, the index and the working tree are not
 touched. Merge it like any branch. A branch that exists is refused (exit 4), so
 is a package that fails verification (exit 1).` + exitStatusHelp,
@@ -609,6 +615,9 @@ func (a *App) runCRExport(ctx context.Context, o crExportOptions) error {
 	out, err := cs.Export(ctx, p, o.repo, o.branch)
 	if err != nil {
 		return err
+	}
+	if r := out.Squashed; r != nil {
+		a.warn([]string{fmt.Sprintf("the agent's commit %s holds %s (%s): %s has one commit of the whole change on top of the base instead of the agent's commits", shortSHA(r.Commit), r.Path, r.Reason, out.Branch)})
 	}
 	if a.json {
 		return a.printJSON(out)

@@ -1,6 +1,9 @@
 package cmd
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -171,4 +174,69 @@ func (a *App) stepTable(steps []store.StepRow) error {
 		t.row(fmt.Sprintf("%04d-%s", st.Seq, clean(st.Name)), st.SessionID, truncate(clean(strings.Join(st.Argv, " ")), 50), a.stepStatus(st), stepDuration(st, now))
 	}
 	return t.flush()
+}
+
+// printJSONWith prints v as printJSON does, with one more field last: key,
+// a string streamed from r, so that a package file is never held whole in
+// memory. v must encode as an object with at least one field and no key.
+func (a *App) printJSONWith(v any, key string, r io.Reader) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	head, ok := bytes.CutSuffix(b, []byte("\n}"))
+	if !ok {
+		return fmt.Errorf("printJSONWith: %T does not encode as an object with fields", v)
+	}
+	k, _ := json.Marshal(key)
+	w := bufio.NewWriterSize(a.Out, 64<<10)
+	w.Write(head)
+	fmt.Fprintf(w, ",\n  %s: \"", k)
+	if err := writeJSONStringBody(w, r); err != nil {
+		w.Flush()
+		return err
+	}
+	w.WriteString("\"\n}\n")
+	return w.Flush()
+}
+
+// writeJSONStringBody writes what r holds as the inside of a JSON string,
+// escaped exactly as encoding/json escapes a string (invalid UTF-8 as
+// U+FFFD, <, > and & as \u escapes), a chunk at a time: a character split
+// between two chunks is held back for the next.
+func writeJSONStringBody(w io.Writer, r io.Reader) error {
+	buf := make([]byte, 64<<10)
+	held := 0
+	for {
+		n, err := r.Read(buf[held:])
+		n += held
+		held = 0
+		if err == nil {
+			// hold back an incomplete character at the end
+			for k := 1; k <= min(utf8.UTFMax-1, n); k++ {
+				if utf8.RuneStart(buf[n-k]) {
+					if !utf8.FullRune(buf[n-k : n]) {
+						held = k
+					}
+					break
+				}
+			}
+		}
+		if n-held > 0 {
+			q, merr := json.Marshal(string(buf[:n-held]))
+			if merr != nil {
+				return merr
+			}
+			if _, werr := w.Write(q[1 : len(q)-1]); werr != nil {
+				return werr
+			}
+			copy(buf, buf[n-held:n])
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }

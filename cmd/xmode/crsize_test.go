@@ -126,3 +126,93 @@ func TestCRCreateStopsOnSIGTERM(t *testing.T) {
 		t.Fatalf("an interrupted cr create recorded %s", out)
 	}
 }
+
+// TestLargeTrackedFileCLI: a tracked file larger than XMODE_CR_MAX_BYTES
+// that the sandbox left alone does not stop `sandbox diff` or `cr create`;
+// grown to 50 GB, it is refused from its size at once.
+func TestLargeTrackedFileCLI(t *testing.T) {
+	dir := t.TempDir()
+	repo := filepath.Join(dir, "repo")
+	if err := makeRepo(repo); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "asset.bin"), bytes.Repeat([]byte("an asset that is larger than the limit\n"), 60000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"add", "asset.bin"}, {"commit", "-qm", "a 2 MB asset"}} {
+		if out, err := exec.Command("git", append([]string{"-C", repo}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %s: %v\n%s", args, err, out)
+		}
+	}
+	root := filepath.Join(dir, "root")
+	env := []string{"XMODE_CR_MAX_BYTES=1m"}
+	id := strings.TrimSpace(dkWant(t, dkXmode(t, root, env, "sandbox", "create", "--repo", repo, "-q"), 0).stdout)
+	dkWant(t, dkXmode(t, root, env, "sandbox", "exec", id, "--", "sh", "-c", "echo more >> README"), 0)
+	if r := dkWant(t, dkXmode(t, root, env, "sandbox", "diff", id, "--stat"), 0); !strings.Contains(r.stdout, "README") || strings.Contains(r.stdout, "asset.bin") {
+		t.Fatalf("sandbox diff --stat: want README alone\n%s", r)
+	}
+	dkWant(t, dkXmode(t, root, env, "cr", "create", id), 0)
+
+	dkWant(t, dkXmode(t, root, env, "sandbox", "exec", id, "--", "truncate", "-s", "50G", "asset.bin"), 0)
+	for _, args := range [][]string{{"sandbox", "diff", id, "--stat"}, {"cr", "create", id}} {
+		r := dkWant(t, dkXmode(t, root, env, args...), 4)
+		if r.took > quick || !strings.Contains(r.stderr, "asset.bin alone is 50.0 GiB") {
+			t.Fatalf("xmode %s took %s: want a refusal from the size at once\n%s", strings.Join(args, " "), r.took, r)
+		}
+	}
+}
+
+// TestCRShowPatchTampered: `cr show --patch` (and --json --patch) of a
+// package whose change.patch was grown to 50 GB fails at once, naming the
+// tampering as `cr verify` does, and shows nothing; one of the recorded
+// size with another content fails once read, naming it too. (Read whole,
+// a 50 GB patch took minutes and all the memory there was.)
+func TestCRShowPatchTampered(t *testing.T) {
+	root, id := newSession(t)
+	dkWant(t, dkXmode(t, root, nil, "sandbox", "exec", id, "--", "sh", "-c", "echo '<more>' >> README"), 0)
+	cr := strings.TrimSpace(dkWant(t, dkXmode(t, root, nil, "cr", "create", id), 0).stdout)
+	if r := dkWant(t, dkXmode(t, root, nil, "cr", "show", cr, "--patch"), 0); !strings.Contains(r.stdout, "+<more>\n") {
+		t.Fatalf("cr show --patch of an intact package\n%s", r)
+	}
+	var v struct {
+		ID    string `json:"id"`
+		Patch string `json:"patch"`
+	}
+	dkJSON(t, dkWant(t, dkXmode(t, root, nil, "cr", "show", cr, "--patch", "--json"), 0), &v)
+	if v.ID != cr || !strings.Contains(v.Patch, "+<more>\n") {
+		t.Fatalf("cr show --patch --json of an intact package: %+v", v)
+	}
+
+	patches, _ := filepath.Glob(filepath.Join(root, "runs", "*", "change_requests", "1", "change.patch"))
+	if len(patches) != 1 {
+		t.Fatalf("change.patch: %v", patches)
+	}
+	intact, err := os.ReadFile(patches[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(patches[0], 50<<30); err != nil {
+		t.Fatal(err)
+	}
+	verify := dkWant(t, dkXmode(t, root, nil, "cr", "verify", cr), 1)
+	for _, args := range [][]string{{"cr", "show", cr, "--patch"}, {"cr", "show", cr, "--patch", "--json"}} {
+		r := dkWant(t, dkXmode(t, root, nil, args...), 1)
+		shown := r.stdout != "" && !strings.HasPrefix(r.stdout, `{"error":`) // --json reports an error on stdout
+		if r.took > quick || shown ||
+			!strings.Contains(r.stderr, "fails verification (change.patch: sha256 not computed (53687091200 bytes), the manifest says ") ||
+			!strings.Contains(verify.stdout, "tampered: change.patch: sha256 not computed (53687091200 bytes), the manifest says ") {
+			t.Fatalf("xmode %s took %s: want a refusal at once, in cr verify's words\n%s\ncr verify:\n%s", strings.Join(args, " "), r.took, r, verify)
+		}
+	}
+
+	forged := bytes.Replace(intact, []byte("<more>"), []byte("<MORE>"), 1)
+	if err := os.WriteFile(patches[0], forged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"cr", "show", cr, "--patch"}, {"cr", "show", cr, "--patch", "--json"}} {
+		r := dkWant(t, dkXmode(t, root, nil, args...), 1)
+		if !strings.Contains(r.stderr, "fails verification (change.patch: sha256 ") || !strings.Contains(r.stderr, "the manifest says ") {
+			t.Fatalf("xmode %s of a patch of the recorded size, forged\n%s", strings.Join(args, " "), r)
+		}
+	}
+}
