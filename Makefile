@@ -50,5 +50,5 @@ fuzz:
 	go test ./config -run '^$$' -fuzz FuzzParseSize -fuzztime 20s
 	go test ./config -run '^$$' -fuzz FuzzParseDuration -fuzztime 20s
 	go test ./store -run '^$$' -fuzz FuzzParseSessionRef -fuzztime 20s
-	go test ./storage -run '^$$' -fuzz FuzzResolveWorkdir -fuzztime 20s
-	go test ./storage -run '^$$' -fuzz FuzzValidID -fuzztime 20s
+	go test ./fsguard -run '^$$' -fuzz FuzzResolveWorkdir -fuzztime 20s
+	go test ./fsguard -run '^$$' -fuzz FuzzValidID -fuzztime 20s

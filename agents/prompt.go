@@ -7,7 +7,7 @@ import (
 	"os"
 	"path"
 
-	"github.com/xmode/xmode/storage"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/store"
 )
 
@@ -34,7 +34,7 @@ func (r *Runner) writePrompt(sess *store.Session, dirInSandbox, prompt string) (
 	if err != nil {
 		return nil, err
 	}
-	root, err := storage.OpenRootPath(worktree)
+	root, err := fsguard.OpenRootPath(worktree)
 	if err != nil {
 		return nil, fmt.Errorf("open worktree %s: %w", worktree, err)
 	}

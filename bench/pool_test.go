@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/providers/docker/dockertest"
 	_ "github.com/xmode/xmode/providers/local" // the host engine, for in-process claims
 	"github.com/xmode/xmode/sandbox"
-	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -67,7 +67,7 @@ func newPoolBench(b *testing.B, root, repo string, env []string) *poolBench {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { st.Close() })
-	p.svc = &sandbox.Service{Cfg: cfg, Store: st, Guard: storage.Guard{Root: root}}
+	p.svc = &sandbox.Service{Cfg: cfg, Store: st, Guard: fsguard.Guard{Root: root}}
 	b.Cleanup(func() {
 		p.stopAll()
 		run(b, p.env, p.bin, "machine", "rm", "bench", "--force", "-q")

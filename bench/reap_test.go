@@ -11,10 +11,10 @@ import (
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/providers/docker"
 	"github.com/xmode/xmode/providers/docker/dockertest"
 	"github.com/xmode/xmode/reaper"
-	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -27,7 +27,7 @@ type reapSeed struct {
 	root     string
 	template string
 	st       *store.Store
-	guard    storage.Guard
+	guard    fsguard.Guard
 }
 
 func newReapSeed(b testing.TB, dir string) *reapSeed {
@@ -42,7 +42,7 @@ func newReapSeed(b testing.TB, dir string) *reapSeed {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { st.Close() })
-	return &reapSeed{b: b, root: root, template: tmpl, st: st, guard: storage.Guard{Root: root}}
+	return &reapSeed{b: b, root: root, template: tmpl, st: st, guard: fsguard.Guard{Root: root}}
 }
 
 // session inserts one open session on a new run, expired, or ended when

@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/xmode/xmode/storage"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/store"
 )
 
@@ -42,7 +42,7 @@ func (d *gitDirs) Close() {
 // open O_NOFOLLOW handle on it): for a clone, worktree/.git, which must be a
 // directory (a .git file is a redirect and is not followed); for a project
 // machine, the machine's .git and its record of this worktree.
-func locateGitDirs(ctx context.Context, st *store.Store, g storage.Guard, runID string, wt *os.File) (*gitDirs, error) {
+func locateGitDirs(ctx context.Context, st *store.Store, g fsguard.Guard, runID string, wt *os.File) (*gitDirs, error) {
 	project, record, err := st.RunMachine(ctx, runID)
 	if err != nil {
 		return nil, err
@@ -62,7 +62,7 @@ func locateGitDirs(ctx context.Context, st *store.Store, g storage.Guard, runID 
 	if err != nil {
 		return nil, err
 	}
-	common, err := storage.OpenRootPath(filepath.Join(dir, "repo", ".git"))
+	common, err := fsguard.OpenRootPath(filepath.Join(dir, "repo", ".git"))
 	if err != nil {
 		d.note = fmt.Sprintf("project machine %s has no repository (%v)", project, err)
 		return d, nil
@@ -73,7 +73,7 @@ func locateGitDirs(ctx context.Context, st *store.Store, g storage.Guard, runID 
 		d.note = fmt.Sprintf("project machine %s has no record of this worktree (%v): its commits and index are not read", project, err)
 		return d, nil
 	}
-	if d.record, err = storage.OpenRoot(common, "worktrees/"+name); err != nil {
+	if d.record, err = fsguard.OpenRoot(common, "worktrees/"+name); err != nil {
 		d.note = fmt.Sprintf("open the worktree record %s: %v", name, err)
 	}
 	return d, nil
@@ -146,14 +146,14 @@ func (d *gitDirs) head() (Hash, error) {
 	return Hash{}, errors.New("HEAD: too many symbolic refs")
 }
 
-// overlay opens a project machine worktree's overlay (storage.RecordOverlay:
+// overlay opens a project machine worktree's overlay (fsguard.RecordOverlay:
 // what git wrote from inside a docker sandbox), nil when it has none. The
 // caller closes it.
 func (d *gitDirs) overlay() *os.Root {
 	if d.kind != KindMachine || d.record == nil {
 		return nil
 	}
-	ov, err := storage.OpenRoot(d.record, storage.RecordOverlay)
+	ov, err := fsguard.OpenRoot(d.record, fsguard.RecordOverlay)
 	if err != nil {
 		return nil
 	}

@@ -11,10 +11,10 @@ import (
 
 	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/gitcli/gittest"
 	_ "github.com/xmode/xmode/providers/local" // the host engine
 	"github.com/xmode/xmode/sandbox"
-	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -59,7 +59,7 @@ func newEnvAt(t testing.TB, vars map[string]string, root string) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.st.Close() })
-	g := storage.Guard{Root: e.root}
+	g := fsguard.Guard{Root: e.root}
 	e.svc = &sandbox.Service{Cfg: cfg, Store: e.st, Guard: g}
 	e.cr = &changes.Service{Store: e.st, Guard: g, MaxBytes: cfg.CRMaxBytes, User: cfg.User}
 	return e

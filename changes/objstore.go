@@ -15,7 +15,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/xmode/xmode/storage"
+	"github.com/xmode/xmode/fsguard"
 )
 
 // StoreDirName is the run's object store: <root>/runs/<run>/objects.git, a
@@ -38,7 +38,7 @@ type objectStore struct {
 // openStore opens the run's object store, creating it on first use. The
 // directory is made here, owner-only, and must be a real directory: a
 // symlink planted in its place is refused.
-func openStore(g storage.Guard, runID string) (*objectStore, error) {
+func openStore(g fsguard.Guard, runID string) (*objectStore, error) {
 	runDir, err := g.RunDir(runID)
 	if err != nil {
 		return nil, err

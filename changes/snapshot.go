@@ -24,15 +24,15 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/gitcli"
-	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
 // Service builds, keeps and checks the change requests of one storage root.
 type Service struct {
 	Store    *store.Store
-	Guard    storage.Guard
+	Guard    fsguard.Guard
 	MaxBytes int64  // XMODE_CR_MAX_BYTES
 	User     string // author of new change requests and reviewer of decisions
 	// Cfg opens a session's engine, so that one whose worktree lives

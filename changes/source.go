@@ -17,7 +17,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 
-	"github.com/xmode/xmode/storage"
+	"github.com/xmode/xmode/fsguard"
 )
 
 // errNotFound is an object no source holds.
@@ -46,7 +46,7 @@ type objectSource struct {
 	spent     int64         // bytes all reads so far inflated, rebuilt and hashed
 	zr        io.ReadCloser // reused: a zlib reader costs ~40 KB to make
 	// alt is searched for what this source lacks: the run's own objects
-	// (storage.RecordOverlay) beside a project machine's.
+	// (fsguard.RecordOverlay) beside a project machine's.
 	alt *objectSource
 }
 
@@ -95,10 +95,10 @@ func (s *objectSource) openPacks() {
 	}
 }
 
-// readDirNames lists dir under root (storage.ReadDir: a FIFO in its place
+// readDirNames lists dir under root (fsguard.ReadDir: a FIFO in its place
 // does not block, a link is not followed).
 func readDirNames(root *os.Root, dir string) ([]string, error) {
-	entries, err := storage.ReadDir(root, dir)
+	entries, err := fsguard.ReadDir(root, dir)
 	names := make([]string, len(entries))
 	for i, e := range entries {
 		names[i] = e.Name()
@@ -129,11 +129,11 @@ func (s *objectSource) openPack(base string) (*packFile, error) {
 	return &packFile{name: base, f: f, size: size, idx: idx}, nil
 }
 
-// openRegular opens name under root for reading as storage.OpenRegular
+// openRegular opens name under root for reading as fsguard.OpenRegular
 // does (no final link followed, no FIFO waited on, only a regular file),
 // with its size.
 func openRegular(root *os.Root, name string) (*os.File, int64, error) {
-	f, err := storage.OpenRegular(root, name)
+	f, err := fsguard.OpenRegular(root, name)
 	if err != nil {
 		return nil, 0, err
 	}

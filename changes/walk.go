@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/xmode/xmode/storage"
+	"github.com/xmode/xmode/fsguard"
 )
 
 // openWorktree opens the worktree directory without following a symlink
@@ -29,9 +29,9 @@ func openWorktree(dir string) (*os.File, error) {
 
 // openSubdirRoot opens name, a directory directly inside the directory
 // parent, as an os.Root: the very directory, never a link or a FIFO put in
-// its place (storage.OpenRootAt).
+// its place (fsguard.OpenRootAt).
 func openSubdirRoot(parent *os.File, name string) (*os.Root, error) {
-	return storage.OpenRootAt(parent, name)
+	return fsguard.OpenRootAt(parent, name)
 }
 
 func openAt(dir *os.File, name string, flags int) (*os.File, error) {
@@ -683,10 +683,10 @@ func readlinkAt(dir *os.File, name string) (string, error) {
 // readFileAt reads a regular file (not a symlink: git does not follow a
 // symlinked .gitignore either) of at most max bytes in dir.
 func readFileAt(dir *os.File, name string, max int64) ([]byte, error) {
-	f, err := storage.OpenRegularAt(dir, name)
+	f, err := fsguard.OpenRegularAt(dir, name)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return storage.ReadBounded(f, name, max)
+	return fsguard.ReadBounded(f, name, max)
 }

@@ -6,8 +6,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/sandbox"
-	"github.com/xmode/xmode/storage"
 )
 
 func (a *App) newCp() *cobra.Command {
@@ -85,7 +85,7 @@ func splitRemote(arg string) (ref, path string, remote bool) {
 }
 
 // reportCopy lists on stderr what a copy skipped.
-func (a *App) reportCopy(c storage.Copied) {
+func (a *App) reportCopy(c fsguard.Copied) {
 	for _, s := range c.Skipped {
 		a.info("xmode: skipped %s: not a file, a directory or a link (a FIFO, device or socket)", clean(s))
 	}

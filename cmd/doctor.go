@@ -17,7 +17,7 @@ import (
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
-	"github.com/xmode/xmode/storage"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/store"
 )
 
@@ -211,7 +211,7 @@ func openClaimed(ctx context.Context, root string) (bool, *store.Store, error) {
 	unclaimed := errors.Is(err, fs.ErrNotExist)
 	if unclaimed {
 		runs, _ := os.Stat(filepath.Join(root, "runs"))
-		machines, _ := os.Stat(filepath.Join(root, storage.MachinesDirName))
+		machines, _ := os.Stat(filepath.Join(root, fsguard.MachinesDirName))
 		unclaimed = runs != nil || machines != nil
 	}
 	st, err := store.Open(ctx, root)

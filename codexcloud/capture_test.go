@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/xmode/xmode/storage"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/store"
 )
 
@@ -16,7 +16,7 @@ import (
 // PatchFile keeps the patch exactly as codex printed it, at
 // runs/<run>/cloud/<task_id>/diff.patch, and returns that path relative to
 // the storage root. It applies nothing and records no tree.
-type PatchFile struct{ Guard storage.Guard }
+type PatchFile struct{ Guard fsguard.Guard }
 
 // Capture writes the patch atomically (a crash leaves the old file or the
 // new one, never half), so capturing again after a crash is harmless. It

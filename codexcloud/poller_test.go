@@ -14,10 +14,10 @@ import (
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/gitcli/gittest"
 	"github.com/xmode/xmode/reaper"
 	"github.com/xmode/xmode/sandbox"
-	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -118,7 +118,7 @@ type loop struct {
 	repo   string
 	cfg    *config.Config
 	st     *store.Store
-	guard  storage.Guard
+	guard  fsguard.Guard
 	client *scripted
 	poller *Poller
 	sub    *Submitter
@@ -145,7 +145,7 @@ func newLoop(t *testing.T) *loop {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	l := &loop{t: t, root: root, repo: repo, cfg: cfg, st: st, guard: storage.Guard{Root: root}, client: newScripted()}
+	l := &loop{t: t, root: root, repo: repo, cfg: cfg, st: st, guard: fsguard.Guard{Root: root}, client: newScripted()}
 	l.poller = l.newPoller(st)
 	l.sub = &Submitter{Store: st, Client: l.client, End: l.poller.End}
 	return l

@@ -1,7 +1,7 @@
 // Package engine is the one seam every command that runs inside a sandbox
 // goes through (the design's Sandboxes::Engine). It defines the adapter
 // interface the providers implement and chooses the adapter for a runner
-// mode. The storage-root guard is package storage's.
+// mode. The storage-root guard is package fsguard's.
 package engine
 
 import (

@@ -22,7 +22,7 @@ import (
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
-	"github.com/xmode/xmode/storage"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/store"
 )
 
@@ -106,7 +106,7 @@ type command struct {
 // error, is dropped and the loss is recorded, so the step itself runs on.
 type Step struct {
 	st             *store.Store
-	guard          storage.Guard
+	guard          fsguard.Guard
 	res            Result
 	runID          string
 	runs           *os.Root // <root>/runs
@@ -137,7 +137,7 @@ type Request struct {
 
 // Begin allocates the step, creates its directory, writes command.json and
 // opens the two log files the caller streams output into.
-func Begin(ctx context.Context, st *store.Store, g storage.Guard, req Request) (*Step, error) {
+func Begin(ctx context.Context, st *store.Store, g fsguard.Guard, req Request) (*Step, error) {
 	runDir, err := g.RunDir(req.Session.RunID)
 	if err != nil {
 		return nil, err
@@ -168,13 +168,13 @@ func Begin(ctx context.Context, st *store.Store, g storage.Guard, req Request) (
 		// The row says running; nothing will run: record it as xmode's own
 		// failure (125), as far as the disk lets us.
 		_, _ = st.FinishStep(context.WithoutCancel(ctx), store.StepEnd{RunID: s.runID, Seq: seq, Finished: time.Now(), ExitCode: 125, EvidenceIncomplete: true})
-		return nil, storage.WriteError(g.Root, err)
+		return nil, fsguard.WriteError(g.Root, err)
 	}
 	return s, nil
 }
 
 func (s *Step) open(runDir string, req Request, now time.Time) error {
-	if err := os.MkdirAll(runDir, storage.RunDirMode); err != nil {
+	if err := os.MkdirAll(runDir, fsguard.RunDirMode); err != nil {
 		return fmt.Errorf("create run directory: %w", err)
 	}
 	runs, err := os.OpenRoot(s.guard.RunsDir())
@@ -183,12 +183,12 @@ func (s *Step) open(runDir string, req Request, now time.Time) error {
 	}
 	s.runs = runs
 	steps := filepath.Dir(s.rel)
-	if err := runs.MkdirAll(steps, storage.EvidenceDirMode); err != nil {
+	if err := runs.MkdirAll(steps, fsguard.EvidenceDirMode); err != nil {
 		return fmt.Errorf("create %s: %w", steps, err)
 	}
 	// A fresh directory: Mkdir fails on anything already there, a symlink
 	// a step planted included.
-	if err := runs.Mkdir(s.rel, storage.EvidenceDirMode); err != nil {
+	if err := runs.Mkdir(s.rel, fsguard.EvidenceDirMode); err != nil {
 		return fmt.Errorf("create step directory: %w", err)
 	}
 	env := req.Env
@@ -241,7 +241,7 @@ func (s *Step) AddLog(name string) (io.Writer, error) {
 	}
 	f, err := s.create(name)
 	if err != nil {
-		return nil, storage.WriteError(s.guard.Root, fmt.Errorf("create %s: %w", name, err))
+		return nil, fsguard.WriteError(s.guard.Root, fmt.Errorf("create %s: %w", name, err))
 	}
 	l := &capLog{f: f, max: s.maxLog, stream: name}
 	s.extra = append(s.extra, l)
@@ -284,7 +284,7 @@ func (s *Step) Finish(ctx context.Context, status engine.Status) (*Result, error
 	lose := func(what string, err error) {
 		inc.Lost = append(inc.Lost, what)
 		if inc.Err == nil {
-			inc.Err = storage.WriteError(s.guard.Root, err)
+			inc.Err = fsguard.WriteError(s.guard.Root, err)
 		}
 	}
 	for _, l := range []*capLog{s.stdout, s.stderr} {
@@ -329,7 +329,7 @@ func (s *Step) Finish(ctx context.Context, status engine.Status) (*Result, error
 // room left in that chunk.
 func (s *Step) writeResult() error {
 	err := s.writeJSON(ResultFile, s.res)
-	if err != nil && storage.IsDiskFull(err) && s.st.MakeRoom() {
+	if err != nil && fsguard.IsDiskFull(err) && s.st.MakeRoom() {
 		_ = s.runs.Remove(filepath.Join(s.rel, ResultFile)) // what the failed write left
 		err = s.writeJSON(ResultFile, s.res)
 	}

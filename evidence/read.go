@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/xmode/xmode/fail"
-	"github.com/xmode/xmode/storage"
+	"github.com/xmode/xmode/fsguard"
 )
 
 // Files of a step's evidence directory.
@@ -22,7 +22,7 @@ const (
 
 // StepDir is <root>/runs/<run>/steps/<seq>-<name>, derived from the run,
 // the number and the name (never from what a row claims).
-func StepDir(g storage.Guard, runID string, seq int, name string) (string, error) {
+func StepDir(g fsguard.Guard, runID string, seq int, name string) (string, error) {
 	rel, err := stepRel(runID, seq, name)
 	if err != nil {
 		return "", err
@@ -31,7 +31,7 @@ func StepDir(g storage.Guard, runID string, seq int, name string) (string, error
 }
 
 func stepRel(runID string, seq int, name string) (string, error) {
-	if !storage.ValidID("run_", runID) {
+	if !fsguard.ValidID("run_", runID) {
 		return "", fail.Refusedf("run id %q is malformed; refusing to derive a path from it", runID)
 	}
 	if seq < 1 || !dirName(name) {
@@ -45,7 +45,7 @@ func stepRel(runID string, seq int, name string) (string, error) {
 // could have replaced part of it: the path is opened through an os.Root on
 // <root>/runs, no component of it may be a symlink, and only a regular file
 // is opened (without blocking on a FIFO put in its place).
-func Open(g storage.Guard, runID string, seq int, name, file string) (*os.File, error) {
+func Open(g fsguard.Guard, runID string, seq int, name, file string) (*os.File, error) {
 	switch file {
 	case CommandFile, StdoutFile, StderrFile, ResultFile:
 	default:
@@ -70,11 +70,11 @@ func Open(g storage.Guard, runID string, seq int, name, file string) (*os.File, 
 		}
 	}
 	path := filepath.Join(rel, file)
-	f, err := storage.OpenRegular(runs, path)
+	f, err := fsguard.OpenRegular(runs, path)
 	if err != nil {
 		// A link: refused by O_NOFOLLOW, or by os.Root when one on the way
 		// was swapped in after the check and leads out.
-		var nr *storage.NotRegularError
+		var nr *fsguard.NotRegularError
 		switch {
 		case errors.As(err, &nr) && nr.Symlink(), strings.Contains(err.Error(), "path escapes"):
 			return nil, fail.Refusedf("%s is a symlink (a step replaced it?): refusing to follow it", filepath.Join(g.RunsDir(), path))

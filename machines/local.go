@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/gitcli"
-	"github.com/xmode/xmode/storage"
 )
 
 // ResolveRepo is NormaliseRepo, then, for a local path, the repository it
@@ -14,7 +14,7 @@ import (
 // whole repository, and a path in no repository is a usage error (like a
 // missing one). dirty reports a working tree with uncommitted changes,
 // which a clone leaves out.
-func ResolveRepo(ctx context.Context, g storage.Guard, repo string) (norm string, dirty bool, err error) {
+func ResolveRepo(ctx context.Context, g fsguard.Guard, repo string) (norm string, dirty bool, err error) {
 	norm, err = NormaliseRepo(g, repo)
 	if err != nil || !filepath.IsAbs(norm) {
 		return norm, false, err

@@ -23,9 +23,9 @@ import (
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/gitcli"
 	"github.com/xmode/xmode/internal/progress"
-	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -51,7 +51,7 @@ func CacheEnv(mount string) []string {
 type Manager struct {
 	Cfg      *config.Config
 	Store    *store.Store
-	Guard    storage.Guard
+	Guard    fsguard.Guard
 	Progress io.Writer // git's clone and fetch progress (a terminal); nil: quiet
 	Now      func() time.Time
 }
@@ -82,7 +82,7 @@ func isRepo(repoDir string) bool {
 // directory xmode ran in. A repository inside the storage root is refused:
 // a sandbox's worktree (or a machine) is the sandbox's to write, .git
 // included, and cloning it would run git on what the sandbox configured.
-func NormaliseRepo(g storage.Guard, repo string) (string, error) {
+func NormaliseRepo(g fsguard.Guard, repo string) (string, error) {
 	local, isURL := repo, strings.Contains(repo, "://") || strings.HasPrefix(repo, "git@")
 	if isURL {
 		p, ok := strings.CutPrefix(repo, "file://")

@@ -13,8 +13,8 @@ import (
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/gitcli/gittest"
-	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -61,7 +61,7 @@ func manager(t *testing.T) *Manager {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	return &Manager{Cfg: &config.Config{StorageRoot: root}, Store: st, Guard: storage.Guard{Root: root}}
+	return &Manager{Cfg: &config.Config{StorageRoot: root}, Store: st, Guard: fsguard.Guard{Root: root}}
 }
 
 func TestCacheEnv(t *testing.T) {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/gitcli"
-	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -120,7 +120,7 @@ func (m *Manager) MoveWorktree(ctx context.Context, project, record, worktree, c
 		return nil
 	}
 	for _, d := range []string{worktree, gitDir} {
-		if err := storage.ChownTree(d, int(st.Uid), int(st.Gid)); err != nil {
+		if err := fsguard.ChownTree(d, int(st.Uid), int(st.Gid)); err != nil {
 			return fmt.Errorf("move worktree of project machine %s: %w", project, err)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
-	"github.com/xmode/xmode/storage"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/store"
 )
 
@@ -113,7 +113,7 @@ func (m *Manager) RemoveUnrecorded(ctx context.Context, dry bool) ([]string, err
 	var out []string
 	for _, e := range entries {
 		project := e.Name()
-		if !e.IsDir() || !storage.ValidProject(project) || ctx.Err() != nil {
+		if !e.IsDir() || !fsguard.ValidProject(project) || ctx.Err() != nil {
 			continue
 		}
 		if info, err := e.Info(); err != nil || time.Since(info.ModTime()) < UnrecordedGrace {

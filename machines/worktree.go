@@ -10,8 +10,8 @@ import (
 	"strings"
 
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/gitcli"
-	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -181,7 +181,7 @@ func (c *Checkout) AddWorktree(ctx context.Context, runID, path string) (string,
 // without a recorded name (a create that died before recording it: no step
 // ever ran) is looked up by what its gitdir points at. It reports whether
 // it removed a record.
-func ReleaseRun(ctx context.Context, st *store.Store, g storage.Guard, runID string) (bool, error) {
+func ReleaseRun(ctx context.Context, st *store.Store, g fsguard.Guard, runID string) (bool, error) {
 	project, record, err := st.RunMachine(ctx, runID)
 	if err != nil || project == "" {
 		return false, err
@@ -195,7 +195,7 @@ func ReleaseRun(ctx context.Context, st *store.Store, g storage.Guard, runID str
 // RemoveRecord removes the machine's .git/worktrees/<record>, confined to
 // <root>/project_machines with os.Root: a symlink standing in for it is
 // removed, not followed.
-func RemoveRecord(g storage.Guard, project, record string) (bool, error) {
+func RemoveRecord(g fsguard.Guard, project, record string) (bool, error) {
 	if _, err := g.MachineDir(project); err != nil {
 		return false, err
 	}
@@ -226,11 +226,11 @@ func RemoveRecord(g storage.Guard, project, record string) (bool, error) {
 // stored. The removal is confined to
 // <root>/project_machines with os.Root; it follows no symlink a sandbox
 // planted in the machine's .git and touches no other run's record.
-func ReleaseWorktree(g storage.Guard, project, runID string) (bool, error) {
+func ReleaseWorktree(g fsguard.Guard, project, runID string) (bool, error) {
 	if _, err := g.MachineDir(project); err != nil {
 		return false, err
 	}
-	if !storage.ValidID("run_", runID) {
+	if !fsguard.ValidID("run_", runID) {
 		return false, fail.Refusedf("run id %q is malformed; refusing to derive a path from it", runID)
 	}
 	root, err := g.OpenMachinesRoot()
@@ -242,7 +242,7 @@ func ReleaseWorktree(g storage.Guard, project, runID string) (bool, error) {
 	}
 	defer root.Close()
 	// The sandbox's to rewrite too: neither a link nor a FIFO is opened.
-	wts, err := storage.OpenRoot(root, project+"/repo/.git/worktrees")
+	wts, err := fsguard.OpenRoot(root, project+"/repo/.git/worktrees")
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
@@ -261,7 +261,7 @@ func ReleaseWorktree(g storage.Guard, project, runID string) (bool, error) {
 			continue // a symlink a sandbox planted is not a record
 		}
 		// The sandbox's to rewrite: a FIFO there must not hang the reaper.
-		b, err := storage.ReadRegular(wts, e.Name()+"/gitdir", 4<<10)
+		b, err := fsguard.ReadRegular(wts, e.Name()+"/gitdir", 4<<10)
 		if err != nil || !strings.HasSuffix(strings.TrimSpace(string(b)), suffix) {
 			continue
 		}

@@ -20,7 +20,7 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
-	"github.com/xmode/xmode/storage"
+	"github.com/xmode/xmode/fsguard"
 )
 
 // FileName is the plan a repository carries at its root.
@@ -71,12 +71,12 @@ func (p *Plan) HasAgent() bool {
 }
 
 // Load reads and parses a plan file given on the command line. Only a
-// regular file is read (storage.OpenRegularPath): a FIFO, a device or a
+// regular file is read (fsguard.OpenRegularPath): a FIFO, a device or a
 // directory is refused at once instead of blocking or reading for ever.
 func Load(file string) (*Plan, error) {
-	f, err := storage.OpenRegularPath(file)
+	f, err := fsguard.OpenRegularPath(file)
 	if err != nil {
-		var nr *storage.NotRegularError
+		var nr *fsguard.NotRegularError
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			return nil, fail.Usagef("-f %s: no such file", file)
@@ -94,21 +94,21 @@ func Load(file string) (*Plan, error) {
 }
 
 // LoadWorktree reads <worktree>/xmode.yaml; nil, nil when there is none.
-// The worktree is a sandbox's: the file is opened as storage.OpenRegular
+// The worktree is a sandbox's: the file is opened as fsguard.OpenRegular
 // opens what a sandbox wrote (no link followed, a FIFO never waited on)
 // and must be a regular file.
 func LoadWorktree(worktree string) (*Plan, error) {
-	root, err := storage.OpenRootPath(worktree)
+	root, err := fsguard.OpenRootPath(worktree)
 	if err != nil {
 		return nil, fmt.Errorf("open worktree %s: %w", worktree, err)
 	}
 	defer root.Close()
-	f, err := storage.OpenRegular(root, FileName)
+	f, err := fsguard.OpenRegular(root, FileName)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		var nr *storage.NotRegularError
+		var nr *fsguard.NotRegularError
 		if errors.As(err, &nr) {
 			return nil, fail.Usagef("%s in the worktree is %s: a plan must be a regular file (xmode follows no link in a worktree)", FileName, nr.Kind)
 		}

@@ -12,11 +12,11 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/gitcli/gittest"
 	_ "github.com/xmode/xmode/providers/local" // the host engine
 	"github.com/xmode/xmode/reaper"
 	"github.com/xmode/xmode/sandbox"
-	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -74,7 +74,7 @@ func newEnv(t *testing.T, vars map[string]string) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.st.Close() })
-	e.svc = &sandbox.Service{Cfg: cfg, Store: e.st, Guard: storage.Guard{Root: e.root}}
+	e.svc = &sandbox.Service{Cfg: cfg, Store: e.st, Guard: fsguard.Guard{Root: e.root}}
 	return e
 }
 
@@ -134,7 +134,7 @@ func (e *env) get(id string) *store.Session {
 }
 
 func (e *env) reaper() *reaper.Reaper {
-	return &reaper.Reaper{Cfg: e.cfg, Store: e.st, Guard: storage.Guard{Root: e.root}, Log: e.log}
+	return &reaper.Reaper{Cfg: e.cfg, Store: e.st, Guard: fsguard.Guard{Root: e.root}, Log: e.log}
 }
 
 func (e *env) pass(r *reaper.Reaper, dry bool) *reaper.Summary {

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/machines"
-	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -147,7 +147,7 @@ func (r *Reaper) sweepRuns(ctx context.Context, dry, reclaimUnknown bool, passSt
 			}
 		}
 		for _, e := range entries {
-			if !e.IsDir() || !storage.ValidID("run_", e.Name()) {
+			if !e.IsDir() || !fsguard.ValidID("run_", e.Name()) {
 				continue
 			}
 			if known != nil && !known[e.Name()] {

@@ -15,8 +15,8 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/machines"
-	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -25,7 +25,7 @@ import (
 type Reaper struct {
 	Cfg   *config.Config
 	Store *store.Store
-	Guard storage.Guard
+	Guard fsguard.Guard
 	Log   io.Writer // one line per action; nil for silence
 	// Progress, a terminal, shows a bar over a pass's teardowns; nil for none.
 	Progress io.Writer
@@ -174,7 +174,7 @@ func (r *Reaper) Teardown(ctx context.Context, sess *store.Session, status, reas
 	}
 	// Nothing runs in the worktree any more: on a full disk it can go now.
 	fr := &freer{r: r, sess: sess}
-	if storage.Full(r.Guard.Root, store.ReserveChunk) {
+	if fsguard.Full(r.Guard.Root, store.ReserveChunk) {
 		if err := fr.free(ctx); err != nil {
 			return out, fmt.Errorf("tear down %s: %w", sess.ID, err)
 		}
@@ -301,7 +301,7 @@ func (f *freer) free(ctx context.Context) error {
 // the worktree goes first and the write is tried again.
 func (f *freer) record(ctx context.Context, write func() error) error {
 	err := write()
-	if err == nil || !storage.IsDiskFull(err) || f.tried {
+	if err == nil || !fsguard.IsDiskFull(err) || f.tried {
 		return err
 	}
 	if ferr := f.free(ctx); ferr != nil {
@@ -353,7 +353,7 @@ func (r *Reaper) measure(sess *store.Session) int64 {
 	if err != nil {
 		return -1
 	}
-	n, err := storage.DiskUsage(wt)
+	n, err := fsguard.DiskUsage(wt)
 	if err != nil {
 		return -1
 	}

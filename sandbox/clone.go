@@ -10,10 +10,10 @@ import (
 	"strings"
 
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/gitcli"
 	"github.com/xmode/xmode/internal/progress"
 	"github.com/xmode/xmode/machines"
-	"github.com/xmode/xmode/storage"
 )
 
 // target is a ref resolved against the remote before anything is written.
@@ -180,7 +180,7 @@ func clone(ctx context.Context, repo string, t target, dir string, out io.Writer
 	// xmode makes the directory, not git: git interrupted (Ctrl-C, or xmode
 	// killed) then empties it but leaves it, so it stays the half-made
 	// worktree the reaper looks for and removes through the guard.
-	if err := os.MkdirAll(filepath.Dir(dir), storage.RunDirMode); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dir), fsguard.RunDirMode); err != nil {
 		return "", fmt.Errorf("create the run directory: %w", err)
 	}
 	if err := os.Mkdir(dir, 0o755); err != nil {

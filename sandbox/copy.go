@@ -14,7 +14,7 @@ import (
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
-	"github.com/xmode/xmode/storage"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/store"
 )
 
@@ -29,7 +29,7 @@ import (
 
 // CopyResult is what a copy did, and where it went.
 type CopyResult struct {
-	storage.Copied
+	fsguard.Copied
 	To string
 }
 
@@ -49,7 +49,7 @@ func (s *Service) CopyOut(ctx context.Context, sess *store.Session, rel, dest st
 	if err := engine.SyncBack(ctx, adapter, s.sandboxOf(sess, wt)); err != nil {
 		return CopyResult{}, err
 	}
-	src, err := storage.OpenRootPath(wt)
+	src, err := fsguard.OpenRootPath(wt)
 	if err != nil {
 		return CopyResult{}, fmt.Errorf("open the worktree: %w", err)
 	}
@@ -78,7 +78,7 @@ func (s *Service) CopyOut(ctx context.Context, sess *store.Session, rel, dest st
 	}
 	defer dst.Close()
 	res := CopyResult{To: filepath.Join(dstDir, name)}
-	res.Copied, err = copyTree(src, rel, dst, name, contents, storage.CopyOptions{})
+	res.Copied, err = copyTree(src, rel, dst, name, contents, fsguard.CopyOptions{})
 	return res, err
 }
 
@@ -125,7 +125,7 @@ func (s *Service) CopyIn(ctx context.Context, sess *store.Session, src, rel stri
 	if contents && !info.IsDir() {
 		return CopyResult{}, fail.Usagef("%s names what a directory holds, and it is not a directory", src)
 	}
-	dst, err := storage.OpenRootPath(wt)
+	dst, err := fsguard.OpenRootPath(wt)
 	if err != nil {
 		return CopyResult{}, fmt.Errorf("open the worktree: %w", err)
 	}
@@ -141,7 +141,7 @@ func (s *Service) CopyIn(ctx context.Context, sess *store.Session, src, rel stri
 			return CopyResult{}, err
 		}
 	}
-	var o storage.CopyOptions
+	var o fsguard.CopyOptions
 	if owner, ok := ownerOf(wt); ok && os.Geteuid() == 0 {
 		o.Chown = &owner
 	}
@@ -199,21 +199,21 @@ func dirWanted(dest string, isDir, exists, srcDir bool) error {
 	return nil
 }
 
-// copyTree is storage.CopyTree, or with contents each entry of a directory.
-func copyTree(src *os.Root, sn string, dst *os.Root, dn string, contents bool, o storage.CopyOptions) (storage.Copied, error) {
+// copyTree is fsguard.CopyTree, or with contents each entry of a directory.
+func copyTree(src *os.Root, sn string, dst *os.Root, dn string, contents bool, o fsguard.CopyOptions) (fsguard.Copied, error) {
 	if !contents {
-		return storage.CopyTree(src, sn, dst, dn, o)
+		return fsguard.CopyTree(src, sn, dst, dn, o)
 	}
 	if err := dst.MkdirAll(dn, 0o755); err != nil {
-		return storage.Copied{}, err
+		return fsguard.Copied{}, err
 	}
-	entries, err := storage.ReadDir(src, sn)
+	entries, err := fsguard.ReadDir(src, sn)
 	if err != nil {
-		return storage.Copied{}, err
+		return fsguard.Copied{}, err
 	}
-	var all storage.Copied
+	var all fsguard.Copied
 	for _, e := range entries {
-		c, err := storage.CopyTree(src, path.Join(sn, e.Name()), dst, path.Join(dn, e.Name()), o)
+		c, err := fsguard.CopyTree(src, path.Join(sn, e.Name()), dst, path.Join(dn, e.Name()), o)
 		all.Files, all.Dirs, all.Links, all.Bytes = all.Files+c.Files, all.Dirs+c.Dirs, all.Links+c.Links, all.Bytes+c.Bytes
 		all.Skipped = append(all.Skipped, c.Skipped...)
 		if err != nil {

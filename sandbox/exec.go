@@ -14,8 +14,8 @@ import (
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/internal/redact"
-	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -86,7 +86,7 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	if err != nil {
 		return nil, err
 	}
-	dir, err := storage.ResolveWorkdir(worktree, o.Workdir)
+	dir, err := fsguard.ResolveWorkdir(worktree, o.Workdir)
 	if err != nil {
 		return nil, err
 	}

@@ -15,9 +15,9 @@ import (
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/machines"
 	"github.com/xmode/xmode/reaper"
-	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -469,7 +469,7 @@ func (s *Service) fillOne(ctx context.Context, r *reaper.Reaper, adapter engine.
 			}
 		}
 	}()
-	if err := os.MkdirAll(s.Guard.RunsDir(), storage.RunDirMode); err != nil {
+	if err := os.MkdirAll(s.Guard.RunsDir(), fsguard.RunDirMode); err != nil {
 		return fmt.Errorf("create runs directory: %w", err)
 	}
 	co, err := s.Machines().Checkout(ctx, e.Project, "", "", false)

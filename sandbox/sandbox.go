@@ -18,9 +18,9 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/machines"
 	"github.com/xmode/xmode/reaper"
-	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -28,7 +28,7 @@ import (
 type Service struct {
 	Cfg      *config.Config
 	Store    *store.Store
-	Guard    storage.Guard
+	Guard    fsguard.Guard
 	Progress io.Writer // clone and pull progress; nil for none
 	Log      io.Writer // teardown actions; nil for none
 	// Notices receives what a user should know about a create that
@@ -173,7 +173,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		if o.Repo != "" {
 			return nil, fail.Usagef("--repo and --run do not go together: a shared run already has its checkout")
 		}
-		if !storage.ValidID("run_", o.RunID) {
+		if !fsguard.ValidID("run_", o.RunID) {
 			return nil, fail.Usagef("--run %q is not a run ID (run_…)", o.RunID)
 		}
 		run, err := s.Store.GetRun(ctx, o.RunID)
@@ -234,7 +234,7 @@ func (s *Service) noRepo(ctx context.Context, project string) error {
 func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, co *machines.Checkout, engineName string, adapter engine.Adapter) (*store.Session, error) {
 	base := sess.BaseCommit // a joined run's
 	if newRun {
-		if err := os.MkdirAll(s.Guard.RunsDir(), storage.RunDirMode); err != nil {
+		if err := os.MkdirAll(s.Guard.RunsDir(), fsguard.RunDirMode); err != nil {
 			return nil, fmt.Errorf("create runs directory: %w", err)
 		}
 		var err error
@@ -387,7 +387,7 @@ func (s *Service) MeasureWorktrees(sessions []*store.Session) {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			if n, err := storage.DiskUsage(wt); err == nil {
+			if n, err := fsguard.DiskUsage(wt); err == nil {
 				sess.WorktreeBytes = &n
 			}
 		})
@@ -406,7 +406,7 @@ func (s *Service) WorktreeInSandbox(sess *store.Session) (string, error) {
 	case sess.MountMode == "bind":
 		return "/workspace", nil
 	case sess.MountMode == "volume":
-		if !storage.ValidID("run_", sess.RunID) {
+		if !fsguard.ValidID("run_", sess.RunID) {
 			return "", fail.Refusedf("run id %q is malformed", sess.RunID)
 		}
 		return path.Join(filepath.ToSlash(s.Cfg.StorageMount), "runs", sess.RunID, "worktree"), nil

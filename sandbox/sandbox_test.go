@@ -10,8 +10,8 @@ import (
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/fsguard"
 	_ "github.com/xmode/xmode/providers/local" // the host engine
-	"github.com/xmode/xmode/storage"
 	"github.com/xmode/xmode/store"
 )
 
@@ -31,7 +31,7 @@ func newService(t *testing.T, env map[string]string) *Service {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	return &Service{Cfg: cfg, Store: st, Guard: storage.Guard{Root: cfg.StorageRoot}}
+	return &Service{Cfg: cfg, Store: st, Guard: fsguard.Guard{Root: cfg.StorageRoot}}
 }
 
 // A session's lifetime counts from when it opens, not from the start of a

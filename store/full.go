@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 	"modernc.org/sqlite"
 
-	"github.com/xmode/xmode/storage"
+	"github.com/xmode/xmode/fsguard"
 )
 
 // ReserveFile is <root>/xmode.reserve: space set aside so that the store
@@ -47,7 +47,7 @@ func keepReserve(root string) {
 		}
 		have = st.Size
 	}
-	if free, err := storage.Free(root); err != nil || free < ReserveSize-have+ReserveChunk {
+	if free, err := fsguard.Free(root); err != nil || free < ReserveSize-have+ReserveChunk {
 		return
 	}
 	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
@@ -99,7 +99,7 @@ func isFull(err error) bool {
 	if errors.As(err, &se) && se.Code()&0xff == 13 {
 		return true
 	}
-	return storage.IsDiskFull(err)
+	return fsguard.IsDiskFull(err)
 }
 
 // isReadOnly reports SQLITE_READONLY and SQLITE_CANTOPEN.
@@ -115,9 +115,9 @@ func (s *Store) writeError(err error) error {
 	case err == nil:
 		return nil
 	case isFull(err):
-		return storage.DiskFull(s.guard.Root, s.path, err)
-	case isReadOnly(err) && storage.ReadOnly(s.guard.Root):
-		return storage.WriteError(s.guard.Root, err)
+		return fsguard.DiskFull(s.guard.Root, s.path, err)
+	case isReadOnly(err) && fsguard.ReadOnly(s.guard.Root):
+		return fsguard.WriteError(s.guard.Root, err)
 	}
 	return err
 }

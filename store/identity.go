@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/fail"
-	"github.com/xmode/xmode/storage"
+	"github.com/xmode/xmode/fsguard"
 )
 
 // InstanceFile is <root>/xmode.instance: the storage root's instance ID
@@ -34,7 +34,7 @@ type identity struct {
 
 func readIdentity(root string) (identity, error) {
 	id := identity{root: root}
-	for _, d := range []string{"runs", storage.MachinesDirName} {
+	for _, d := range []string{"runs", fsguard.MachinesDirName} {
 		if _, err := os.Lstat(filepath.Join(root, d)); err == nil {
 			id.markers = append(id.markers, d+"/")
 		}
@@ -103,7 +103,7 @@ func writeInstance(root, instance string) error {
 	path := filepath.Join(root, InstanceFile)
 	tmp := path + ".tmp-" + newID("")
 	if err := os.WriteFile(tmp, []byte(instance+"\n"), 0o644); err != nil {
-		return storage.WriteError(root, fmt.Errorf("record the storage root's instance: %w", err))
+		return fsguard.WriteError(root, fmt.Errorf("record the storage root's instance: %w", err))
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)

@@ -25,7 +25,7 @@ import (
 	"modernc.org/sqlite" // also registers the "sqlite" driver
 
 	"github.com/xmode/xmode/fail"
-	"github.com/xmode/xmode/storage"
+	"github.com/xmode/xmode/fsguard"
 )
 
 //go:embed migrations/*.sql
@@ -38,7 +38,7 @@ const FileName = "xmode.db"
 type Store struct {
 	db    *sql.DB
 	path  string
-	guard storage.Guard // derives each session's run_dir
+	guard fsguard.Guard // derives each session's run_dir
 	stmts sync.Map      // query → *sql.Stmt: see stmt
 }
 
@@ -47,7 +47,7 @@ type Store struct {
 // whose database is missing, empty or another install's is refused
 // (ErrLost): see Adopt.
 func Open(ctx context.Context, root string) (*Store, error) {
-	if err := storage.MkdirRoot(root); err != nil {
+	if err := fsguard.MkdirRoot(root); err != nil {
 		return nil, err
 	}
 	id, err := readIdentity(root)
@@ -90,7 +90,7 @@ func openDB(ctx context.Context, root string, id identity, instance string) (*St
 	// One connection per process: SQLite allows one writer anyway, and a
 	// single connection cannot deadlock against itself across transactions.
 	db.SetMaxOpenConns(1)
-	s := &Store{db: db, path: path, guard: storage.Guard{Root: root}}
+	s := &Store{db: db, path: path, guard: fsguard.Guard{Root: root}}
 	// Opening a brand-new database races other processes switching it to
 	// WAL, where SQLite reports SQLITE_BUSY without consulting busy_timeout;
 	// such a first open is retried for as long as busy_timeout would wait.

@@ -5,9 +5,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/internal/testenv"
 	"github.com/xmode/xmode/providers/docker/dockertest"
-	"github.com/xmode/xmode/storage"
 )
 
 // doctor's setuid warning is about docker steps leaving setuid files in
@@ -21,7 +21,7 @@ func TestDoctorSetuidWarningOnlyForDocker(t *testing.T) {
 	if err := os.Mkdir(root, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if suid, err := storage.AllowsSetuid(root); err != nil || !suid {
+	if suid, err := fsguard.AllowsSetuid(root); err != nil || !suid {
 		testenv.Skip(t, "%s is on a nosuid filesystem (%v): nothing to warn about", root, err)
 	}
 	setuid := func(env ...string) *dkCheck {

@@ -33,7 +33,7 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
-	"github.com/xmode/xmode/storage"
+	"github.com/xmode/xmode/fsguard"
 )
 
 // Name is the engine name the provider registers under.
@@ -62,7 +62,7 @@ type Provider struct {
 	cfg   *config.Config
 	ep    endpoint
 	cli   *client.Client
-	guard storage.Guard
+	guard fsguard.Guard
 
 	// Progress receives image pull progress, rendered like `docker run`
 	// renders it (with cursor movement when it is a terminal). nil: silent.
@@ -110,7 +110,7 @@ func New(cfg *config.Config) (*Provider, error) {
 	if err != nil {
 		return nil, fail.Usagef("docker endpoint %s (%s): %v", ep.host, ep.variable, err)
 	}
-	return &Provider{cfg: cfg, ep: ep, cli: cli, guard: storage.Guard{Root: cfg.StorageRoot}}, nil
+	return &Provider{cfg: cfg, ep: ep, cli: cli, guard: fsguard.Guard{Root: cfg.StorageRoot}}, nil
 }
 
 // SetProgress sets Progress (engine.ProgressSink: callers holding an

@@ -364,7 +364,7 @@ func checkOwned(labels map[string]string, sessionID string) error {
 }
 
 // execDir maps --workdir (relative to the worktree, or an absolute host path
-// inside it as storage.ResolveWorkdir returns) into the container.
+// inside it as fsguard.ResolveWorkdir returns) into the container.
 func execDir(root, worktree, rel string) (string, error) {
 	if rel == "" || rel == "." {
 		return root, nil

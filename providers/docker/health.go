@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/xmode/xmode/engine"
-	"github.com/xmode/xmode/storage"
+	"github.com/xmode/xmode/fsguard"
 )
 
 // Health is the docker engine's part of `xmode doctor`
@@ -102,7 +102,7 @@ func (p *Provider) setuidCheck() (engine.Check, bool) {
 	if p.cfg.Engine != Name {
 		return engine.Check{}, false
 	}
-	suid, err := storage.AllowsSetuid(p.cfg.StorageRoot)
+	suid, err := fsguard.AllowsSetuid(p.cfg.StorageRoot)
 	if err != nil || !suid {
 		return engine.Check{}, false
 	}

@@ -19,8 +19,8 @@ import (
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/internal/progress"
-	"github.com/xmode/xmode/storage"
 )
 
 // Mount modes (engine.Sandbox.MountMode).
@@ -90,7 +90,7 @@ func ContainerName(sessionID string) string { return "xmode-" + sessionID }
 // What it created before failing is in the returned Sandbox, so teardown
 // can find it.
 func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sandbox, error) {
-	if !storage.ValidID("sbx_", spec.SessionID) {
+	if !fsguard.ValidID("sbx_", spec.SessionID) {
 		return engine.Sandbox{}, fail.Refusedf("session id %q is malformed: refusing to name a container after it", spec.SessionID)
 	}
 	if spec.Labels[LabelManaged] != "true" || spec.Labels[LabelSession] != spec.SessionID {
@@ -305,7 +305,7 @@ func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img, m
 	}
 
 	// volume (prod) and sync (a remote daemon): bounded and hardened, always.
-	if !storage.ValidID("run_", spec.RunID) {
+	if !fsguard.ValidID("run_", spec.RunID) {
 		return nil, nil, fail.Refusedf("run id %q is malformed; refusing to derive a path from it", spec.RunID)
 	}
 	var mounts []mount.Mount
@@ -440,11 +440,11 @@ func (p *Provider) projectMounts(ctx context.Context, spec engine.Spec, containe
 		if err := prepareOverlay(admin, gitDir); err != nil {
 			return nil, err
 		}
-		overlay := path.Join(recordRel, storage.RecordOverlay)
+		overlay := path.Join(recordRel, fsguard.RecordOverlay)
 		for _, d := range []string{"objects", "refs", "logs"} {
 			out = append(out, p.storageMount(method, vol, path.Join(overlay, d), path.Join(target, d), false)...)
 		}
-		out = append(out, p.storageMount(method, vol, path.Join(rel, "objects"), storage.MachineObjectsMount, true)...)
+		out = append(out, p.storageMount(method, vol, path.Join(rel, "objects"), fsguard.MachineObjectsMount, true)...)
 	}
 	if spec.CacheVolume != "" {
 		mnt := p.cacheMount(spec)
@@ -476,14 +476,14 @@ const maxGitFile = 4 << 10
 
 // worktreeAdminDir is the machine's record of a linked worktree
 // (<gitdir>/worktrees/<name>), read from the worktree's .git file — a
-// sandbox's to rewrite once a step has run, so read as storage.OpenRegular
+// sandbox's to rewrite once a step has run, so read as fsguard.OpenRegular
 // reads what a sandbox wrote; it must lie directly in <gitdir>/worktrees.
 func worktreeAdminDir(worktree, gitDir string) (string, error) {
-	root, err := storage.OpenRootPath(worktree)
+	root, err := fsguard.OpenRootPath(worktree)
 	if err != nil {
 		return "", fmt.Errorf("worktree %s of a project machine: %w", worktree, err)
 	}
-	b, err := storage.ReadRegular(root, ".git", maxGitFile)
+	b, err := fsguard.ReadRegular(root, ".git", maxGitFile)
 	root.Close()
 	if err != nil {
 		return "", fmt.Errorf("worktree %s of a project machine: %w", worktree, err)

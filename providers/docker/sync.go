@@ -23,7 +23,7 @@ import (
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
-	"github.com/xmode/xmode/storage"
+	"github.com/xmode/xmode/fsguard"
 )
 
 // Sync mode: a daemon on another machine cannot mount this machine's
@@ -116,8 +116,8 @@ func writeTree(w io.Writer, dir, sub string, uid, gid int) error {
 		case info.Mode().IsRegular():
 			// A file swapped for a FIFO or a link meanwhile must not
 			// block the copy nor lead it elsewhere.
-			f, err := storage.OpenRegular(root, rel)
-			if nr := (*storage.NotRegularError)(nil); errors.As(err, &nr) {
+			f, err := fsguard.OpenRegular(root, rel)
+			if nr := (*fsguard.NotRegularError)(nil); errors.As(err, &nr) {
 				return fmt.Errorf("%s changed while it was copied (it is now %s)", rel, nr.Kind)
 			}
 			if err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
-	"github.com/xmode/xmode/storage"
+	"github.com/xmode/xmode/fsguard"
 )
 
 // What keeps the host safe from what a sandbox leaves behind on the host's
@@ -66,7 +66,7 @@ func (p *Provider) giveWorktree(spec engine.Spec, user string) error {
 		dirs = append(dirs, admin)
 	}
 	for _, d := range dirs {
-		if err := storage.ChownTree(d, uid, gid); err != nil {
+		if err := fsguard.ChownTree(d, uid, gid); err != nil {
 			return fmt.Errorf("give the worktree to the sandbox user %s: %w", user, err)
 		}
 	}
@@ -100,9 +100,9 @@ func stripSetuid(worktree string) error {
 		if err != nil || info.Mode()&(fs.ModeSetuid|fs.ModeSetgid) == 0 {
 			return nil
 		}
-		open := storage.OpenRegular
+		open := fsguard.OpenRegular
 		if d.IsDir() {
-			open = storage.OpenDir
+			open = fsguard.OpenDir
 		}
 		f, err := open(root, name)
 		if err != nil {
@@ -217,7 +217,7 @@ func diedError(ci container.InspectResponse) error {
 }
 
 // prepareOverlay makes the run's git overlay in its record (see
-// storage.RecordOverlay): objects/ with the machine's objects as its
+// fsguard.RecordOverlay): objects/ with the machine's objects as its
 // alternate (the path the sandbox sees them at), and a copy of the
 // machine's refs, so branches and tags read as in the machine. It runs on
 // the host before any step, on what xmode made; a record that has it
@@ -228,15 +228,15 @@ func prepareOverlay(record, gitDir string) error {
 		return fmt.Errorf("open worktree record %s: %w", record, err)
 	}
 	defer rec.Close()
-	if _, err := rec.Lstat(storage.RecordOverlay); err == nil {
+	if _, err := rec.Lstat(fsguard.RecordOverlay); err == nil {
 		return nil
 	}
 	for _, d := range []string{"objects/info", "objects/pack", "logs"} {
-		if err := rec.MkdirAll(path.Join(storage.RecordOverlay, d), 0o755); err != nil {
+		if err := rec.MkdirAll(path.Join(fsguard.RecordOverlay, d), 0o755); err != nil {
 			return fmt.Errorf("make the run's git overlay: %w", err)
 		}
 	}
-	if err := rec.WriteFile(path.Join(storage.RecordOverlay, "objects/info/alternates"), []byte(storage.MachineObjectsMount+"\n"), 0o644); err != nil {
+	if err := rec.WriteFile(path.Join(fsguard.RecordOverlay, "objects/info/alternates"), []byte(fsguard.MachineObjectsMount+"\n"), 0o644); err != nil {
 		return fmt.Errorf("make the run's git overlay: %w", err)
 	}
 	machine, err := os.OpenRoot(gitDir)
@@ -244,7 +244,7 @@ func prepareOverlay(record, gitDir string) error {
 		return fmt.Errorf("open %s: %w", gitDir, err)
 	}
 	defer machine.Close()
-	if _, err := storage.CopyTree(machine, "refs", rec, path.Join(storage.RecordOverlay, "refs"), storage.CopyOptions{}); err != nil {
+	if _, err := fsguard.CopyTree(machine, "refs", rec, path.Join(fsguard.RecordOverlay, "refs"), fsguard.CopyOptions{}); err != nil {
 		return fmt.Errorf("copy the machine's refs into the run's overlay: %w", err)
 	}
 	// The record's owner (who the steps run as) owns its overlay too.
@@ -252,5 +252,5 @@ func prepareOverlay(record, gitDir string) error {
 	if err := syscall.Stat(record, &st); err != nil {
 		return err
 	}
-	return storage.ChownTree(filepath.Join(record, storage.RecordOverlay), int(st.Uid), int(st.Gid))
+	return fsguard.ChownTree(filepath.Join(record, fsguard.RecordOverlay), int(st.Uid), int(st.Gid))
 }

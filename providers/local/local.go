@@ -91,7 +91,7 @@ func (*Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sandbo
 }
 
 // Destroy has nothing to remove: the worktree belongs to the caller, which
-// reclaims it through storage.Guard.
+// reclaims it through fsguard.Guard.
 func (*Provider) Destroy(context.Context, engine.Sandbox) error { return nil }
 
 // Exec runs one step. See engine.Adapter for the error/status split.

@@ -17,8 +17,8 @@ import (
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/providers/docker"
-	"github.com/xmode/xmode/storage"
 )
 
 func main() {
@@ -46,7 +46,7 @@ func run() error {
 	fmt.Println("isolation=" + method)
 
 	run, session := os.Getenv("JOB_RUN"), os.Getenv("JOB_SESSION")
-	g := storage.Guard{Root: cfg.StorageRoot}
+	g := fsguard.Guard{Root: cfg.StorageRoot}
 	wt, err := g.Worktree(run)
 	if err != nil {
 		return err

@@ -1,7 +1,10 @@
-// Package storage is the layout of the storage root and its one path guard:
-// every path xmode writes or deletes under the root is derived here from IDs,
-// and every path a database row or a sandbox claims is checked here.
-package storage
+// Package fsguard guards xmode's file system access under the storage root
+// (not to be confused with store, the SQLite store): the root's layout and
+// its one path guard — every path xmode writes or deletes under the root is
+// derived here from IDs, and every path a database row or a sandbox claims is
+// checked here — and the one way to open, read, copy and remove what a
+// sandbox could have written.
+package fsguard
 
 import (
 	"errors"
