@@ -6,7 +6,7 @@ import (
 	"sort"
 )
 
-// Optional capabilities, in the manner of Nomad's task drivers: an adapter
+// Optional capabilities, in the manner of Nomad's task drivers: a provider
 // implements the ones its engine has, and callers ask for them through the
 // helpers below instead of naming a provider. An engine without one is
 // simply an engine that needs nothing of the kind (the host engine has no
@@ -51,10 +51,10 @@ type LivenessChecker interface {
 	Alive(ctx context.Context, sb Sandbox) (bool, error)
 }
 
-// Alive asks the adapter whether sb's engine objects live; an engine
+// Alive asks the provider whether sb's engine objects live; an engine
 // without them (the host) has nothing that can die apart from the worktree,
 // and says yes.
-func Alive(ctx context.Context, a Adapter, sb Sandbox) (bool, error) {
+func Alive(ctx context.Context, a Provider, sb Sandbox) (bool, error) {
 	if l, ok := a.(LivenessChecker); ok {
 		return l.Alive(ctx, sb)
 	}
@@ -121,42 +121,42 @@ type WorktreePusher interface {
 }
 
 // PushPath brings rel of the host's worktree into the sandbox's copy when
-// the adapter works on a copy; for every other adapter the host's worktree
+// the provider works on a copy; for every other provider the host's worktree
 // is the sandbox's and this does nothing.
-func PushPath(ctx context.Context, a Adapter, sb Sandbox, rel string) error {
+func PushPath(ctx context.Context, a Provider, sb Sandbox, rel string) error {
 	if p, ok := a.(WorktreePusher); ok {
 		return p.PushPath(ctx, sb, rel)
 	}
 	return nil
 }
 
-// SetProgress hands w to the adapter if it shows progress; a nil w leaves it
+// SetProgress hands w to the provider if it shows progress; a nil w leaves it
 // silent.
-func SetProgress(a Adapter, w io.Writer) {
+func SetProgress(a Provider, w io.Writer) {
 	if s, ok := a.(ProgressSink); ok && w != nil {
 		s.SetProgress(w)
 	}
 }
 
 // SyncBack brings the sandbox's copy of the worktree back to the host when
-// the adapter works on a copy; for every other adapter the host's worktree
+// the provider works on a copy; for every other provider the host's worktree
 // is the sandbox's and this does nothing.
-func SyncBack(ctx context.Context, a Adapter, sb Sandbox) error {
+func SyncBack(ctx context.Context, a Provider, sb Sandbox) error {
 	if s, ok := a.(WorktreeSyncer); ok {
 		return s.SyncBack(ctx, sb)
 	}
 	return nil
 }
 
-// Orphans returns the adapter's orphan lister, if it has objects that can
+// Orphans returns the provider's orphan lister, if it has objects that can
 // outlive a session.
-func Orphans(a Adapter) (OrphanLister, bool) {
+func Orphans(a Provider) (OrphanLister, bool) {
 	o, ok := a.(OrphanLister)
 	return o, ok
 }
 
-// Health returns the adapter's health report, and false when it has none.
-func Health(ctx context.Context, a Adapter) ([]Check, bool) {
+// Health returns the provider's health report, and false when it has none.
+func Health(ctx context.Context, a Provider) ([]Check, bool) {
 	h, ok := a.(HealthChecker)
 	if !ok {
 		return nil, false
@@ -164,14 +164,14 @@ func Health(ctx context.Context, a Adapter) ([]Check, bool) {
 	return h.Health(ctx), true
 }
 
-// Volumes returns the adapter's volume remover, if it keeps volumes.
-func Volumes(a Adapter) (VolumeRemover, bool) {
+// Volumes returns the provider's volume remover, if it keeps volumes.
+func Volumes(a Provider) (VolumeRemover, bool) {
 	v, ok := a.(VolumeRemover)
 	return v, ok
 }
 
-// Close releases what the adapter holds (a daemon client's connections).
-func Close(a Adapter) error {
+// Close releases what the provider holds (a daemon client's connections).
+func Close(a Provider) error {
 	if c, ok := a.(io.Closer); ok {
 		return c.Close()
 	}
@@ -190,7 +190,7 @@ func Names() []string {
 	return names
 }
 
-// StepKiller is an optional capability of an adapter: end every process of
+// StepKiller is an optional capability of a provider: end every process of
 // one step, found by the tag its processes carry (ExecRequest.Tag), whether
 // or not the xmode that started it still runs. Teardown uses it before a
 // session's worktree goes, and the reaper for a step whose heartbeat went
@@ -200,9 +200,9 @@ type StepKiller interface {
 	KillStep(ctx context.Context, sb Sandbox, tag string) error
 }
 
-// KillStep ends a step's processes through the adapter when it can; an
-// adapter without the capability has nothing that outlives its xmode.
-func KillStep(ctx context.Context, a Adapter, sb Sandbox, tag string) error {
+// KillStep ends a step's processes through the provider when it can; an
+// provider without the capability has nothing that outlives its xmode.
+func KillStep(ctx context.Context, a Provider, sb Sandbox, tag string) error {
 	if k, ok := a.(StepKiller); ok && tag != "" {
 		return k.KillStep(ctx, sb, tag)
 	}
@@ -215,9 +215,9 @@ type MountModer interface {
 	MountMode() string
 }
 
-// MountMode is the mount mode a new sandbox of the adapter gets; "" for an
+// MountMode is the mount mode a new sandbox of the provider gets; "" for an
 // engine that has one way only (the host).
-func MountMode(a Adapter) string {
+func MountMode(a Provider) string {
 	if m, ok := a.(MountModer); ok {
 		return m.MountMode()
 	}
@@ -242,9 +242,9 @@ type StepContainer interface {
 	Containment() Containment
 }
 
-// StepContainment returns how the adapter contains steps, and false when
+// StepContainment returns how the provider contains steps, and false when
 // it cannot say.
-func StepContainment(a Adapter) (Containment, bool) {
+func StepContainment(a Provider) (Containment, bool) {
 	if c, ok := a.(StepContainer); ok {
 		return c.Containment(), true
 	}
@@ -261,8 +261,8 @@ type PathChecker interface {
 }
 
 // PathPresent reports whether path exists in the sandbox; known is false
-// when the adapter cannot tell, because its steps see the host's files.
-func PathPresent(ctx context.Context, a Adapter, sb Sandbox, path string) (present, known bool, err error) {
+// when the provider cannot tell, because its steps see the host's files.
+func PathPresent(ctx context.Context, a Provider, sb Sandbox, path string) (present, known bool, err error) {
 	p, ok := a.(PathChecker)
 	if !ok {
 		return false, false, nil

@@ -1,6 +1,6 @@
 // Package engine is the one seam every command that runs inside a sandbox
-// goes through (the design's Sandboxes::Engine). It defines the adapter
-// interface the providers implement and chooses the adapter for a runner
+// goes through (the design's Sandboxes::Engine). It defines the provider
+// interface the providers implement and chooses the provider for a runner
 // mode. The storage-root guard is package fsguard's.
 package engine
 
@@ -105,13 +105,13 @@ type Status struct {
 	OOMKilled bool   `json:"oom_killed"`
 }
 
-// Adapter runs commands in sandboxes. Adapters return the raw triple (output
+// Provider runs commands in sandboxes. Providers return the raw triple (output
 // goes to the writers, the status is returned); callers keep the evidence.
 //
 // Exec returns an error only when xmode itself failed before the command
 // could start (exit 125); a command that could not be found or executed is a
 // Status (127, 126), like docker.
-type Adapter interface {
+type Provider interface {
 	Name() string
 	Provision(ctx context.Context, spec Spec) (Sandbox, error)
 	Exec(ctx context.Context, sb Sandbox, req ExecRequest) (Status, error)

@@ -9,8 +9,8 @@ import (
 	"github.com/xmode/xmode/fail"
 )
 
-// Factory builds an adapter from the configuration.
-type Factory func(cfg *config.Config) (Adapter, error)
+// Factory builds a provider from the configuration.
+type Factory func(cfg *config.Config) (Provider, error)
 
 var (
 	mu        sync.Mutex
@@ -26,7 +26,7 @@ func Register(name string, f Factory) {
 }
 
 // Cloud is the engine of cloud_subscription sessions: the Codex cloud runs
-// their work (`xmode cloud submit`), so it has no adapter and Open refuses it.
+// their work (`xmode cloud submit`), so it has no provider and Open refuses it.
 const Cloud = "cloud"
 
 // Choose is contract §5's table: which engine runs a runner mode.
@@ -45,8 +45,8 @@ func Choose(runnerMode, configuredEngine string) (string, error) {
 	return "", fail.Usagef("unknown runner mode %q: use local_worktree, cloud_worker or cloud_subscription", runnerMode)
 }
 
-// Open returns the adapter named by Choose.
-func Open(name string, cfg *config.Config) (Adapter, error) {
+// Open returns the provider named by Choose.
+func Open(name string, cfg *config.Config) (Provider, error) {
 	if name == Cloud {
 		return nil, fail.Refusedf("a cloud_subscription session runs nothing locally: submit its work to the Codex cloud with `xmode cloud submit SESSION --env ENV_ID --prompt TEXT`")
 	}
@@ -64,8 +64,8 @@ func Open(name string, cfg *config.Config) (Adapter, error) {
 	return f(cfg)
 }
 
-// For chooses and opens the adapter for a runner mode in one call.
-func For(runnerMode string, cfg *config.Config) (Adapter, error) {
+// For chooses and opens the provider for a runner mode in one call.
+func For(runnerMode string, cfg *config.Config) (Provider, error) {
 	name, err := Choose(runnerMode, cfg.Engine)
 	if err != nil {
 		return nil, err

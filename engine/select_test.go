@@ -20,7 +20,7 @@ func TestChoose(t *testing.T) {
 			t.Errorf("Choose(%s, %q) = %q, %v; want %q", c.mode, c.engine, got, err, c.want)
 		}
 	}
-	// cloud_subscription: the cloud engine, which has no adapter: nothing
+	// cloud_subscription: the cloud engine, which has no provider: nothing
 	// can run locally in such a session.
 	for _, e := range []string{"", "docker"} {
 		if got, err := Choose("cloud_subscription", e); err != nil || got != Cloud {

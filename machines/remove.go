@@ -148,12 +148,12 @@ func (m *Manager) removeVolume(ctx context.Context, name string) (bool, string, 
 	if m.Cfg == nil || m.Cfg.Engine != "docker" {
 		return false, "no docker engine configured (XMODE_SANDBOX_ENGINE)", nil
 	}
-	adapter, err := engine.Open("docker", m.Cfg)
+	provider, err := engine.Open("docker", m.Cfg)
 	if err != nil {
 		return false, fmt.Sprintf("the docker engine is not available (%v): remove it with `docker volume rm %s`", err, name), nil
 	}
-	defer engine.Close(adapter)
-	vr, ok := engine.Volumes(adapter)
+	defer engine.Close(provider)
+	vr, ok := engine.Volumes(provider)
 	if !ok {
 		return false, fmt.Sprintf("this docker engine cannot remove volumes: remove it with `docker volume rm %s`", name), nil
 	}

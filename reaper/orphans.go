@@ -23,7 +23,7 @@ type OrphanSource = engine.OrphanLister
 
 // orphanSource is r.Orphans, else the configured engine's orphan lister,
 // else nil (an engine whose objects cannot outlive a session: nothing to
-// sweep). The adapter is the pass's, closed with the others.
+// sweep). The provider is the pass's, closed with the others.
 func (r *Reaper) orphanSource() (OrphanSource, error) {
 	if r.Orphans != nil {
 		return r.Orphans, nil
@@ -31,7 +31,7 @@ func (r *Reaper) orphanSource() (OrphanSource, error) {
 	if r.Cfg == nil || r.Cfg.Engine == "" {
 		return nil, nil
 	}
-	a, err := r.adapter(r.Cfg.Engine)
+	a, err := r.provider(r.Cfg.Engine)
 	if err != nil {
 		return nil, err
 	}

@@ -127,7 +127,7 @@ func (r *Reaper) Pass(ctx context.Context, o PassOptions) (*Summary, error) {
 	start := time.Now()
 	now := r.now()
 	sum := &summer{s: Summary{DryRun: o.DryRun, Errors: []Failure{}}}
-	defer r.closeAdapters()
+	defer r.closeProviders()
 	if !o.DryRun {
 		if _, err := r.Store.DropStaleClaims(ctx, staleClaim); err != nil {
 			return nil, err
@@ -213,9 +213,9 @@ func (r *Reaper) loseStaleSteps(ctx context.Context, dry bool, sum *summer) {
 			sum.fail(st.SessionID, err)
 			continue
 		}
-		adapter, err := r.adapter(sess.Engine)
+		provider, err := r.provider(sess.Engine)
 		if err == nil {
-			err = engine.KillStep(ctx, adapter, sess.Sandbox(), st.Tag)
+			err = engine.KillStep(ctx, provider, sess.Sandbox(), st.Tag)
 		}
 		if err != nil {
 			// Its processes may live: leave it running for the next pass.

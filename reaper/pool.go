@@ -28,11 +28,11 @@ func (r *Reaper) TeardownEntry(ctx context.Context, e *store.PoolEntry, why stri
 	}
 	sb := e.Sandbox()
 	if sb.ContainerID != "" || len(sb.Volumes) > 0 {
-		adapter, err := r.adapter(e.Engine)
+		provider, err := r.provider(e.Engine)
 		if err != nil {
 			return false, fmt.Errorf("retire pool entry %s: %w", e.SessionID, err)
 		}
-		if err := adapter.Destroy(ctx, sb); err != nil {
+		if err := provider.Destroy(ctx, sb); err != nil {
 			return false, fmt.Errorf("retire pool entry %s: %w", e.SessionID, err)
 		}
 		if sb.ContainerID != "" {
@@ -71,11 +71,11 @@ func (r *Reaper) TeardownEntry(ctx context.Context, e *store.PoolEntry, why stri
 // this install's objects, so nothing of another instance, nor of another
 // entry or session, is touched. An engine without such objects has none.
 func (r *Reaper) removeUnrecorded(ctx context.Context, e *store.PoolEntry, why string) error {
-	adapter, err := r.adapter(e.Engine)
+	provider, err := r.provider(e.Engine)
 	if err != nil {
 		return err
 	}
-	lister, ok := engine.Orphans(adapter)
+	lister, ok := engine.Orphans(provider)
 	if !ok {
 		return nil
 	}
@@ -101,4 +101,4 @@ func (r *Reaper) removeUnrecorded(ctx context.Context, e *store.PoolEntry, why s
 
 // Close releases the engine connections this Reaper opened (a Pass closes
 // its own).
-func (r *Reaper) Close() { r.closeAdapters() }
+func (r *Reaper) Close() { r.closeProviders() }

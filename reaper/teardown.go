@@ -47,41 +47,41 @@ type Reaper struct {
 	// engine's, when XMODE_SANDBOX_ENGINE=docker, else none.
 	Orphans OrphanSource
 
-	logMu      sync.Mutex
-	holderOnce sync.Once
-	holderID   string
-	adaptersMu sync.Mutex
-	adapters   map[string]engine.Adapter // opened once per engine, for a whole pass
+	logMu       sync.Mutex
+	holderOnce  sync.Once
+	holderID    string
+	providersMu sync.Mutex
+	providers   map[string]engine.Provider // opened once per engine, for a whole pass
 }
 
-// adapter opens the named engine's adapter once and keeps it: a pass over
+// provider opens the named engine's provider once and keeps it: a pass over
 // many docker sessions uses one client and its connections.
-func (r *Reaper) adapter(name string) (engine.Adapter, error) {
-	r.adaptersMu.Lock()
-	defer r.adaptersMu.Unlock()
-	if a, ok := r.adapters[name]; ok {
+func (r *Reaper) provider(name string) (engine.Provider, error) {
+	r.providersMu.Lock()
+	defer r.providersMu.Unlock()
+	if a, ok := r.providers[name]; ok {
 		return a, nil
 	}
 	a, err := engine.Open(name, r.Cfg)
 	if err != nil {
 		return nil, err
 	}
-	if r.adapters == nil {
-		r.adapters = map[string]engine.Adapter{}
+	if r.providers == nil {
+		r.providers = map[string]engine.Provider{}
 	}
-	r.adapters[name] = a
+	r.providers[name] = a
 	return a, nil
 }
 
-// closeAdapters releases the adapters a pass opened.
-func (r *Reaper) closeAdapters() {
-	r.adaptersMu.Lock()
-	defer r.adaptersMu.Unlock()
-	for name, a := range r.adapters {
+// closeProviders releases the providers a pass opened.
+func (r *Reaper) closeProviders() {
+	r.providersMu.Lock()
+	defer r.providersMu.Unlock()
+	for name, a := range r.providers {
 		if c, ok := a.(io.Closer); ok {
 			c.Close()
 		}
-		delete(r.adapters, name)
+		delete(r.providers, name)
 	}
 }
 
@@ -159,11 +159,11 @@ func (r *Reaper) Teardown(ctx context.Context, sess *store.Session, status, reas
 	}
 	sb := sess.Sandbox()
 	if sb.ContainerID != "" || len(sb.Volumes) > 0 {
-		adapter, err := r.adapter(sess.Engine)
+		provider, err := r.provider(sess.Engine)
 		if err != nil {
 			return out, fmt.Errorf("tear down %s: %w", sess.ID, err)
 		}
-		if err := adapter.Destroy(ctx, sb); err != nil {
+		if err := provider.Destroy(ctx, sb); err != nil {
 			return out, fmt.Errorf("tear down %s: %w", sess.ID, err)
 		}
 		out.ContainerRemoved = sb.ContainerID != ""
@@ -255,14 +255,14 @@ func (r *Reaper) endSteps(ctx context.Context, sess *store.Session) ([]store.Ste
 	if err != nil || len(steps) == 0 {
 		return nil, err
 	}
-	adapter, err := r.adapter(sess.Engine)
+	provider, err := r.provider(sess.Engine)
 	if err != nil {
 		return nil, err
 	}
 	stale := r.now().Add(-r.staleAfter())
 	var gone []store.StepRow
 	for _, st := range steps {
-		if err := engine.KillStep(ctx, adapter, sess.Sandbox(), st.Tag); err != nil {
+		if err := engine.KillStep(ctx, provider, sess.Sandbox(), st.Tag); err != nil {
 			return nil, fmt.Errorf("end step %d: %w", st.Seq, err)
 		}
 		if !st.Gone(stale) {

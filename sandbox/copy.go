@@ -41,12 +41,12 @@ func (s *Service) CopyOut(ctx context.Context, sess *store.Session, rel, dest st
 	if err != nil {
 		return CopyResult{}, err
 	}
-	wt, adapter, err := s.copySession(sess)
+	wt, provider, err := s.copySession(sess)
 	if err != nil {
 		return CopyResult{}, err
 	}
-	defer engine.Close(adapter)
-	if err := engine.SyncBack(ctx, adapter, s.sandboxOf(sess, wt)); err != nil {
+	defer engine.Close(provider)
+	if err := engine.SyncBack(ctx, provider, s.sandboxOf(sess, wt)); err != nil {
 		return CopyResult{}, err
 	}
 	src, err := fsguard.OpenRootPath(wt)
@@ -95,13 +95,13 @@ func (s *Service) CopyIn(ctx context.Context, sess *store.Session, src, rel stri
 	if err := store.CheckOpen(sess, time.Now()); err != nil {
 		return CopyResult{}, err
 	}
-	wt, adapter, err := s.copySession(sess)
+	wt, provider, err := s.copySession(sess)
 	if err != nil {
 		return CopyResult{}, err
 	}
-	defer engine.Close(adapter)
+	defer engine.Close(provider)
 	sb := s.sandboxOf(sess, wt)
-	if err := engine.SyncBack(ctx, adapter, sb); err != nil {
+	if err := engine.SyncBack(ctx, provider, sb); err != nil {
 		return CopyResult{}, err
 	}
 	contents := strings.HasSuffix(src, "/.") || src == "."
@@ -150,7 +150,7 @@ func (s *Service) CopyIn(ctx context.Context, sess *store.Session, src, rel stri
 	if err != nil {
 		return res, inWorktree(sess, name, err)
 	}
-	if err := engine.PushPath(ctx, adapter, sb, name); err != nil {
+	if err := engine.PushPath(ctx, provider, sb, name); err != nil {
 		return res, err
 	}
 	return res, nil
@@ -271,7 +271,7 @@ func hostTarget(dest, name string, contents bool) (dir, base string, err error) 
 }
 
 // copySession is the session's guarded worktree and its engine.
-func (s *Service) copySession(sess *store.Session) (string, engine.Adapter, error) {
+func (s *Service) copySession(sess *store.Session) (string, engine.Provider, error) {
 	if sess.Ended() {
 		return "", nil, fail.Refusedf("session %s has ended (%s): its worktree is gone; its evidence is under %s", sess.ID, sess.Status, sess.RunDir)
 	}
@@ -279,11 +279,11 @@ func (s *Service) copySession(sess *store.Session) (string, engine.Adapter, erro
 	if err != nil {
 		return "", nil, err
 	}
-	adapter, err := engine.Open(sess.Engine, s.Cfg)
+	provider, err := engine.Open(sess.Engine, s.Cfg)
 	if err != nil {
 		return "", nil, err
 	}
-	return wt, adapter, nil
+	return wt, provider, nil
 }
 
 func (s *Service) sandboxOf(sess *store.Session, wt string) engine.Sandbox {

@@ -94,13 +94,13 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	if err != nil {
 		return nil, err
 	}
-	adapter, err := engine.Open(sess.Engine, s.Cfg)
+	provider, err := engine.Open(sess.Engine, s.Cfg)
 	if err != nil {
 		return nil, err
 	}
-	// A docker adapter holds a client and its connections: a process that
+	// A docker provider holds a client and its connections: a process that
 	// runs many steps (a plan, the loop) must not keep one per step.
-	defer engine.Close(adapter)
+	defer engine.Close(provider)
 	tag := newTag()
 	// What is recorded has the secrets masked: the argv and the step name
 	// derived from it too.
@@ -126,7 +126,7 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	stdout := redact.NewWriter(tee(step.Stdout, liveOut, agent), secrets)
 	stderr := redact.NewWriter(tee(step.Stderr, liveErr), secrets)
 	stopBeat := s.heartbeat(ctx, sess.RunID, step.Seq())
-	status, runErr := adapter.Exec(ctx, sb, engine.ExecRequest{
+	status, runErr := provider.Exec(ctx, sb, engine.ExecRequest{
 		Argv: o.Argv, Env: append(env, o.SecretEnv...), Workdir: rel, Timeout: o.Timeout, Grace: o.Grace,
 		Stdin: o.Stdin, Tag: tag, Stdout: stdout, Stderr: stderr, TTY: o.TTY, Resize: o.Resize,
 	})

@@ -42,11 +42,11 @@ var shapeSettings = []string{
 // and for docker its mount mode and every setting of shapeSettings (with
 // whether it was set: bind mode applies only the limits that were). Pool
 // entries of another shape are never claimed.
-func Shape(cfg *config.Config, engineName string, adapter engine.Adapter) string {
+func Shape(cfg *config.Config, engineName string, provider engine.Provider) string {
 	var b strings.Builder
 	b.WriteString("engine=" + engineName + "\n")
 	if engineName == "docker" {
-		b.WriteString("mount=" + engine.MountMode(adapter) + "\n")
+		b.WriteString("mount=" + engine.MountMode(provider) + "\n")
 		for _, v := range cfg.Values {
 			if slices.Contains(shapeSettings, v.Name) {
 				fmt.Fprintf(&b, "%s=%s set=%t\n", v.Name, v.Value, v.Source != "default")
@@ -66,8 +66,8 @@ func Shape(cfg *config.Config, engineName string, adapter engine.Adapter) string
 // commit is moved there by a detached checkout in its worktree, unless a
 // fresh worktree would be faster. It returns nil (and no error) to fall
 // back to making the sandbox.
-func (s *Service) claim(ctx context.Context, o CreateOptions, sess store.Session, adapter engine.Adapter) (*store.Session, *machines.Checkout, error) {
-	shape := Shape(s.Cfg, sess.Engine, adapter)
+func (s *Service) claim(ctx context.Context, o CreateOptions, sess store.Session, provider engine.Provider) (*store.Session, *machines.Checkout, error) {
+	shape := Shape(s.Cfg, sess.Engine, provider)
 	commits, err := s.Store.ReadyCommits(ctx, o.Project, shape)
 	if err != nil || len(commits) == 0 {
 		return nil, nil, err
@@ -87,14 +87,14 @@ func (s *Service) claim(ctx context.Context, o CreateOptions, sess store.Session
 	}
 	want, also := sess.BaseCommit, ""
 	if !slices.ContainsFunc(commits, func(c store.PoolCommit) bool { return c.Commit == want }) {
-		if !s.moveIsFaster(ctx, o.Project, sess.Engine, engine.MountMode(adapter), commits[0], want) {
+		if !s.moveIsFaster(ctx, o.Project, sess.Engine, engine.MountMode(provider), commits[0], want) {
 			return nil, co, nil
 		}
 		also = commits[0].Commit
 	}
 	entry, claimed, err := s.claimLive(ctx, store.PoolClaim{
 		Project: o.Project, Shape: shape, Want: want, Also: also, Session: sess, MaxOpen: s.Cfg.MaxOpen,
-	}, adapter)
+	}, provider)
 	if err != nil {
 		co.Close()
 		return nil, nil, err
@@ -127,7 +127,7 @@ const maxClaimTries = 16
 // dead sandbox. A dead one (its container removed or stopped behind
 // xmode's back) is retired through reaper.TeardownEntry and the next entry
 // is tried; with none left it returns nil, and the create makes a sandbox.
-func (s *Service) claimLive(ctx context.Context, c store.PoolClaim, adapter engine.Adapter) (*store.PoolEntry, *store.Session, error) {
+func (s *Service) claimLive(ctx context.Context, c store.PoolClaim, provider engine.Provider) (*store.PoolEntry, *store.Session, error) {
 	var r *reaper.Reaper
 	for range maxClaimTries {
 		c.Entry = ""
@@ -135,7 +135,7 @@ func (s *Service) claimLive(ctx context.Context, c store.PoolClaim, adapter engi
 		if err != nil || e == nil {
 			return nil, nil, err
 		}
-		why, err := deadEntry(ctx, adapter, e)
+		why, err := deadEntry(ctx, provider, e)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -163,11 +163,11 @@ func (s *Service) claimLive(ctx context.Context, c store.PoolClaim, adapter engi
 
 // deadEntry says why an entry's sandbox cannot be handed out ("" when it
 // can): its worktree is gone, or its engine objects are.
-func deadEntry(ctx context.Context, adapter engine.Adapter, e *store.PoolEntry) (string, error) {
+func deadEntry(ctx context.Context, provider engine.Provider, e *store.PoolEntry) (string, error) {
 	if st, err := os.Lstat(e.WorktreePath); err != nil || !st.IsDir() {
 		return "its worktree is gone", nil
 	}
-	alive, err := engine.Alive(ctx, adapter, e.Sandbox())
+	alive, err := engine.Alive(ctx, provider, e.Sandbox())
 	if err != nil {
 		return "", fmt.Errorf("check pool entry %s: %w", e.SessionID, err)
 	}
@@ -286,21 +286,21 @@ func (s *Service) MaintainPools(ctx context.Context, o PoolOptions) (*PoolReport
 	}
 	keep := s.Cfg.ProjectMachines && (want || len(entries) > 0)
 	var engineName, shape string
-	var adapter engine.Adapter
+	var provider engine.Provider
 	if keep {
 		if engineName, err = engine.Choose(s.Cfg.RunnerMode, s.Cfg.Engine); err != nil {
 			keep = false // cloud_subscription: no local sandboxes to keep
 		}
 	}
 	if keep {
-		if adapter, err = engine.Open(engineName, s.Cfg); err != nil {
+		if provider, err = engine.Open(engineName, s.Cfg); err != nil {
 			return nil, err
 		}
-		defer engine.Close(adapter)
-		engine.SetProgress(adapter, s.Progress)
-		shape = Shape(s.Cfg, engineName, adapter)
+		defer engine.Close(provider)
+		engine.SetProgress(provider, s.Progress)
+		shape = Shape(s.Cfg, engineName, provider)
 	}
-	running := s.running(ctx, adapter, engineName, shape, entries, rep)
+	running := s.running(ctx, provider, engineName, shape, entries, rep)
 
 	now := time.Now()
 	for _, e := range entries {
@@ -330,7 +330,7 @@ func (s *Service) MaintainPools(ctx context.Context, o PoolOptions) (*PoolReport
 		if ctx.Err() != nil {
 			break
 		}
-		s.fill(ctx, r, adapter, engineName, shape, m, entries, o, rep)
+		s.fill(ctx, r, provider, engineName, shape, m, entries, o, rep)
 	}
 	// Behind and beyond the size only now: a pool catching up with a
 	// refresh keeps its old entries until the new ones are ready.
@@ -363,13 +363,13 @@ func (s *Service) MaintainPools(ctx context.Context, o PoolOptions) (*PoolReport
 // running returns which entries of this shape have a running container
 // (by session ID), or nil when there is nothing to check: the docker engine
 // lists them once for the whole pass.
-func (s *Service) running(ctx context.Context, adapter engine.Adapter, engineName, shape string, entries []*store.PoolEntry, rep *PoolReport) map[string]bool {
-	if adapter == nil || engineName != "docker" || !slices.ContainsFunc(entries, func(e *store.PoolEntry) bool {
+func (s *Service) running(ctx context.Context, provider engine.Provider, engineName, shape string, entries []*store.PoolEntry, rep *PoolReport) map[string]bool {
+	if provider == nil || engineName != "docker" || !slices.ContainsFunc(entries, func(e *store.PoolEntry) bool {
 		return e.State == store.PoolReady && e.Shape == shape
 	}) {
 		return nil
 	}
-	lister, ok := engine.Orphans(adapter)
+	lister, ok := engine.Orphans(provider)
 	if !ok {
 		return nil
 	}
@@ -410,7 +410,7 @@ func (s *Service) retire(ctx context.Context, r *reaper.Reaper, e *store.PoolEnt
 
 // fill makes what the machine's pool lacks: ReservePool counts and reserves
 // in one transaction, so fills running at once never overshoot.
-func (s *Service) fill(ctx context.Context, r *reaper.Reaper, adapter engine.Adapter, engineName, shape string, m *store.Machine, entries []*store.PoolEntry, o PoolOptions, rep *PoolReport) {
+func (s *Service) fill(ctx context.Context, r *reaper.Reaper, provider engine.Provider, engineName, shape string, m *store.Machine, entries []*store.PoolEntry, o PoolOptions, rep *PoolReport) {
 	size := machines.PoolSize(m, s.Cfg.PoolSize)
 	if size <= 0 {
 		return
@@ -434,7 +434,7 @@ func (s *Service) fill(ctx context.Context, r *reaper.Reaper, adapter engine.Ada
 	}
 	reserved, err := s.Store.ReservePool(ctx, store.NewPoolEntry{
 		Project: m.Project, Repo: m.Repo, Ref: m.DefaultRef, Commit: m.HeadCommit,
-		Engine: engineName, Shape: shape, MountMode: engine.MountMode(adapter), Image: image,
+		Engine: engineName, Shape: shape, MountMode: engine.MountMode(provider), Image: image,
 		Size: size, Owner: r.Holder(), Now: time.Now(),
 	})
 	if err != nil {
@@ -447,7 +447,7 @@ func (s *Service) fill(ctx context.Context, r *reaper.Reaper, adapter engine.Ada
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			if err := s.fillOne(ctx, r, adapter, engineName, e); err != nil {
+			if err := s.fillOne(ctx, r, provider, engineName, e); err != nil {
 				rep.fail(e.SessionID, fmt.Errorf("make pool entry of %s: %w", e.Project, err))
 				return
 			}
@@ -461,7 +461,7 @@ func (s *Service) fill(ctx context.Context, r *reaper.Reaper, adapter engine.Ada
 // fillOne makes one reserved entry the way Create makes a session from a
 // machine — its worktree (branch), then the engine's sandbox with the same
 // spec (provision) — and marks it ready. A failure tears down what exists.
-func (s *Service) fillOne(ctx context.Context, r *reaper.Reaper, adapter engine.Adapter, engineName string, e *store.PoolEntry) (err error) {
+func (s *Service) fillOne(ctx context.Context, r *reaper.Reaper, provider engine.Provider, engineName string, e *store.PoolEntry) (err error) {
 	defer func() {
 		if err != nil {
 			if _, terr := r.TeardownEntry(context.WithoutCancel(ctx), e, "making it failed"); terr != nil {
@@ -492,7 +492,7 @@ func (s *Service) fillOne(ctx context.Context, r *reaper.Reaper, adapter engine.
 	if err != nil {
 		return err
 	}
-	sb, err := adapter.Provision(ctx, spec)
+	sb, err := provider.Provision(ctx, spec)
 	e.ContainerID, e.MountMode, e.Volumes = sb.ContainerID, sb.MountMode, sb.Volumes
 	if sb.Image != "" {
 		e.Image = sb.Image

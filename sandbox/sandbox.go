@@ -92,12 +92,12 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	}
 	// Opened first: an engine that cannot be used as configured (a docker
 	// endpoint it does not speak) fails the create before anything exists.
-	var adapter engine.Adapter // none for the cloud: nothing runs here
+	var provider engine.Provider // none for the cloud: nothing runs here
 	if engineName != engine.Cloud {
-		if adapter, err = engine.Open(engineName, s.Cfg); err != nil {
+		if provider, err = engine.Open(engineName, s.Cfg); err != nil {
 			return nil, err
 		}
-		defer engine.Close(adapter)
+		defer engine.Close(provider)
 	}
 	if err := s.Guard.CheckFree(s.Cfg.MinFree, "refusing to create a sandbox"); err != nil {
 		return nil, err
@@ -112,7 +112,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	}
 	// The network the container gets, as the docker engine decides it
 	// (bind mode leaves docker's default unless one was set explicitly).
-	switch mode := engine.MountMode(adapter); {
+	switch mode := engine.MountMode(provider); {
 	case mode == "bind" && s.Cfg.BindLeaves("XMODE_SANDBOX_NETWORK"):
 	case mode != "":
 		sess.Network = s.Cfg.Network
@@ -130,7 +130,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		// A ready sandbox from the project's pool when one fits: nothing to
 		// check out, no container to make. An empty pool costs one read.
 		start := time.Now()
-		claimed, resolved, err := s.claim(ctx, o, sess, adapter)
+		claimed, resolved, err := s.claim(ctx, o, sess, provider)
 		if err != nil || claimed != nil {
 			if claimed != nil {
 				s.detail("took a ready sandbox from the pool of project %s: %s at %s, nothing to clone or start (%s)", o.Project, claimed.Ref, shortCommit(claimed.BaseCommit), took(start))
@@ -180,7 +180,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		if err != nil {
 			return nil, err
 		}
-		if err := s.checkJoin(run, engineName, adapter); err != nil {
+		if err := s.checkJoin(run, engineName, provider); err != nil {
 			return nil, err
 		}
 		sess.RunID, sess.Repo, sess.Ref, sess.BaseCommit = run.ID, run.Repo, run.Ref, run.BaseCommit
@@ -202,7 +202,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	if err := s.Store.CreateSession(ctx, store.NewSession{Session: sess, NewRun: newRun, MaxOpen: s.Cfg.MaxOpen, Loop: o.Loop}); err != nil {
 		return nil, err
 	}
-	created, err := s.provision(ctx, &sess, newRun, tgt, co, engineName, adapter)
+	created, err := s.provision(ctx, &sess, newRun, tgt, co, engineName, provider)
 	if err != nil {
 		// Clean up with a context the user's Ctrl-C has not cancelled.
 		cleanup := context.WithoutCancel(ctx)
@@ -231,7 +231,7 @@ func (s *Service) noRepo(ctx context.Context, project string) error {
 	return fail.Usagef("--repo is required: give a URL, a file:// URL or a local path (or --run to share a run's worktree)")
 }
 
-func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, co *machines.Checkout, engineName string, adapter engine.Adapter) (*store.Session, error) {
+func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, co *machines.Checkout, engineName string, provider engine.Provider) (*store.Session, error) {
 	base := sess.BaseCommit // a joined run's
 	if newRun {
 		if err := os.MkdirAll(s.Guard.RunsDir(), fsguard.RunDirMode); err != nil {
@@ -265,13 +265,13 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 		return s.Store.Get(ctx, sess.ID)
 	}
 	// An image pull shows its progress like `docker run` does.
-	engine.SetProgress(adapter, s.Progress)
+	engine.SetProgress(provider, s.Progress)
 	spec, err := s.spec(ctx, sess.ID, sess.RunID, sess.Project, sess.WorktreePath, sess.Image, engineName, co)
 	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	sb, err := adapter.Provision(ctx, spec)
+	sb, err := provider.Provision(ctx, spec)
 	if err == nil {
 		if sb.ContainerID != "" {
 			s.detail("%s engine: container %s started in %s (%s mode, image %s)", engineName, shortCommit(sb.ContainerID), took(start), sb.MountMode, sb.Image)
@@ -345,8 +345,8 @@ func (s *Service) branch(ctx context.Context, sess *store.Session, co *machines.
 // docker sandbox may have planted a core.fsmonitor or a hook in it that a
 // host step would then run on the host, and a bind-mode container (no
 // hardening) could write what a volume-mode one trusts.
-func (s *Service) checkJoin(run *store.Run, engineName string, adapter engine.Adapter) error {
-	want := engineName + "/" + engine.MountMode(adapter)
+func (s *Service) checkJoin(run *store.Run, engineName string, provider engine.Provider) error {
+	want := engineName + "/" + engine.MountMode(provider)
 	for _, e := range run.Engines {
 		if e != want {
 			return fail.Refusedf("run %s was written by a %s session; a %s session may not share it (--run joins sessions of one engine and mount model: what one sandbox wrote, the other would run)",
@@ -423,14 +423,14 @@ func (s *Service) MissingPaths(ctx context.Context, sess *store.Session, paths [
 	if len(paths) == 0 {
 		return nil
 	}
-	adapter, err := engine.Open(sess.Engine, s.Cfg)
+	provider, err := engine.Open(sess.Engine, s.Cfg)
 	if err != nil {
 		return nil
 	}
-	defer engine.Close(adapter)
+	defer engine.Close(provider)
 	var missing []string
 	for _, p := range paths {
-		if present, known, _ := engine.PathPresent(ctx, adapter, sess.Sandbox(), p); known && !present {
+		if present, known, _ := engine.PathPresent(ctx, provider, sess.Sandbox(), p); known && !present {
 			missing = append(missing, p)
 		}
 	}

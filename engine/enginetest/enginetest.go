@@ -1,4 +1,4 @@
-// Package enginetest is the conformance suite every engine.Adapter must
+// Package enginetest is the conformance suite every engine.Provider must
 // pass: exit statuses, signals, separate output streams, environment,
 // workdir, timeouts with TERM→KILL, killing the whole process tree,
 // cancellation, binary and very large output with bounded memory, 126/127,
@@ -27,12 +27,12 @@ import (
 	"github.com/xmode/xmode/engine"
 )
 
-// Harness gives the suite a fresh adapter and a provisioned sandbox whose
+// Harness gives the suite a fresh provider and a provisioned sandbox whose
 // worktree is empty and writable. New is called once per subtest; it
 // should register its own cleanup (t.Cleanup), which must tolerate a
 // sandbox the suite already destroyed.
 type Harness struct {
-	New func(t *testing.T) (engine.Adapter, engine.Sandbox)
+	New func(t *testing.T) (engine.Provider, engine.Sandbox)
 }
 
 // Run runs the whole suite against h, one subtest per behaviour.
@@ -77,7 +77,7 @@ func Run(t *testing.T, h Harness) {
 }
 
 // defaultLimit is how long one Exec may take before the suite gives up on
-// it (a hung adapter fails the test instead of hanging it).
+// it (a hung provider fails the test instead of hanging it).
 const defaultLimit = 30 * time.Second
 
 // result is what one Exec gave back.
@@ -89,7 +89,7 @@ type result struct {
 	elapsed time.Duration
 }
 
-// syncBuffer is a bytes.Buffer safe for the adapter's copy goroutines.
+// syncBuffer is a bytes.Buffer safe for the provider's copy goroutines.
 type syncBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
@@ -109,7 +109,7 @@ func (b *syncBuffer) Bytes() []byte {
 
 // exec runs req with a watchdog. Stdout and Stderr are captured unless the
 // request brings its own writers.
-func exec(t *testing.T, ctx context.Context, a engine.Adapter, sb engine.Sandbox, req engine.ExecRequest, limit time.Duration) result {
+func exec(t *testing.T, ctx context.Context, a engine.Provider, sb engine.Sandbox, req engine.ExecRequest, limit time.Duration) result {
 	t.Helper()
 	var out, errb syncBuffer
 	if req.Stdout == nil {
@@ -139,7 +139,7 @@ func exec(t *testing.T, ctx context.Context, a engine.Adapter, sb engine.Sandbox
 }
 
 // sh runs `sh -c script` and requires Exec to succeed (no error).
-func sh(t *testing.T, a engine.Adapter, sb engine.Sandbox, script string, mod ...func(*engine.ExecRequest)) result {
+func sh(t *testing.T, a engine.Provider, sb engine.Sandbox, script string, mod ...func(*engine.ExecRequest)) result {
 	t.Helper()
 	req := engine.ExecRequest{Argv: []string{"sh", "-c", script}}
 	for _, m := range mod {
@@ -148,7 +148,7 @@ func sh(t *testing.T, a engine.Adapter, sb engine.Sandbox, script string, mod ..
 	return mustExec(t, context.Background(), a, sb, req)
 }
 
-func mustExec(t *testing.T, ctx context.Context, a engine.Adapter, sb engine.Sandbox, req engine.ExecRequest) result {
+func mustExec(t *testing.T, ctx context.Context, a engine.Provider, sb engine.Sandbox, req engine.ExecRequest) result {
 	t.Helper()
 	r := exec(t, ctx, a, sb, req, defaultLimit)
 	if r.err != nil {
@@ -213,7 +213,7 @@ func testName(t *testing.T, h Harness) {
 		t.Fatal("Name() is empty")
 	}
 	if sb.Engine != "" && sb.Engine != a.Name() {
-		t.Errorf("provisioned Sandbox.Engine = %q, but the adapter's Name() is %q", sb.Engine, a.Name())
+		t.Errorf("provisioned Sandbox.Engine = %q, but the provider's Name() is %q", sb.Engine, a.Name())
 	}
 }
 
@@ -436,7 +436,7 @@ git log --oneline main | wc -l`)
 
 // fileIn reports whether the step wrote name in the worktree (as the
 // sandbox sees it: a sync-mode worktree is a copy).
-func fileIn(a engine.Adapter, sb engine.Sandbox, name string) bool {
+func fileIn(a engine.Provider, sb engine.Sandbox, name string) bool {
 	var out bytes.Buffer
 	st, err := a.Exec(context.Background(), sb, engine.ExecRequest{Argv: []string{"test", "-s", name}, Stdout: &out})
 	return err == nil && st.ExitCode == 0
@@ -444,7 +444,7 @@ func fileIn(a engine.Adapter, sb engine.Sandbox, name string) bool {
 
 // wantGone waits (briefly) until the process whose pid is in bg.pid is gone
 // or a zombie. A zombie counts as gone: reaping orphans is PID 1's business.
-func wantGone(t *testing.T, a engine.Adapter, sb engine.Sandbox, what string) {
+func wantGone(t *testing.T, a engine.Provider, sb engine.Sandbox, what string) {
 	t.Helper()
 	const check = `pid=$(cat bg.pid) || exit 2
 case "$pid" in ''|*[!0-9]*) echo "bad pid file: $pid"; exit 2;; esac
@@ -640,7 +640,7 @@ func testBinaryOutput(t *testing.T, h Harness) {
 
 func testBinaryStdin(t *testing.T, h Harness) {
 	a, sb := h.New(t)
-	// 1 MiB, more than any pipe buffer, so an adapter that feeds all of
+	// 1 MiB, more than any pipe buffer, so a provider that feeds all of
 	// stdin before reading stdout deadlocks here.
 	in := bytes.Repeat(allBytes(), 4096)
 	r := mustExec(t, context.Background(), a, sb, engine.ExecRequest{Argv: []string{"cat"}, Stdin: bytes.NewReader(in)})

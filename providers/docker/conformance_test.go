@@ -14,7 +14,7 @@ import (
 func TestConformanceVolume(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, MountVolume, nil)
-	enginetest.Run(t, enginetest.Harness{New: func(t *testing.T) (engine.Adapter, engine.Sandbox) {
+	enginetest.Run(t, enginetest.Harness{New: func(t *testing.T) (engine.Provider, engine.Sandbox) {
 		spec := e.spec(newRun())
 		if err := os.Chown(spec.Worktree, 1000, 1000); err != nil {
 			t.Fatal(err)
@@ -26,7 +26,7 @@ func TestConformanceVolume(t *testing.T) {
 func TestConformanceBind(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, MountBind, nil)
-	enginetest.Run(t, enginetest.Harness{New: func(t *testing.T) (engine.Adapter, engine.Sandbox) {
+	enginetest.Run(t, enginetest.Harness{New: func(t *testing.T) (engine.Provider, engine.Sandbox) {
 		return e.p, provisionFor(t, e, e.spec(newRun()))
 	}})
 }

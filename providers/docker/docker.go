@@ -1,4 +1,4 @@
-// Package docker is the design's DockerEngine: the engine adapter that runs a
+// Package docker is the design's DockerEngine: the engine provider that runs a
 // cloud_worker session in its own container on a Docker daemon, through the
 // Docker SDK (github.com/docker/docker/client) with API-version negotiation,
 // so Engine 20.10 (API 1.41) and newer daemons both work, on a unix socket
@@ -47,7 +47,7 @@ const (
 )
 
 func init() {
-	engine.Register(Name, func(cfg *config.Config) (engine.Adapter, error) {
+	engine.Register(Name, func(cfg *config.Config) (engine.Provider, error) {
 		p, err := New(cfg)
 		if err != nil {
 			return nil, err
@@ -56,7 +56,7 @@ func init() {
 	})
 }
 
-// Provider is the docker engine adapter. Its exported fields may be set
+// Provider is the docker engine provider. Its exported fields may be set
 // after New and before the first call; a Provider is safe for concurrent use.
 type Provider struct {
 	cfg   *config.Config
@@ -114,13 +114,13 @@ func New(cfg *config.Config) (*Provider, error) {
 }
 
 // SetProgress sets Progress (engine.ProgressSink: callers holding an
-// engine.Adapter use engine.SetProgress). Call it before the first Provision.
+// engine.Provider use engine.SetProgress). Call it before the first Provision.
 func (p *Provider) SetProgress(w io.Writer) { p.Progress = w }
 
 // SetWarnings sets Warnings, like SetProgress.
 func (p *Provider) SetWarnings(w io.Writer) { p.Warnings = w }
 
-// Name implements engine.Adapter.
+// Name implements engine.Provider.
 func (p *Provider) Name() string { return Name }
 
 // Host is the daemon endpoint the provider talks to.

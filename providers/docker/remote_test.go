@@ -30,7 +30,7 @@ import (
 func TestConformanceTLSSync(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, MountSync, nil)
-	enginetest.Run(t, enginetest.Harness{New: func(t *testing.T) (engine.Adapter, engine.Sandbox) {
+	enginetest.Run(t, enginetest.Harness{New: func(t *testing.T) (engine.Provider, engine.Sandbox) {
 		spec := e.spec(newRun())
 		if err := os.Chown(spec.Worktree, 1000, 1000); err != nil {
 			t.Fatal(err)

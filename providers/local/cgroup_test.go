@@ -33,7 +33,7 @@ func fallback() *Provider {
 
 // The fallback path passes the conformance suite too.
 func TestConformanceProcessGroup(t *testing.T) {
-	enginetest.Run(t, enginetest.Harness{New: func(t *testing.T) (engine.Adapter, engine.Sandbox) {
+	enginetest.Run(t, enginetest.Harness{New: func(t *testing.T) (engine.Provider, engine.Sandbox) {
 		_, sb := newSandbox(t)
 		return fallback(), sb
 	}})

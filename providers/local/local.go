@@ -37,7 +37,7 @@ const drainTimeout = time.Second
 const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 func init() {
-	engine.Register(EngineName, func(cfg *config.Config) (engine.Adapter, error) {
+	engine.Register(EngineName, func(cfg *config.Config) (engine.Provider, error) {
 		p := New()
 		p.noCgroup = cfg != nil && !cfg.HostCgroup
 		return p, nil
@@ -60,7 +60,7 @@ type Provider struct {
 // New returns the host provider.
 func New() *Provider { return &Provider{} }
 
-var _ engine.Adapter = (*Provider)(nil)
+var _ engine.Provider = (*Provider)(nil)
 
 // Name returns "host".
 func (*Provider) Name() string { return EngineName }
@@ -94,7 +94,7 @@ func (*Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sandbo
 // reclaims it through fsguard.Guard.
 func (*Provider) Destroy(context.Context, engine.Sandbox) error { return nil }
 
-// Exec runs one step. See engine.Adapter for the error/status split.
+// Exec runs one step. See engine.Provider for the error/status split.
 func (p *Provider) Exec(ctx context.Context, sb engine.Sandbox, req engine.ExecRequest) (engine.Status, error) {
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return engine.Status{}, errors.New("host engine: empty command")

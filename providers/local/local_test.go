@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 	}
 }
 
-func newSandbox(t *testing.T) (engine.Adapter, engine.Sandbox) {
+func newSandbox(t *testing.T) (engine.Provider, engine.Sandbox) {
 	t.Helper()
 	p := New()
 	sb, err := p.Provision(context.Background(), engine.Spec{
