@@ -1,4 +1,4 @@
-// Package agents runs coding agents bound to a sandbox (contract §7): the
+// Package agents runs coding agents bound to a sandbox (docs/agents.md): the
 // codex and claude CLIs, and the command agent of
 // XMODE_AGENT_COMMAND_TEMPLATE, each as one step through the engine seam
 // (sandbox.Service.Exec), working in the session's worktree as the engine
@@ -225,7 +225,7 @@ func (r *Runner) warnHostPaths(ctx context.Context, sess *store.Session, worktre
 
 // codexLogin runs `codex login status` as a step of its own: without an
 // account or a key, `codex exec` waits for the network for ever, where the
-// login check answers at once (facts.md).
+// login check answers at once (docs/agents.md, "Failing clearly and fast").
 func (r *Runner) codexLogin(ctx context.Context, req Request, secretEnv []string) (*evidence.Result, error) {
 	bin := r.Svc.Cfg.CodexBin
 	res, err := r.Svc.Exec(ctx, req.Session, sandbox.ExecOptions{

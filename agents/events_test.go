@@ -81,7 +81,8 @@ func TestClaudeEvents(t *testing.T) {
 }
 
 func TestClaudeNotLoggedIn(t *testing.T) {
-	// Real output of claude 2.1.197 not logged in (facts.md).
+	// Real output of claude 2.1.197 not logged in (docs/agents.md, "Failing
+	// clearly and fast").
 	b, err := os.ReadFile("testdata/claude-not-logged-in.jsonl")
 	if err != nil {
 		t.Fatal(err)

@@ -21,7 +21,7 @@ import (
 	"github.com/xmode/xmode/store"
 )
 
-// Package file names (contract §8).
+// Package file names (docs/reference.md, "Storage layout").
 const (
 	PatchFile    = "change.patch"
 	ManifestFile = "manifest.json"

@@ -287,7 +287,8 @@ func TestEvidence(t *testing.T) {
 	if err != nil || res.ExitCode != 3 {
 		t.Fatal(err, res)
 	}
-	// an agent step's result.json carries an "agent" object (contract §7)
+	// an agent step's result.json carries an "agent" object
+	// (docs/reference.md, "Step result")
 	rj := filepath.Join(res.Dir, "result.json")
 	b, _ := os.ReadFile(rj)
 	os.WriteFile(rj, []byte(strings.Replace(string(b), "{", `{"agent":{"kind":"codex","final_message":"done"},`, 1)), 0o644)

@@ -1,8 +1,8 @@
-// Package changes turns what a sandbox did into change requests (contract
-// §8): a snapshot of the session's worktree against its base commit — the
-// agent's commits, uncommitted and untracked files, with the repository's
-// ignore rules — frozen into an immutable, verifiable package under
-// runs/<run>/change_requests/<n>/, reviewed, and exported as a branch.
+// Package changes turns what a sandbox did into change requests
+// (docs/change-requests.md): a snapshot of the session's worktree against its
+// base commit — the agent's commits, uncommitted and untracked files, with the
+// repository's ignore rules — frozen into an immutable, verifiable package
+// under runs/<run>/change_requests/<n>/, reviewed, and exported as a branch.
 //
 // Nothing here trusts the sandbox: the worktree and its .git are read as
 // data (no git program runs on them, no link is followed, every object read

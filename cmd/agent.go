@@ -201,7 +201,7 @@ fails stops the plan (--keep-going runs the rest anyway); steps with
 allow_failure: true never stop it. The steps' output streams to stderr; a
 table of the steps (step, status, exit, duration) goes to stdout.
 
-A plan (contract §7):
+A plan (docs/agents.md, "Plans"):
 
   steps:
     - name: implement

@@ -276,9 +276,8 @@ func stepRow(ctx context.Context, st *store.Store, want store.StepRow) (store.St
 	return want, fail.NotFoundf("step %d of run %s is gone from the store", want.Seq, want.RunID)
 }
 
-// stepView is a step as --json shows it (logs, show): contract §3's step
-// shape, plus its state; exit_code, finished_at and duration_ms are null
-// while it runs.
+// stepView is a step as --json shows it (logs, show): docs/reference.md,
+// "Step"; exit_code, finished_at and duration_ms are null while it runs.
 type stepView struct {
 	SessionID          string     `json:"session_id"`
 	Seq                int        `json:"seq"`

@@ -14,9 +14,9 @@ func (a *App) newConfig() *cobra.Command {
 	return &cobra.Command{
 		Use:   "config",
 		Short: "Print the effective configuration, each value with its source",
-		Long: `Print every setting of contract §6 with its effective value and where it came
-from: a flag, its XMODE_* variable, the CODEX_DOCKER_* fallback, or the default.
-A bad value exits 2 and names the variable.` + exitStatusHelp,
+		Long: `Print every setting of docs/configuration.md with its effective value and
+where it came from: a flag, its XMODE_* variable, the CODEX_DOCKER_* fallback,
+or the default. A bad value exits 2 and names the variable.` + exitStatusHelp,
 		Example: `  xmode config
   XMODE_SANDBOX_ENGINE=docker xmode config --json | jq '.[] | select(.source != "default")'`,
 		Args: exactArgs(0, "no arguments"),

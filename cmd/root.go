@@ -1,6 +1,6 @@
 // Package cmd wires xmode's commands: cobra flags in, options structs to the
 // packages that do the work, and the one place that turns errors into exit
-// codes (contract §4).
+// codes (docs/reference.md, "Exit codes").
 package cmd
 
 import (

@@ -397,7 +397,8 @@ func (a *App) newShow() *cobra.Command {
 		Use:   "show SESSION",
 		Short: "Show one session and its steps",
 		Long: `Show a session: who, what, where, how long it has, and the steps of its run.
-With --json, the session object (contract §3) with its steps under "steps".` + exitStatusHelp,
+With --json, the session (docs/reference.md, "Session with steps") with its
+steps under "steps".` + exitStatusHelp,
 		Example: `  xmode sandbox show sbx_7k2m9q4x
   xmode sandbox show 7k2m --json | jq '.steps[] | {seq, name, exit_code}'`,
 		Args:              exactArgs(1, "one session"),

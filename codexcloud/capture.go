@@ -17,9 +17,9 @@ type DiffCapturer interface {
 }
 
 // ChangeRequests is the DiffCapturer xmode uses: a finished task's diff
-// becomes a change request (contract §8) of its session, the patch applied
-// to base_commit in the run's own object store and the tree recorded, so it
-// is reviewed, verified and exported like any other.
+// becomes a change request (docs/change-requests.md) of its session, the patch
+// applied to base_commit in the run's own object store and the tree recorded,
+// so it is reviewed, verified and exported like any other.
 type ChangeRequests struct{ Changes *changes.Service }
 
 // Capture makes the change request, once: a session has one task, so a CR

@@ -1,8 +1,9 @@
-// Package codexcloud is the Codex cloud loop (contract §9, the design's
-// CodexCloud::Client and CodexCloud::Poller): a cloud_subscription session's
-// work is submitted to the Codex cloud as a task, and a poller follows the
-// task, streams its transcript into the session's thread and, once it ends,
-// marks the session ready (the task's diff captured for review) or failed.
+// Package codexcloud is the Codex cloud loop (docs/codex-cloud.md; the
+// design's CodexCloud::Client and CodexCloud::Poller, docs/design.md): a
+// cloud_subscription session's work is submitted to the Codex cloud as a task,
+// and a poller follows the task, streams its transcript into the session's
+// thread and, once it ends, marks the session ready (the task's diff captured
+// for review) or failed.
 //
 // The Client is a thin wrapper over the codex binary; the Poller depends on
 // its Result contract only, so a deploy host corrects how the status is asked

@@ -11,8 +11,8 @@ import (
 // State is a task's state in the Result contract.
 type State string
 
-// The states of contract §9. pending and running are the task's; ready and
-// failed are terminal.
+// The states of docs/codex-cloud.md, "States". pending and running are the
+// task's; ready and failed are terminal.
 const (
 	Pending State = "pending"
 	Running State = "running"
@@ -32,7 +32,7 @@ func (s State) valid() bool {
 }
 
 // Result is what the client learns about a task, whatever the CLI version
-// (contract §9): the poller depends on this shape only.
+// (docs/codex-cloud.md): the poller depends on this shape only.
 type Result struct {
 	State State  `json:"state"`
 	Title string `json:"title"`

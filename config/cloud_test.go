@@ -8,8 +8,8 @@ import (
 	"github.com/xmode/xmode/fail"
 )
 
-// The Codex cloud loop's variables: defaults from contract §6, and bad values
-// refused naming the variable.
+// The Codex cloud loop's variables: defaults from docs/configuration.md, and
+// bad values refused naming the variable.
 func TestCloudSettings(t *testing.T) {
 	c, err := Load(envOf(map[string]string{"HOME": "/h"}), nil)
 	if err != nil {

@@ -1,7 +1,8 @@
-// Package config is xmode's one configuration loader: contract §6. Every
-// value comes from a flag, else its XMODE_* variable, else the CODEX_DOCKER_*
-// fallback, else the default, and remembers which one it came from so that
-// `xmode config` can say so. A bad value is a usage error naming its source.
+// Package config is xmode's one configuration loader: docs/configuration.md.
+// Every value comes from a flag, else its XMODE_* variable, else the
+// CODEX_DOCKER_* fallback, else the default, and remembers which one it came
+// from so that `xmode config` can say so. A bad value is a usage error naming
+// its source.
 package config
 
 import (
@@ -17,7 +18,7 @@ import (
 	"github.com/xmode/xmode/fail"
 )
 
-// Runner modes (contract §5).
+// Runner modes (docs/reference.md, "Runner modes and engines").
 const (
 	ModeLocalWorktree     = "local_worktree"
 	ModeCloudWorker       = "cloud_worker"
@@ -65,7 +66,7 @@ type Config struct {
 	CloudPollInterval  time.Duration
 	CloudStaleAfter    time.Duration
 
-	// Agents (contract §7).
+	// Agents (docs/agents.md).
 	AgentCommandTemplate []string // XMODE_AGENT_COMMAND_TEMPLATE split into argv elements; nil when unset
 	AgentEnv             []string // variable names passed to agent steps
 	CodexBin, ClaudeBin  string
@@ -374,7 +375,7 @@ var settings = []setting{
 		c.CRMaxBytes = n
 		return nil
 	}},
-	// Agents (contract §7): the command agent's argv template, the host
+	// Agents (docs/agents.md): the command agent's argv template, the host
 	// variables agent steps get by name, and the agent CLIs.
 	{name: "XMODE_AGENT_COMMAND_TEMPLATE", def: lit(""), apply: func(c *Config, v string) error {
 		if strings.TrimSpace(v) == "" {
@@ -422,7 +423,7 @@ var settings = []setting{
 		c.CloudStatusCommand = v
 		return nil
 	}},
-	// The Codex cloud loop (contract §9); XMODE_CODEX_BIN is above.
+	// The Codex cloud loop (docs/codex-cloud.md); XMODE_CODEX_BIN is above.
 	{name: "XMODE_CLOUD_POLL_INTERVAL", def: lit("15s"), apply: func(c *Config, v string) error {
 		d, err := ParseDuration(v)
 		c.CloudPollInterval = d
@@ -576,10 +577,11 @@ func resolveExisting(p string) string {
 	}
 }
 
-// defaultTmpfs is contract §6's /tmp of 1g, or half the memory limit when
-// that is 2g or less: the tmpfs must stay below the limit it counts against.
-// It is exec (docker mounts a tmpfs noexec otherwise): builds run what they
-// compile under /tmp (go test, cargo, node-gyp); nosuid and nodev stay.
+// defaultTmpfs is docs/configuration.md's /tmp of 1g, or half the memory limit
+// when that is 2g or less: the tmpfs must stay below the limit it counts
+// against. It is exec (docker mounts a tmpfs noexec otherwise): builds run
+// what they compile under /tmp (go test, cargo, node-gyp); nosuid and nodev
+// stay.
 func defaultTmpfs(c *Config, _ Env) string {
 	size := "1g"
 	if c.Memory <= 2<<30 {

@@ -19,7 +19,7 @@ const (
 )
 
 // Object is one thing an engine created for an install, found by its labels
-// (contract §5).
+// (docs/reference.md, "Docker objects and labels").
 type Object struct {
 	Kind      string // KindContainer or KindVolume
 	ID        string // container ID; volume name

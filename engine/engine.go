@@ -22,7 +22,7 @@ type Spec struct {
 	Project   string
 	Worktree  string // <root>/runs/<run>/worktree, already guarded
 	Image     string
-	Labels    map[string]string // contract §5 labels for everything the engine creates
+	Labels    map[string]string // for everything the engine creates: docs/reference.md, "Docker objects and labels"
 
 	// Project machines (docs/project-machines.md); empty for a clone per run.
 	// MachineGitDir is the machine's .git directory: the worktree's .git file

@@ -29,7 +29,8 @@ func Register(name string, f Factory) {
 // their work (`xmode cloud submit`), so it has no provider and Open refuses it.
 const Cloud = "cloud"
 
-// Choose is contract §5's table: which engine runs a runner mode.
+// Choose is the table of docs/reference.md, "Runner modes and engines":
+// which engine runs a runner mode.
 func Choose(runnerMode, configuredEngine string) (string, error) {
 	switch runnerMode {
 	case config.ModeLocalWorktree:

@@ -29,7 +29,8 @@ import (
 // DefaultMaxLogBytes caps each of a step's two logs (XMODE_EVIDENCE_MAX_BYTES).
 const DefaultMaxLogBytes = 256 << 20
 
-// Result is contract §3's step shape, also written as result.json.
+// Result is a step's outcome as --json prints it and result.json keeps it
+// (docs/reference.md, "Step result").
 type Result struct {
 	SessionID string   `json:"session_id"`
 	Seq       int      `json:"seq"`
@@ -57,7 +58,8 @@ type Result struct {
 	// (`xmode sandbox stop --force` from another terminal); absent when
 	// nothing did.
 	StoppedBy string `json:"stopped_by,omitempty"`
-	// Agent summarises an agent step's event stream (contract §7).
+	// Agent summarises an agent step's event stream (docs/agents.md,
+	// "Evidence of an agent step").
 	Agent *Agent `json:"agent,omitempty"`
 	// Why is xmode's own line on a failure it recognised (an agent not
 	// signed in, its CLI missing), for the caller to show; result.json

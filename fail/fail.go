@@ -1,6 +1,6 @@
 // Package fail carries the kind of an error up to the one place that turns it
-// into an exit code (contract §4). Packages wrap causes with fmt.Errorf as
-// usual; only the outermost classification matters.
+// into an exit code (docs/reference.md, "Exit codes"). Packages wrap causes
+// with fmt.Errorf as usual; only the outermost classification matters.
 package fail
 
 import (
@@ -73,7 +73,7 @@ func KindOf(err error) Kind {
 	return Failed
 }
 
-// ExitCode maps an error to the contract's exit code.
+// ExitCode maps an error to its exit code (docs/reference.md, "Exit codes").
 func ExitCode(err error) int {
 	if err == nil {
 		return 0

@@ -1,8 +1,8 @@
-// Package loop is the governed loop in one command (`xmode run`, contract
-// §7): objective → plan → sandbox → evidence → change request, recorded as
-// a run. It only strings the other packages together: sandbox creates and
-// stops the session, plans runs the steps (agents among them), and a
-// ChangeRequester freezes what the sandbox ended with.
+// Package loop is the governed loop in one command (`xmode run`,
+// docs/agents.md, "The loop"): objective → plan → sandbox → evidence → change
+// request, recorded as a run. It only strings the other packages together:
+// sandbox creates and stops the session, plans runs the steps (agents among
+// them), and a ChangeRequester freezes what the sandbox ended with.
 package loop
 
 import (
@@ -22,8 +22,9 @@ import (
 )
 
 // ChangeRequester builds a change request from what a session's worktree
-// holds against its base commit (contract §8) and returns its ID. Issue
-// 12's changes package is the one xmode uses (cmd); tests bring their own.
+// holds against its base commit (docs/change-requests.md) and returns its ID.
+// Issue 12's changes package is the one xmode uses (cmd); tests bring their
+// own.
 type ChangeRequester interface {
 	Create(ctx context.Context, sess *store.Session, title, message string) (crID string, err error)
 }

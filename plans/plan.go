@@ -1,6 +1,6 @@
-// Package plans is the plan of contract §7 — a YAML list of named steps,
-// each an agent or a command — and the pipeline that runs a plan's steps in
-// order in one session, each as a step with its own evidence.
+// Package plans is the plan of docs/agents.md, "Plans" — a YAML list of named
+// steps, each an agent or a command — and the pipeline that runs a plan's
+// steps in order in one session, each as a step with its own evidence.
 package plans
 
 import (

@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// The plan of contract §7, as written there.
+// The example plan of `xmode pipeline run --help` (docs/agents.md, "Plans"),
+// with a string step and a map of variables added.
 const contractPlan = `steps:
   - name: implement
     agent: codex              # codex | claude | command

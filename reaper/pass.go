@@ -42,7 +42,7 @@ type PassOptions struct {
 	ReclaimUnknown bool
 }
 
-// Summary is what one pass did: contract §3's reap summary.
+// Summary is what one pass did: docs/reference.md, "Reap summary".
 //
 // Expired counts the expired open sessions this pass took on (a session with
 // a running step is not taken on; it is left for a later pass), Destroyed

@@ -300,8 +300,9 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 
 // spec is the engine.Spec of a session's sandbox — and of a pool entry made
 // ahead of time for one, which must be exactly what a create would make:
-// the contract's labels, and for a worktree of a project machine its .git
-// and (docker) the project's cache volume and environment.
+// xmode's labels (docs/reference.md, "Docker objects and labels"), and for
+// a worktree of a project machine its .git and (docker) the project's cache
+// volume and environment.
 func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree, image, engineName string, co *machines.Checkout) (engine.Spec, error) {
 	instance, err := s.Store.InstanceID(ctx)
 	if err != nil {
@@ -396,9 +397,9 @@ func (s *Service) MeasureWorktrees(sessions []*store.Session) {
 }
 
 // WorktreeInSandbox is the session's worktree as its steps see it
-// (contract §5): the path itself for host steps, /workspace in a bind-mode
-// container, <XMODE_SANDBOX_STORAGE_MOUNT>/runs/<run>/worktree in a
-// volume-mode one. Agents are pointed at it (codex -C, {worktree}).
+// (docs/docker.md, "Mount models"): the path itself for host steps, /workspace
+// in a bind-mode container, <XMODE_SANDBOX_STORAGE_MOUNT>/runs/<run>/worktree
+// in a volume-mode one. Agents are pointed at it (codex -C, {worktree}).
 func (s *Service) WorktreeInSandbox(sess *store.Session) (string, error) {
 	switch {
 	case sess.Engine != "docker":

@@ -10,8 +10,8 @@ import (
 	"github.com/xmode/xmode/fail"
 )
 
-// Change-request statuses (contract §8): open until reviewed, then the
-// latest decision.
+// Change-request statuses (docs/reference.md, "Change request status"): open
+// until reviewed, then the latest decision.
 const (
 	ChangeOpen     = "open"
 	ChangeApproved = "approved"

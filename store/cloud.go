@@ -10,11 +10,11 @@ import (
 	"github.com/xmode/xmode/fail"
 )
 
-// What the Codex cloud loop (contract §9, package codexcloud) keeps: one task
-// per submitted session, its transcript (the session's thread), and the
-// poller's leases. A lease is a claim in meta, key "cloud:<task_id>", taken
-// and released like the reaper's claims (see reap.go), so two pollers, or a
-// poller and a sweep, never work on one task at once, and a poller killed
+// What the Codex cloud loop (docs/codex-cloud.md, package codexcloud) keeps:
+// one task per submitted session, its transcript (the session's thread), and
+// the poller's leases. A lease is a claim in meta, key "cloud:<task_id>",
+// taken and released like the reaper's claims (see reap.go), so two pollers,
+// or a poller and a sweep, never work on one task at once, and a poller killed
 // with -9 leaves claims the next pass takes over.
 
 // Task states: what the cloud last said, plus abandoned (the session ended

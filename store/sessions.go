@@ -12,14 +12,15 @@ import (
 	"github.com/xmode/xmode/fail"
 )
 
-// Session statuses and end reasons (contract §3).
+// Session statuses and end reasons (docs/reference.md, "Session status",
+// "Session end reason").
 const (
 	StatusProvisioning = "provisioning"
 	StatusOpen         = "open"
 	StatusDestroyed    = "destroyed"
 	StatusFailed       = "failed"
 	// A cloud_subscription session whose work went to the Codex cloud
-	// (contract §9): submitted while the task runs, then ready (its diff
+	// (docs/codex-cloud.md): submitted while the task runs, then ready (its diff
 	// captured for review) or failed.
 	StatusSubmitted = "submitted"
 	StatusReady     = "ready"
@@ -39,7 +40,7 @@ const (
 // by: the cloud poller ends it (docs/codex-cloud.md).
 const activeStatuses = `'provisioning', 'open', 'submitted'`
 
-// Session is one sandbox; its JSON is contract §3's session shape.
+// Session is one sandbox; its JSON is docs/reference.md, "Session".
 type Session struct {
 	ID           string     `json:"id"`
 	RunID        string     `json:"run_id"`

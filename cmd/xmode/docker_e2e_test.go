@@ -19,7 +19,8 @@ import (
 
 // TestDockerEngineCLI drives the real xmode CLI, as processes, against the
 // real docker daemon: XMODE_SANDBOX_ENGINE=docker with cloud_worker
-// sessions in both mount models (contract §5), the runner-mode table, the
+// sessions in both mount models (docs/docker.md, "Mount models"), the
+// runner-mode table (docs/reference.md, "Runner modes and engines"), the
 // engine's failures (exit 5) and `xmode doctor`.
 func TestDockerEngineCLI(t *testing.T) {
 	t.Parallel()

@@ -22,7 +22,8 @@ import (
 // Helpers of the real-daemon CLI tests (docker_e2e_test.go, topology_test.go).
 // Names start with dk so they stay apart from the other tests' helpers.
 
-// dkSession is the part of contract §3's session JSON these tests check.
+// dkSession is the part of the session JSON (docs/reference.md, "Session")
+// these tests check.
 type dkSession struct {
 	ID           string `json:"id"`
 	RunID        string `json:"run_id"`

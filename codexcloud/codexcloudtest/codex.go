@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// What codex 0.171 prints, as observed (facts.md; docs/codex-cloud.md).
+// What codex 0.171 prints, as observed (docs/codex-cloud.md).
 const (
 	version       = "codex-cli 0.171.0"
 	notSignedIn   = "Not signed in. Please run 'codex login' to sign in with ChatGPT, then re-run 'codex cloud'."

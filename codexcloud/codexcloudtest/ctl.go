@@ -22,7 +22,7 @@ import (
 //	fakecodex last                    print the newest task's ID
 //	fakecodex show TASK               print a task as JSON
 //	fakecodex calls OP                print how many OP calls were made
-//	fakecodex result TASK             print the task as contract §9's JSON
+//	fakecodex result TASK             print the task as the JSON
 //	                                  Result (a status command a deploy host
 //	                                  could configure); exits 1 unless ready
 func Ctl() int {
@@ -183,8 +183,8 @@ func ctl(args []string) error {
 	return fmt.Errorf("unknown command %q", args[0])
 }
 
-// result prints a task as the contract's JSON Result, like a status command
-// a deploy host could write around a newer CLI.
+// result prints a task as the JSON Result (docs/codex-cloud.md), like a status
+// command a deploy host could write around a newer CLI.
 func result(st state, args []string) error {
 	if len(args) != 1 {
 		return fmt.Errorf("usage: fakecodex result TASK")

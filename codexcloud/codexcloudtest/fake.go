@@ -2,7 +2,7 @@
 // for tests and benchmarks: the Codex cloud backend cannot be reached from
 // here. Main reproduces what codex 0.171 prints and how it exits for `cloud
 // exec`, `cloud status`, `cloud list --json` and `cloud diff`
-// (docs/codex-cloud.md, and the design's facts.md), driven by a state
+// (docs/codex-cloud.md), driven by a state
 // directory ($FAKE_CODEX_DIR) that a test changes to move tasks along: Fake
 // from Go, Ctl (the `fakecodex` command) from testscript.
 package codexcloudtest

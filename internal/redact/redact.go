@@ -20,7 +20,7 @@ const Mask = "***"
 const MinLen = 4
 
 // SecretName reports whether a variable's name says its value is a secret
-// (contract §7): it ends in _KEY, _TOKEN, _SECRET or PASSWORD.
+// (docs/agents.md, "Secrets"): it ends in _KEY, _TOKEN, _SECRET or PASSWORD.
 func SecretName(name string) bool {
 	n := strings.ToUpper(name)
 	for _, s := range []string{"_KEY", "_TOKEN", "_SECRET", "PASSWORD"} {

@@ -18,7 +18,8 @@ import (
 	"github.com/xmode/xmode/fail"
 )
 
-// Labels xmode puts on everything it creates (contract §5). The caller fills
+// Labels xmode puts on everything it creates (docs/reference.md, "Docker
+// objects and labels"). The caller fills
 // them in engine.Spec.Labels; the provider adds nothing of its own.
 const (
 	LabelManaged  = "xmode.managed"

@@ -17,8 +17,9 @@ import (
 	"github.com/xmode/xmode/providers/docker/dockertest"
 )
 
-// Every flag of a volume-mode sandbox reached the daemon (contract §5, CIS
-// Docker Benchmark section 5; docs/docker.md maps each item to these checks).
+// Every flag of a volume-mode sandbox reached the daemon (docs/docker.md,
+// "Hardening"; CIS Docker Benchmark section 5; docs/docker.md maps each item
+// to these checks).
 func TestVolumeModeFlagsReachDaemon(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, MountVolume, map[string]string{

@@ -80,10 +80,11 @@ const (
 // coreutils and busybox alike.
 var KeepAlive = []string{"sleep", "2147483647"}
 
-// ContainerName is the name of a session's container (contract §5).
+// ContainerName is the name of a session's container (docs/reference.md,
+// "Docker objects and labels").
 func ContainerName(sessionID string) string { return "xmode-" + sessionID }
 
-// Provision creates and starts the session's container (contract §5): named
+// Provision creates and starts the session's container (docs/docker.md): named
 // xmode-<session>, labelled with spec.Labels, an init process and a
 // keep-alive command, the worktree mounted (or, in sync mode, copied) per
 // the mount model, and outside bind mode every limit and hardening flag.
@@ -95,7 +96,7 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 	}
 	if spec.Labels[LabelManaged] != "true" || spec.Labels[LabelSession] != spec.SessionID {
 		// Exec and Destroy only touch containers that carry these.
-		return engine.Sandbox{}, fmt.Errorf("provision %s: spec.Labels must carry %s=true and %s=%s (contract §5)", spec.SessionID, LabelManaged, LabelSession, spec.SessionID)
+		return engine.Sandbox{}, fmt.Errorf("provision %s: spec.Labels must carry %s=true and %s=%s (docs/reference.md, \"Docker objects and labels\")", spec.SessionID, LabelManaged, LabelSession, spec.SessionID)
 	}
 	if err := p.guard.Within(spec.Worktree); err != nil {
 		return engine.Sandbox{}, err

@@ -1,4 +1,4 @@
--- Change requests (contract §8): one row per package under
+-- Change requests (docs/change-requests.md): one row per package under
 -- runs/<run>/change_requests/<number>/. The package files are immutable;
 -- manifest_sha256 pins manifest.json (which pins the other files), so a
 -- package rewritten on disk is found by `cr verify`. status is the latest

@@ -1,11 +1,11 @@
--- The Codex cloud loop (contract §9). A cloud_subscription session moves
--- open -> submitted -> ready | failed, so the status and end-reason CHECKs
--- of sessions widen. SQLite cannot alter a CHECK: the table is rebuilt
+-- The Codex cloud loop (docs/codex-cloud.md). A cloud_subscription session
+-- moves open -> submitted -> ready | failed, so the status and end-reason
+-- CHECKs of sessions widen. SQLite cannot alter a CHECK: the table is rebuilt
 -- (xmode applies migrations with foreign_keys off and checks them before
 -- committing). Every column, row and index of sessions is kept; the rebuild
--- lists the columns of migrations 0001-0006, so a migration that adds a
--- column to sessions before this one must add it here too
--- (store/migrate_test.go fails if a column is lost).
+-- lists the columns of migrations 0001-0006, so a migration that adds a column
+-- to sessions before this one must add it here too (store/migrate_test.go
+-- fails if a column is lost).
 CREATE TABLE sessions_new (
     id            TEXT PRIMARY KEY,
     run_id        TEXT NOT NULL REFERENCES runs(id),

@@ -303,7 +303,8 @@ func Strays() []string {
 	return out
 }
 
-// Labels are contract §5's labels for a test session, plus xmode.test=true.
+// Labels are xmode's labels (docs/reference.md, "Docker objects and
+// labels") for a test session, plus xmode.test=true.
 func Labels(instance, session, run string) map[string]string {
 	return map[string]string{
 		"xmode.managed":  "true",
