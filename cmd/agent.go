@@ -46,9 +46,8 @@ type agentRunOptions struct {
 func (a *App) newAgentRun() *cobra.Command {
 	var o agentRunOptions
 	cmd := &cobra.Command{
-		Use:         "run SESSION --agent codex|claude|command (--prompt TEXT | --prompt-file FILE | -)",
-		Annotations: map[string]string{"status": "step"},
-		Short:       "Run an agent in a session's worktree as one step",
+		Use:   "run SESSION --agent codex|claude|command (--prompt TEXT | --prompt-file FILE | -)",
+		Short: "Run an agent in a session's worktree as one step",
 		Long: `Run a coding agent as one step of the session, in its worktree as the engine
 sees it: codex exec -C DIR --json; claude -p --output-format stream-json
 --verbose, started in DIR; or the command of XMODE_AGENT_COMMAND_TEMPLATE,
@@ -106,7 +105,7 @@ would otherwise wait for ever.` + stepExitHelp,
 	f.StringVar(&o.model, "model", "", "model (codex -m, claude --model)")
 	f.DurationVar(&o.timeout, "timeout", agents.DefaultTimeout, "end the agent's whole process tree after this long")
 	f.StringArrayVar(&o.envPass, "env-pass", nil, "pass this host variable to the agent by name, its value masked everywhere (repeatable)")
-	return cmd
+	return a.setTraits(cmd, traits{exit: exitStep})
 }
 
 func (a *App) agents(svc *sandbox.Service) *agents.Runner {
@@ -189,8 +188,7 @@ func (a *App) newPipelineRun() *cobra.Command {
 	var file string
 	var o plans.Options
 	cmd := &cobra.Command{
-		Use:         "run SESSION [-f FILE] [--from STEP] [--keep-going]",
-		Annotations: map[string]string{"status": "step"},
+		Use: "run SESSION [-f FILE] [--from STEP] [--keep-going]",
 		Example: `  xmode pipeline run $id                       # the worktree's xmode.yaml
   xmode pipeline run $id -f plan.yaml --from test --keep-going`,
 		Short: "Run a plan's steps in order, each as a named step",
@@ -274,7 +272,7 @@ An error in the plan names its line and field (exit 2).` + stepExitHelp,
 	f.StringVar(&o.From, "from", "", "start at this step (the ones before it are skipped)")
 	f.BoolVar(&o.KeepGoing, "keep-going", false, "run every step even after a required one failed")
 	f.StringArrayVar(&o.EnvPass, "env-pass", nil, "pass this host variable to agent steps by name (repeatable)")
-	return cmd
+	return a.setTraits(cmd, traits{exit: exitStep})
 }
 
 func (a *App) outcomeTable(steps []plans.Outcome) {

@@ -59,7 +59,6 @@ nothing a step planted there (a symlink, a FIFO) is followed.` + exitStatusHelp,
 			return nil
 		},
 		ValidArgsFunction: a.completeSteps,
-		Annotations:       map[string]string{"interrupted": "stopped following"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if stderr && all {
 				return fail.Usagef("--stderr and --all do not go together: --all prints both logs")
@@ -117,7 +116,7 @@ nothing a step planted there (a symlink, a FIFO) is followed.` + exitStatusHelp,
 	f.BoolVarP(&follow, "follow", "f", false, "stream a running step's output until it ends")
 	f.BoolVar(&stderr, "stderr", false, "print the step's stderr log instead of its stdout log")
 	f.BoolVar(&all, "all", false, "print both logs: stdout's on stdout, stderr's on stderr")
-	return cmd
+	return a.setTraits(cmd, traits{interrupted: "stopped following"})
 }
 
 // sessionSteps are the steps the session ran (a shared run has others').

@@ -43,7 +43,6 @@ Prints the project.` + exitStatusHelp,
   xmode machine warm prom          # fetch`,
 		Args:              exactArgs(1, "one project"),
 		ValidArgsFunction: a.completeProjects,
-		Annotations:       map[string]string{"interrupted": "a first warm leaves nothing behind; a fetch leaves the machine as it was"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			svc, err := a.service(cmd.Context(), nil)
 			if err != nil {
@@ -85,7 +84,7 @@ Prints the project.` + exitStatusHelp,
 	cmd.Flags().StringVar(&repo, "repo", "", "repository: URL, file:// URL or local path (required the first time)")
 	cmd.Flags().StringVar(&ref, "ref", "", "default branch, tag or commit of the machine (default: the remote's HEAD)")
 	poolFlag(cmd, &pool)
-	return cmd
+	return a.setTraits(cmd, traits{interrupted: "a first warm leaves nothing behind; a fetch leaves the machine as it was"})
 }
 
 func (a *App) newMachineList() *cobra.Command {

@@ -59,9 +59,8 @@ func runStatus(ctx context.Context, svc *sandbox.Service, r *store.LoopRun) stri
 func (a *App) newRunCmd() *cobra.Command {
 	var o loop.Options
 	cmd := &cobra.Command{
-		Use:         "run --objective TEXT (--repo URL|PATH | --project P) [--ref REF] [--agent KIND] [-f PLAN] [--keep]",
-		Annotations: map[string]string{"status": "step"},
-		Short:       "The governed loop in one command: objective → plan → sandbox → evidence → change request",
+		Use:   "run --objective TEXT (--repo URL|PATH | --project P) [--ref REF] [--agent KIND] [-f PLAN] [--keep]",
+		Short: "The governed loop in one command: objective → plan → sandbox → evidence → change request",
 		Long: `Create a session, run the plan in it, build a change request from what the
 sandbox ended with (whatever the checks said: the evidence shows it), and
 stop the session unless --keep. The plan is -f PLAN; else the repository's
@@ -141,8 +140,7 @@ EXIT STATUS
 			// The run's exit status is decided by the loop (a failing
 			// step's, or its own failure's); its error is only said.
 			if err != nil && res.ExitCode != 0 {
-				a.printError(err, res.ExitCode)
-				return exitStatus(res.ExitCode)
+				return &statusError{err: err, code: res.ExitCode}
 			}
 			if err != nil {
 				return err
@@ -161,7 +159,7 @@ EXIT STATUS
 	f.BoolVar(&o.Keep, "keep", false, "leave the session open when the run ends")
 	f.StringArrayVar(&o.EnvPass, "env-pass", nil, "pass this host variable to agent steps by name (repeatable)")
 	cmd.AddCommand(a.newRunList(), a.newRunShow())
-	return cmd
+	return a.setTraits(cmd, traits{exit: exitStep})
 }
 
 func orDash(s string) string {

@@ -40,8 +40,7 @@ cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=c
   id=$(xmode sandbox create --repo . -q)
   XMODE_SANDBOX_ENGINE=docker xmode sandbox create --repo . --runner-mode cloud_worker --image golang:1.26
   XMODE_PROJECT_MACHINES=1 xmode sandbox create --project prom --ref v3.0.0`,
-		Annotations: map[string]string{"interrupted": "the sandbox was not created; what it had begun was cleaned up (`xmode sandbox list --all` shows the session as failed if it was recorded)"},
-		Args:        exactArgs(0, "no arguments"),
+		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.NetworkSet = cmd.Flags().Changed("network")
 			svc, err := a.service(cmd.Context(), createOverrides(cmd))
@@ -77,7 +76,7 @@ cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=c
 	}
 	addCreateFlags(cmd, &o)
 	cmd.Flags().StringVar(&o.RunID, "run", "", "share this run's worktree instead of cloning")
-	return cmd
+	return a.setTraits(cmd, traits{interrupted: "the sandbox was not created; what it had begun was cleaned up (`xmode sandbox list --all` shows the session as failed if it was recorded)"})
 }
 
 // addCreateFlags adds the flags that say what session to create (sandbox
@@ -186,7 +185,6 @@ EXIT STATUS
   xmode sandbox exec 7k2m --env GOFLAGS=-mod=mod --env HOME -- go build ./...
   xmode sandbox exec 7k2m -it -- python3
   xmode sandbox exec 7k2m --json -- make lint | jq .exit_code`,
-		Annotations: map[string]string{"exit": "docker", "interrupted": "the step never started"},
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return fail.Usagef("give a session and a command: xmode sandbox exec SESSION -- CMD [ARG...]")
@@ -242,7 +240,7 @@ EXIT STATUS
 	f.StringVar(&o.Workdir, "workdir", "", "directory relative to the worktree")
 	f.BoolVarP(&interactive, "interactive", "i", false, "pass standard input to the command")
 	f.BoolVarP(&tty, "tty", "t", false, "give the command a terminal (needs one here); its transcript is stdout.log")
-	return cmd
+	return a.setTraits(cmd, traits{exit: exitStepDocker, interrupted: "the step never started"})
 }
 
 func (a *App) newStop() *cobra.Command {

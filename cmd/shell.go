@@ -45,7 +45,6 @@ EXIT STATUS
 		Example: `  xmode sandbox shell sbx_7k2m9q4x
   xmode sandbox shell 7k2m -- python3          # any unique prefix of the ID
   xmode sandbox shell 7k2m --workdir src -- bash -l`,
-		Annotations: map[string]string{"interrupted": "the shell's step was ended", "status": "step"},
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return fail.Usagef("give a session: xmode sandbox shell SESSION [-- CMD [ARG...]]")
@@ -84,7 +83,7 @@ EXIT STATUS
 	f.StringVar(&o.Name, "name", "", `step name (default "shell")`)
 	f.StringVar(&o.Workdir, "workdir", "", "directory relative to the worktree")
 	f.StringArrayVarP(&o.Env, "env", "e", nil, "KEY=VALUE for the shell, or NAME to pass this machine's value (repeatable)")
-	return cmd
+	return a.setTraits(cmd, traits{exit: exitStep, interrupted: "the shell's step was ended"})
 }
 
 // defaultShell is the user's $SHELL on the host engine (a host step runs
