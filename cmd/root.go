@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/fatih/color"
-	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
@@ -412,9 +412,11 @@ func (a *App) paint(c color.Attribute, s string) string {
 	return color.New(c).Sprint(s)
 }
 
+// isTerminal reports whether w is a terminal (xmode's stdout or stderr,
+// through its pipeWriter, or a file).
 func isTerminal(w io.Writer) bool {
 	f, ok := osFile(w)
-	return ok && isatty.IsTerminal(f.Fd())
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // parent makes a command that only groups subcommands refuse an unknown one

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/fatih/color"
-	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
@@ -220,7 +220,7 @@ EXIT STATUS
 			}
 			if interactive {
 				o.Stdin = a.In
-				if f, ok := a.In.(*os.File); ok && isatty.IsTerminal(f.Fd()) && !a.quiet && !a.json {
+				if f, ok := a.In.(*os.File); ok && term.IsTerminal(int(f.Fd())) && !a.quiet && !a.json {
 					a.info("xmode: the command reads your input through a pipe, not a terminal (no prompt editing, no job control); add -t to give it one")
 				}
 			}
