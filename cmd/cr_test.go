@@ -47,6 +47,30 @@ func changedSession(t *testing.T, c *testCLI) (id, worktree, repo string) {
 	return id, s.WorktreePath, repo
 }
 
+// sandbox diff --stat lays a change out as git diff --stat does (not on a
+// terminal: 80 columns), renames, binary files and long names included;
+// checked against the real git on the same worktree.
+func TestDiffStatIsGits(t *testing.T) {
+	c := newTestCLI(t)
+	id, wt, _ := changedSession(t, c)
+	long := strings.Repeat("x", 90)
+	other := strings.TrimSpace(c.ok("sandbox", "create", "--repo", testRepo(t), "-q"))
+	c.ok("sandbox", "exec", other, "--", "sh", "-c", `
+		mkdir -p dir/sub && echo 1 > `+long+`.txt && echo 2 > dir/sub/`+long+` && echo 3 > dir/short`)
+	var s store.Session
+	if err := json.Unmarshal([]byte(c.ok("sandbox", "show", other, "--json")), &s); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ id, wt string }{{id, wt}, {other, s.WorktreePath}} {
+		got := c.ok("sandbox", "diff", tc.id, "--stat")
+		gittest.Git(t, tc.wt, "add", "-A")
+		want := gittest.Git(t, tc.wt, "diff", "--cached", "--stat", "HEAD") // trimmed: the first line's leading blank too
+		if got = strings.TrimSpace(got); got != want {
+			t.Errorf("sandbox diff --stat:\n%s\ngit diff --stat:\n%s", got, want)
+		}
+	}
+}
+
 // sandbox diff --json: the snapshot's identity, its stat, and empty lists
 // rather than null.
 func TestDiffJSON(t *testing.T) {
