@@ -37,8 +37,11 @@ func (a *App) newAgent() *cobra.Command {
 	return c
 }
 
+// agentRunOptions are `agent run`'s session and flags.
 type agentRunOptions struct {
+	session                         string
 	kind, prompt, promptFile, model string
+	stdin                           bool // - : the prompt is on standard input
 	timeout                         time.Duration
 	envPass                         []string
 }
@@ -46,9 +49,8 @@ type agentRunOptions struct {
 func (a *App) newAgentRun() *cobra.Command {
 	var o agentRunOptions
 	cmd := &cobra.Command{
-		Use:         "run SESSION --agent codex|claude|command (--prompt TEXT | --prompt-file FILE | -)",
-		Annotations: map[string]string{"status": "step"},
-		Short:       "Run an agent in a session's worktree as one step",
+		Use:   "run SESSION --agent codex|claude|command (--prompt TEXT | --prompt-file FILE | -)",
+		Short: "Run an agent in a session's worktree as one step",
 		Long: `Run a coding agent as one step of the session, in its worktree as the engine
 sees it: codex exec -C DIR --json; claude -p --output-format stream-json
 --verbose, started in DIR; or the command of XMODE_AGENT_COMMAND_TEMPLATE,
@@ -73,30 +75,8 @@ would otherwise wait for ever.` + stepExitHelp,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if o.kind == "" {
-				return fail.Usagef("--agent is required: codex, claude or command")
-			}
-			if err := agents.CheckKind(o.kind); err != nil {
-				return err
-			}
-			prompt, err := a.readPrompt(cmd.Context(), o.prompt, o.promptFile, len(args) == 2)
-			if err != nil {
-				return err
-			}
-			svc, err := a.service(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			sess, err := svc.Store.Resolve(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			req := agents.Request{Session: sess, Kind: o.kind, Prompt: prompt, Model: o.model, Timeout: o.timeout, EnvPass: o.envPass}
-			if !a.json {
-				req.LiveStdout, req.LiveStderr = a.Out, a.Err
-			}
-			res, err := a.agents(svc).Run(cmd.Context(), req)
-			return a.stepDone(svc.Cfg, res, err, o.timeout)
+			o.session, o.stdin = args[0], len(args) == 2
+			return a.runAgentRun(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()
@@ -106,7 +86,30 @@ would otherwise wait for ever.` + stepExitHelp,
 	f.StringVar(&o.model, "model", "", "model (codex -m, claude --model)")
 	f.DurationVar(&o.timeout, "timeout", agents.DefaultTimeout, "end the agent's whole process tree after this long")
 	f.StringArrayVar(&o.envPass, "env-pass", nil, "pass this host variable to the agent by name, its value masked everywhere (repeatable)")
-	return cmd
+	return a.setTraits(cmd, traits{exit: exitStep})
+}
+
+func (a *App) runAgentRun(ctx context.Context, o agentRunOptions) error {
+	if o.kind == "" {
+		return fail.Usagef("--agent is required: codex, claude or command")
+	}
+	if err := agents.CheckKind(o.kind); err != nil {
+		return err
+	}
+	prompt, err := a.readPrompt(ctx, o.prompt, o.promptFile, o.stdin)
+	if err != nil {
+		return err
+	}
+	svc, sess, err := a.session(ctx, o.session, anySession)
+	if err != nil {
+		return err
+	}
+	req := agents.Request{Session: sess, Kind: o.kind, Prompt: prompt, Model: o.model, Timeout: o.timeout, EnvPass: o.envPass}
+	if !a.json {
+		req.LiveStdout, req.LiveStderr = a.Out, a.Err
+	}
+	res, err := a.agents(svc).Run(ctx, req)
+	return a.stepDone(svc.Cfg, res, err, o.timeout)
 }
 
 func (a *App) agents(svc *sandbox.Service) *agents.Runner {
@@ -185,12 +188,17 @@ func (a *App) newPipeline() *cobra.Command {
 	return c
 }
 
+// pipelineRunOptions are `pipeline run`'s session and flags.
+type pipelineRunOptions struct {
+	plans.Options
+	session string
+	file    string // the plan; "" for the worktree's xmode.yaml
+}
+
 func (a *App) newPipelineRun() *cobra.Command {
-	var file string
-	var o plans.Options
+	var o pipelineRunOptions
 	cmd := &cobra.Command{
-		Use:         "run SESSION [-f FILE] [--from STEP] [--keep-going]",
-		Annotations: map[string]string{"status": "step"},
+		Use: "run SESSION [-f FILE] [--from STEP] [--keep-going]",
 		Example: `  xmode pipeline run $id                       # the worktree's xmode.yaml
   xmode pipeline run $id -f plan.yaml --from test --keep-going`,
 		Short: "Run a plan's steps in order, each as a named step",
@@ -217,64 +225,65 @@ A plan (docs/agents.md, "Plans"):
 An error in the plan names its line and field (exit 2).` + stepExitHelp,
 		Args: exactArgs(1, "one session"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var plan *plans.Plan
-			var err error
-			if file != "" {
-				if plan, err = plans.Load(file); err != nil {
-					return err
-				}
-			}
-			svc, err := a.service(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			sess, err := svc.Store.Resolve(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if plan == nil {
-				wt, err := svc.Guard.CheckWorktree(sess.RunID, sess.WorktreePath)
-				if err != nil {
-					return err
-				}
-				if plan, err = plans.LoadWorktree(wt); err != nil {
-					return err
-				}
-				if plan == nil {
-					return fail.Usagef("no plan: give -f FILE, or add %s at the root of the repository", plans.FileName)
-				}
-			}
-			if run, err := svc.Store.ResolveRun(cmd.Context(), sess.RunID); err == nil {
-				o.Objective = run.Objective
-			}
-			if !a.json && !a.quiet {
-				o.LiveStdout, o.LiveStderr, o.Progress = a.Err, a.Err, termsafe.NewWriter(a.Err) // step names are the plan's
-			}
-			runner := &plans.Runner{Svc: svc, Agents: a.agents(svc)}
-			rep, err := runner.Run(cmd.Context(), sess, plan, o)
-			if rep == nil {
-				return err
-			}
-			if a.json {
-				_ = a.printJSON(rep)
-			} else if !a.quiet {
-				a.outcomeTable(rep.Steps)
-			}
-			if err != nil {
-				return err
-			}
-			if rep.ExitCode != 0 {
-				return exitStatus(rep.ExitCode)
-			}
-			return nil
+			o.session = args[0]
+			return a.runPipelineRun(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVarP(&file, "file", "f", "", "the plan (default: xmode.yaml in the worktree)")
+	f.StringVarP(&o.file, "file", "f", "", "the plan (default: xmode.yaml in the worktree)")
 	f.StringVar(&o.From, "from", "", "start at this step (the ones before it are skipped)")
 	f.BoolVar(&o.KeepGoing, "keep-going", false, "run every step even after a required one failed")
 	f.StringArrayVar(&o.EnvPass, "env-pass", nil, "pass this host variable to agent steps by name (repeatable)")
-	return cmd
+	return a.setTraits(cmd, traits{exit: exitStep})
+}
+
+func (a *App) runPipelineRun(ctx context.Context, o pipelineRunOptions) error {
+	var plan *plans.Plan
+	var err error
+	if o.file != "" {
+		if plan, err = plans.Load(o.file); err != nil {
+			return err
+		}
+	}
+	svc, sess, err := a.session(ctx, o.session, anySession)
+	if err != nil {
+		return err
+	}
+	if plan == nil {
+		wt, err := svc.Guard.CheckWorktree(sess.RunID, sess.WorktreePath)
+		if err != nil {
+			return err
+		}
+		if plan, err = plans.LoadWorktree(wt); err != nil {
+			return err
+		}
+		if plan == nil {
+			return fail.Usagef("no plan: give -f FILE, or add %s at the root of the repository", plans.FileName)
+		}
+	}
+	if run, err := svc.Store.ResolveRun(ctx, sess.RunID); err == nil {
+		o.Objective = run.Objective
+	}
+	if !a.json && !a.quiet {
+		o.LiveStdout, o.LiveStderr, o.Progress = a.Err, a.Err, termsafe.NewWriter(a.Err) // step names are the plan's
+	}
+	runner := &plans.Runner{Svc: svc, Agents: a.agents(svc)}
+	rep, err := runner.Run(ctx, sess, plan, o.Options)
+	if rep == nil {
+		return err
+	}
+	if a.json {
+		_ = a.printJSON(rep)
+	} else if !a.quiet {
+		a.outcomeTable(rep.Steps)
+	}
+	if err != nil {
+		return err
+	}
+	if rep.ExitCode != 0 {
+		return exitStatus(rep.ExitCode)
+	}
+	return nil
 }
 
 func (a *App) outcomeTable(steps []plans.Outcome) {

@@ -21,6 +21,12 @@ import (
 	"github.com/xmode/xmode/store"
 )
 
+// completionOptions are `completion`'s shell, and the tree to complete.
+type completionOptions struct {
+	shell string
+	root  *cobra.Command
+}
+
 func (a *App) newCompletion() *cobra.Command {
 	return &cobra.Command{
 		Use:   "completion bash|zsh|fish|powershell",
@@ -39,20 +45,24 @@ helpers where that is loaded.` + exitStatusHelp,
 		ValidArgs: []string{"bash", "zsh", "fish", "powershell"},
 		Args:      exactArgs(1, "one shell: bash, zsh, fish or powershell"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			root := cmd.Root()
-			switch args[0] {
-			case "bash":
-				return bashCompletion(root, a.Out)
-			case "zsh":
-				return root.GenZshCompletion(a.Out)
-			case "fish":
-				return root.GenFishCompletion(a.Out, true)
-			case "powershell":
-				return root.GenPowerShellCompletionWithDesc(a.Out)
-			}
-			return fail.Usagef("no completion for shell %q: use bash, zsh, fish or powershell", args[0])
+			return a.runCompletion(completionOptions{shell: args[0], root: cmd.Root()})
 		},
 	}
+}
+
+func (a *App) runCompletion(o completionOptions) error {
+	root := o.root
+	switch o.shell {
+	case "bash":
+		return bashCompletion(root, a.Out)
+	case "zsh":
+		return root.GenZshCompletion(a.Out)
+	case "fish":
+		return root.GenFishCompletion(a.Out, true)
+	case "powershell":
+		return root.GenPowerShellCompletionWithDesc(a.Out)
+	}
+	return fail.Usagef("no completion for shell %q: use bash, zsh, fish or powershell", o.shell)
 }
 
 // bashCompletion is cobra's bash script (v2, with descriptions), made to
@@ -260,7 +270,7 @@ func (a *App) completeSteps(cmd *cobra.Command, args []string, toComplete string
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
 	return a.storeCompletion(func(ctx context.Context, st *store.Store, args []string, toComplete string) ([]cobra.Completion, error) {
-		sess, err := st.Resolve(ctx, args[0])
+		sess, err := findSession(ctx, st, args[0], anySession)
 		if err != nil {
 			return nil, err
 		}
@@ -341,7 +351,7 @@ func (a *App) completeCopy(cmd *cobra.Command, args []string, toComplete string)
 		return out, cobra.ShellCompDirectiveNoSpace | cobra.ShellCompDirectiveDefault
 	}
 	out, _ := a.storeCompletion(func(ctx context.Context, st *store.Store, _ []string, _ string) ([]cobra.Completion, error) {
-		sess, err := st.Resolve(ctx, ref)
+		sess, err := findSession(ctx, st, ref, anySession)
 		if err != nil {
 			return nil, err
 		}

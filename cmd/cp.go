@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -9,6 +10,12 @@ import (
 	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/sandbox"
 )
+
+// cpOptions are `sandbox cp`'s source and destination, one of them
+// SESSION:PATH.
+type cpOptions struct {
+	src, dst string
+}
 
 func (a *App) newCp() *cobra.Command {
 	return &cobra.Command{
@@ -34,41 +41,41 @@ sandbox's copy of the worktree back, and a copy in is pushed into it.` + exitSta
 		Args:              exactArgs(2, "a source and a destination, one of them SESSION:PATH"),
 		ValidArgsFunction: a.completeCopy,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			srcRef, srcPath, srcRemote := splitRemote(args[0])
-			dstRef, dstPath, dstRemote := splitRemote(args[1])
-			if srcRemote == dstRemote {
-				return fail.Usagef("one of the two must be SESSION:PATH and the other a path here, e.g. `xmode sandbox cp ID:out.txt .` or `xmode sandbox cp in.txt ID:dir`")
-			}
-			svc, err := a.service(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			ref := srcRef
-			if dstRemote {
-				ref = dstRef
-			}
-			sess, err := svc.Store.Resolve(cmd.Context(), ref)
-			if err != nil {
-				return err
-			}
-			var res sandbox.CopyResult
-			if srcRemote {
-				res, err = svc.CopyOut(cmd.Context(), sess, srcPath, args[1])
-			} else {
-				res, err = svc.CopyIn(cmd.Context(), sess, args[0], dstPath)
-			}
-			a.reportCopy(res.Copied)
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return a.printJSON(map[string]any{"to": res.To, "files": res.Files, "dirs": res.Dirs, "links": res.Links,
-					"bytes": res.Bytes, "skipped": append([]string{}, res.Skipped...)})
-			}
-			a.info("copied %d file(s), %d dir(s), %d link(s), %s to %s", res.Files, res.Dirs, res.Links, size(&res.Bytes), res.To)
-			return nil
+			return a.runCp(cmd.Context(), cpOptions{src: args[0], dst: args[1]})
 		},
 	}
+}
+
+func (a *App) runCp(ctx context.Context, o cpOptions) error {
+	srcRef, srcPath, srcRemote := splitRemote(o.src)
+	dstRef, dstPath, dstRemote := splitRemote(o.dst)
+	if srcRemote == dstRemote {
+		return fail.Usagef("one of the two must be SESSION:PATH and the other a path here, e.g. `xmode sandbox cp ID:out.txt .` or `xmode sandbox cp in.txt ID:dir`")
+	}
+	ref := srcRef
+	if dstRemote {
+		ref = dstRef
+	}
+	svc, sess, err := a.session(ctx, ref, anySession)
+	if err != nil {
+		return err
+	}
+	var res sandbox.CopyResult
+	if srcRemote {
+		res, err = svc.CopyOut(ctx, sess, srcPath, o.dst)
+	} else {
+		res, err = svc.CopyIn(ctx, sess, o.src, dstPath)
+	}
+	a.reportCopy(res.Copied)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(map[string]any{"to": res.To, "files": res.Files, "dirs": res.Dirs, "links": res.Links,
+			"bytes": res.Bytes, "skipped": append([]string{}, res.Skipped...)})
+	}
+	a.info("copied %d file(s), %d dir(s), %d link(s), %s to %s", res.Files, res.Dirs, res.Links, size(&res.Bytes), res.To)
+	return nil
 }
 
 // splitRemote splits SESSION:PATH. A local path containing ":" can be

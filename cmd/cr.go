@@ -116,7 +116,7 @@ func (a *App) runDiff(ctx context.Context, o diffOptions) error {
 	if err != nil {
 		return err
 	}
-	sess, err := cs.Store.Resolve(ctx, o.session)
+	sess, err := findSession(ctx, cs.Store, o.session, anySession)
 	if err != nil {
 		return err
 	}
@@ -205,7 +205,7 @@ func (a *App) runCRCreate(ctx context.Context, o crCreateOptions) error {
 	if err != nil {
 		return err
 	}
-	sess, err := cs.Store.Resolve(ctx, o.session)
+	sess, err := findSession(ctx, cs.Store, o.session, anySession)
 	if err != nil {
 		return err
 	}
@@ -520,6 +520,10 @@ func (a *App) runCRReview(ctx context.Context, o crReviewOptions) error {
 
 // --- cr verify
 
+type crVerifyOptions struct {
+	ref string
+}
+
 func (a *App) newCRVerify() *cobra.Command {
 	return &cobra.Command{
 		Use:     "verify CR",
@@ -534,16 +538,18 @@ EXIT STATUS
   0 intact · 1 tampered (each problem is named) · 2 bad argument · 3 no such
   change request.` + pipeExitHelp,
 		Args: exactArgs(1, "one change request"),
-		RunE: func(cmd *cobra.Command, args []string) error { return a.runCRVerify(cmd.Context(), args[0]) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.runCRVerify(cmd.Context(), crVerifyOptions{ref: args[0]})
+		},
 	}
 }
 
-func (a *App) runCRVerify(ctx context.Context, ref string) error {
+func (a *App) runCRVerify(ctx context.Context, o crVerifyOptions) error {
 	cs, err := a.changes(ctx)
 	if err != nil {
 		return err
 	}
-	c, err := cs.Store.ResolveChange(ctx, ref)
+	c, err := cs.Store.ResolveChange(ctx, o.ref)
 	if err != nil {
 		return err
 	}

@@ -172,12 +172,8 @@ func writeStat(w io.Writer, st *changes.Stat, colour bool) error {
 		return s
 	}
 	for i, f := range st.PerFile {
-		name := names[i]
-		if n := utf8.RuneCountInString(name); n > nameWidth {
-			r := []rune(name)
-			name = "..." + string(r[n-nameWidth+3:])
-		}
-		pad := strings.Repeat(" ", nameWidth-utf8.RuneCountInString(name))
+		name := statName(names[i], nameWidth)
+		pad := strings.Repeat(" ", max(nameWidth-utf8.RuneCountInString(name), 0))
 		if f.Binary {
 			fmt.Fprintf(w, " %s%s | %*s %d -> %d bytes\n", name, pad, numWidth, "Bin", f.OldSize, f.NewSize)
 			continue
@@ -186,11 +182,30 @@ func writeStat(w io.Writer, st *changes.Stat, colour bool) error {
 		if maxChange > graph && maxChange > 0 {
 			add, del = scale(add, graph, maxChange), scale(del, graph, maxChange)
 		}
-		fmt.Fprintf(w, " %s%s | %*d %s%s\n", name, pad, numWidth, f.Insertions+f.Deletions,
+		// git puts the blank before the graph only when there is one.
+		gap := ""
+		if f.Insertions+f.Deletions > 0 {
+			gap = " "
+		}
+		fmt.Fprintf(w, " %s%s | %*d%s%s%s\n", name, pad, numWidth, f.Insertions+f.Deletions, gap,
 			paint(diffNew, strings.Repeat("+", add)), paint(diffOld, strings.Repeat("-", del)))
 	}
 	_, err := fmt.Fprintf(w, " %s\n", statSummary(st))
 	return err
+}
+
+// statName fits a name into width columns as git's diffstat does: "..."
+// and its end, from the first "/" there, so that no directory is cut.
+func statName(name string, width int) string {
+	r := []rune(name)
+	if len(r) <= width {
+		return name
+	}
+	rest := string(r[len(r)-max(width-3, 0):])
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		rest = rest[i:]
+	}
+	return "..." + rest
 }
 
 func scale(n, width, maxChange int) int {

@@ -21,8 +21,13 @@ import (
 	"github.com/xmode/xmode/store"
 )
 
+// doctorOptions are `doctor`'s flags.
+type doctorOptions struct {
+	adopt bool
+}
+
 func (a *App) newDoctor() *cobra.Command {
-	var adopt bool
+	var o doctorOptions
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check a deployment: storage root, database, git, docker daemon, TLS, image, runtime, storage volume, isolation",
@@ -47,58 +52,60 @@ EXIT STATUS
 		Example: `  xmode doctor
   xmode doctor --adopt     # after restoring nothing: start a new store over a used root`,
 		Args: exactArgs(0, "no arguments"),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := a.config(nil)
-			if err != nil {
-				return err
-			}
-			if adopt {
-				st, res, err := store.Adopt(cmd.Context(), cfg.StorageRoot)
-				if err != nil {
-					return err
-				}
-				st.Close()
-				switch {
-				case !res.Adopted:
-					a.info("nothing to adopt: the store of %s is this root's (instance %s)", cfg.StorageRoot, res.Instance)
-				default:
-					a.info("adopted %s: %s; the store is instance %s now", cfg.StorageRoot, res.Reason, res.Instance)
-					for _, m := range res.MovedTo {
-						a.info("kept the old database file as %s", m)
-					}
-				}
-			}
-			checks := doctor(cmd.Context(), cfg)
-			failed := 0
-			for _, c := range checks {
-				if c.Status == "fail" {
-					failed++
-				}
-			}
-			if a.json {
-				if err := a.printJSON(checks); err != nil {
-					return err
-				}
-			} else {
-				for _, c := range checks {
-					mark := map[string]string{"ok": a.paint(color.FgGreen, "ok  "), "warn": a.paint(color.FgYellow, "warn"), "fail": a.paint(color.FgRed, "fail")}[c.Status]
-					fmt.Fprintf(a.Out, "%s  %-16s %s\n", mark, c.Name, clean(c.Detail))
-					if c.Fix != "" && c.Status != "ok" {
-						fmt.Fprintf(a.Out, "      %-16s fix: %s\n", "", clean(c.Fix))
-					}
-				}
-			}
-			if failed > 0 {
-				if !a.json {
-					fmt.Fprintf(a.Err, "xmode: %d check(s) failed\n", failed)
-				}
-				return exitStatus(1)
-			}
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.runDoctor(cmd.Context(), o) },
 	}
-	cmd.Flags().BoolVar(&adopt, "adopt", false, "start a new store over a storage root whose store was lost, keeping every run directory")
+	cmd.Flags().BoolVar(&o.adopt, "adopt", false, "start a new store over a storage root whose store was lost, keeping every run directory")
 	return cmd
+}
+
+func (a *App) runDoctor(ctx context.Context, o doctorOptions) error {
+	cfg, err := a.config(nil)
+	if err != nil {
+		return err
+	}
+	if o.adopt {
+		st, res, err := store.Adopt(ctx, cfg.StorageRoot)
+		if err != nil {
+			return err
+		}
+		st.Close()
+		switch {
+		case !res.Adopted:
+			a.info("nothing to adopt: the store of %s is this root's (instance %s)", cfg.StorageRoot, res.Instance)
+		default:
+			a.info("adopted %s: %s; the store is instance %s now", cfg.StorageRoot, res.Reason, res.Instance)
+			for _, m := range res.MovedTo {
+				a.info("kept the old database file as %s", m)
+			}
+		}
+	}
+	checks := doctor(ctx, cfg)
+	failed := 0
+	for _, c := range checks {
+		if c.Status == "fail" {
+			failed++
+		}
+	}
+	if a.json {
+		if err := a.printJSON(checks); err != nil {
+			return err
+		}
+	} else {
+		for _, c := range checks {
+			mark := map[string]string{"ok": a.paint(color.FgGreen, "ok  "), "warn": a.paint(color.FgYellow, "warn"), "fail": a.paint(color.FgRed, "fail")}[c.Status]
+			fmt.Fprintf(a.Out, "%s  %-16s %s\n", mark, c.Name, clean(c.Detail))
+			if c.Fix != "" && c.Status != "ok" {
+				fmt.Fprintf(a.Out, "      %-16s fix: %s\n", "", clean(c.Fix))
+			}
+		}
+	}
+	if failed > 0 {
+		if !a.json {
+			fmt.Fprintf(a.Err, "xmode: %d check(s) failed\n", failed)
+		}
+		return exitStatus(1)
+	}
+	return nil
 }
 
 func doctor(ctx context.Context, cfg *config.Config) []engine.Check {

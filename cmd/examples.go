@@ -35,20 +35,23 @@ EXIT STATUS
 		Example: `  xmode examples
   xmode examples --json | jq -r .plan`,
 		Args: exactArgs(0, "no arguments"),
-		RunE: func(*cobra.Command, []string) error {
-			dir, err := examplesDir()
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return a.printJSON(map[string]string{
-					"dir": dir, "agent": filepath.Join(dir, exampleAgent), "plan": filepath.Join(dir, examplePlan),
-				})
-			}
-			_, err = a.Out.Write([]byte(dir + "\n"))
-			return err
-		},
+		RunE: func(*cobra.Command, []string) error { return a.runExamples() },
 	}
+}
+
+// runExamples is `xmode examples`, which has no options of its own.
+func (a *App) runExamples() error {
+	dir, err := examplesDir()
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(map[string]string{
+			"dir": dir, "agent": filepath.Join(dir, exampleAgent), "plan": filepath.Join(dir, examplePlan),
+		})
+	}
+	_, err = a.Out.Write([]byte(dir + "\n"))
+	return err
 }
 
 // examplesDir finds the examples relative to the running binary: an

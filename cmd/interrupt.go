@@ -67,9 +67,8 @@ func (a *App) interrupts(parent context.Context) (context.Context, func()) {
 
 // interrupted reports a command that failed because a signal cancelled it:
 // exit 128+N, as a shell reports it, and a message that says so (and what
-// the command left, from its "interrupted" annotation) instead of "context
-// canceled".
-func interrupted(ctx context.Context, cmd *cobra.Command, err error) (int, string, bool) {
+// the command left, from its traits) instead of "context canceled".
+func (a *App) interrupted(ctx context.Context, cmd *cobra.Command, err error) (int, string, bool) {
 	if err == nil {
 		return 0, "", false
 	}
@@ -86,8 +85,8 @@ func interrupted(ctx context.Context, cmd *cobra.Command, err error) (int, strin
 		return 0, "", false
 	}
 	msg := "interrupted (" + signame(in.Signal) + ")"
-	if cmd != nil && cmd.Annotations["interrupted"] != "" {
-		msg += ": " + cmd.Annotations["interrupted"]
+	if left := a.traitsOf(cmd).interrupted; left != "" {
+		msg += ": " + left
 	}
 	return 128 + int(in.Signal), msg, true
 }

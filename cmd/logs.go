@@ -27,8 +27,16 @@ const followPoll = 200 * time.Millisecond
 // (reaper.DefaultStaleAfter); following it ends.
 const followStale = 30 * time.Second
 
+// logsOptions are `sandbox logs`'s session, step and flags.
+type logsOptions struct {
+	session             string
+	step                string
+	hasStep             bool // STEP was given
+	follow, stderr, all bool
+}
+
 func (a *App) newLogs() *cobra.Command {
-	var follow, stderr, all bool
+	var o logsOptions
 	cmd := &cobra.Command{
 		Use:   "logs SESSION [STEP] [--follow] [--stderr|--all]",
 		Short: "The evidence browser: a session's steps, or what one step printed",
@@ -59,65 +67,68 @@ nothing a step planted there (a symlink, a FIFO) is followed.` + exitStatusHelp,
 			return nil
 		},
 		ValidArgsFunction: a.completeSteps,
-		Annotations:       map[string]string{"interrupted": "stopped following"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if stderr && all {
-				return fail.Usagef("--stderr and --all do not go together: --all prints both logs")
-			}
-			if follow && a.json {
-				return fail.Usagef("--follow and --json do not go together: follow a step, then ask for its JSON")
-			}
-			svc, err := a.service(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			sess, err := svc.Store.Resolve(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			steps, err := sessionSteps(cmd.Context(), svc.Store, sess)
-			if err != nil {
-				return err
-			}
-			if len(args) == 1 && !follow {
-				return a.logsTable(svc, sess, steps)
-			}
-			var st store.StepRow
+			o.session = args[0]
 			if len(args) == 2 {
-				if st, err = pickStep(sess, steps, args[1]); err != nil {
-					return err
-				}
-			} else if len(steps) == 0 {
-				return fail.NotFoundf("session %s has no steps yet: run one with `xmode sandbox exec %s -- CMD`", sess.ID, sess.ID)
-			} else {
-				st = steps[len(steps)-1]
+				o.step, o.hasStep = args[1], true
 			}
-			files := []string{evidence.StdoutFile}
-			switch {
-			case stderr:
-				files = []string{evidence.StderrFile}
-			case all:
-				files = []string{evidence.StdoutFile, evidence.StderrFile}
-			}
-			if a.json {
-				return a.stepJSON(svc, st, files)
-			}
-			if follow {
-				return a.follow(cmd.Context(), svc, st, files)
-			}
-			for i, f := range files {
-				if err := a.copyLog(svc, st, f, a.streamFor(i, all)); err != nil {
-					return err
-				}
-			}
-			return nil
+			return a.runLogs(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVarP(&follow, "follow", "f", false, "stream a running step's output until it ends")
-	f.BoolVar(&stderr, "stderr", false, "print the step's stderr log instead of its stdout log")
-	f.BoolVar(&all, "all", false, "print both logs: stdout's on stdout, stderr's on stderr")
-	return cmd
+	f.BoolVarP(&o.follow, "follow", "f", false, "stream a running step's output until it ends")
+	f.BoolVar(&o.stderr, "stderr", false, "print the step's stderr log instead of its stdout log")
+	f.BoolVar(&o.all, "all", false, "print both logs: stdout's on stdout, stderr's on stderr")
+	return a.setTraits(cmd, traits{interrupted: "stopped following"})
+}
+
+func (a *App) runLogs(ctx context.Context, o logsOptions) error {
+	if o.stderr && o.all {
+		return fail.Usagef("--stderr and --all do not go together: --all prints both logs")
+	}
+	if o.follow && a.json {
+		return fail.Usagef("--follow and --json do not go together: follow a step, then ask for its JSON")
+	}
+	svc, sess, err := a.session(ctx, o.session, anySession)
+	if err != nil {
+		return err
+	}
+	steps, err := sessionSteps(ctx, svc.Store, sess)
+	if err != nil {
+		return err
+	}
+	if !o.hasStep && !o.follow {
+		return a.logsTable(svc, sess, steps)
+	}
+	var st store.StepRow
+	if o.hasStep {
+		if st, err = pickStep(sess, steps, o.step); err != nil {
+			return err
+		}
+	} else if len(steps) == 0 {
+		return fail.NotFoundf("session %s has no steps yet: run one with `xmode sandbox exec %s -- CMD`", sess.ID, sess.ID)
+	} else {
+		st = steps[len(steps)-1]
+	}
+	files := []string{evidence.StdoutFile}
+	switch {
+	case o.stderr:
+		files = []string{evidence.StderrFile}
+	case o.all:
+		files = []string{evidence.StdoutFile, evidence.StderrFile}
+	}
+	if a.json {
+		return a.stepJSON(svc, st, files)
+	}
+	if o.follow {
+		return a.follow(ctx, svc, st, files)
+	}
+	for i, f := range files {
+		if err := a.copyLog(svc, st, f, a.streamFor(i, o.all)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sessionSteps are the steps the session ran (a shared run has others').

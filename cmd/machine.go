@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -26,9 +27,15 @@ instead of a clone of its own. See docs/project-machines.md.`,
 	return m
 }
 
+// machineWarmOptions are `machine warm`'s project and flags.
+type machineWarmOptions struct {
+	project, repo, ref string
+	pool               int
+	poolSet            bool // --pool was given
+}
+
 func (a *App) newMachineWarm() *cobra.Command {
-	var repo, ref string
-	var pool int
+	var o machineWarmOptions
 	cmd := &cobra.Command{
 		Use:   "warm PROJECT --repo URL [--ref REF] [--pool N]",
 		Short: "Create a project machine (clone) or refresh it (fetch)",
@@ -43,49 +50,53 @@ Prints the project.` + exitStatusHelp,
   xmode machine warm prom          # fetch`,
 		Args:              exactArgs(1, "one project"),
 		ValidArgsFunction: a.completeProjects,
-		Annotations:       map[string]string{"interrupted": "a first warm leaves nothing behind; a fetch leaves the machine as it was"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			svc, err := a.service(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			if err := checkPoolFlag(cmd, svc.Cfg, pool); err != nil {
-				return err
-			}
-			start := time.Now()
-			if repo != "" && !a.json && !a.quiet {
-				if norm, dirty, err := machines.ResolveRepo(cmd.Context(), svc.Guard, repo); err == nil && dirty {
-					a.info("xmode: note: %s has uncommitted changes; the machine gets what is committed, not them", norm)
-				}
-			}
-			mach, cloned, err := svc.Machines().Warm(cmd.Context(), args[0], repo, ref)
-			if err != nil {
-				return err
-			}
-			verb := "fetched"
-			if cloned {
-				verb = "cloned"
-			}
-			a.info("%s %s from %s: %s at %s, in %s", verb, mach.Project, clean(mach.Repo), clean(mach.DefaultRef),
-				shortSHA(mach.HeadCommit), time.Since(start).Round(time.Millisecond))
-			if err := a.warmPool(cmd.Context(), cmd, svc, mach.Project, pool); err != nil {
-				return err
-			}
-			if !a.json {
-				fmt.Fprintln(a.Out, mach.Project)
-				return nil
-			}
-			views, err := svc.Machines().Views(cmd.Context(), mach.Project)
-			if err != nil {
-				return err
-			}
-			return a.printJSON(views[0])
+			o.project, o.poolSet = args[0], cmd.Flags().Changed("pool")
+			return a.runMachineWarm(cmd.Context(), o)
 		},
 	}
-	cmd.Flags().StringVar(&repo, "repo", "", "repository: URL, file:// URL or local path (required the first time)")
-	cmd.Flags().StringVar(&ref, "ref", "", "default branch, tag or commit of the machine (default: the remote's HEAD)")
-	poolFlag(cmd, &pool)
-	return cmd
+	cmd.Flags().StringVar(&o.repo, "repo", "", "repository: URL, file:// URL or local path (required the first time)")
+	cmd.Flags().StringVar(&o.ref, "ref", "", "default branch, tag or commit of the machine (default: the remote's HEAD)")
+	poolFlag(cmd, &o.pool)
+	return a.setTraits(cmd, traits{interrupted: "a first warm leaves nothing behind; a fetch leaves the machine as it was"})
+}
+
+func (a *App) runMachineWarm(ctx context.Context, o machineWarmOptions) error {
+	svc, err := a.service(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := checkPoolFlag(svc.Cfg, o.pool, o.poolSet); err != nil {
+		return err
+	}
+	start := time.Now()
+	if o.repo != "" && !a.json && !a.quiet {
+		if norm, dirty, err := machines.ResolveRepo(ctx, svc.Guard, o.repo); err == nil && dirty {
+			a.info("xmode: note: %s has uncommitted changes; the machine gets what is committed, not them", norm)
+		}
+	}
+	mach, cloned, err := svc.Machines().Warm(ctx, o.project, o.repo, o.ref)
+	if err != nil {
+		return err
+	}
+	verb := "fetched"
+	if cloned {
+		verb = "cloned"
+	}
+	a.info("%s %s from %s: %s at %s, in %s", verb, mach.Project, clean(mach.Repo), clean(mach.DefaultRef),
+		shortSHA(mach.HeadCommit), time.Since(start).Round(time.Millisecond))
+	if err := a.warmPool(ctx, svc, mach.Project, o.pool, o.poolSet); err != nil {
+		return err
+	}
+	if !a.json {
+		fmt.Fprintln(a.Out, mach.Project)
+		return nil
+	}
+	views, err := svc.Machines().Views(ctx, mach.Project)
+	if err != nil {
+		return err
+	}
+	return a.printJSON(views[0])
 }
 
 func (a *App) newMachineList() *cobra.Command {
@@ -96,32 +107,40 @@ func (a *App) newMachineList() *cobra.Command {
 		Long:    "List project machines (--json: with their pools)." + exitStatusHelp,
 		Example: "  xmode machine list\n  xmode machine list --json",
 		Args:    exactArgs(0, "no arguments"),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			svc, err := a.service(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			views, err := svc.Machines().Views(cmd.Context(), "")
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return a.printJSON(views)
-			}
-			if a.quiet {
-				for _, v := range views {
-					fmt.Fprintln(a.Out, v.Project)
-				}
-				return nil
-			}
-			now := time.Now()
-			t := newTable(a.Out, "PROJECT", "REF", "COMMIT", "FETCHED", "SESSIONS", "REPO")
-			for _, v := range views {
-				t.row(v.Project, clean(v.DefaultRef), shortSHA(v.HeadCommit), ago(v.LastFetchAt, now), fmt.Sprint(v.OpenSessions), clean(v.Repo))
-			}
-			return t.flush()
-		},
+		RunE:    func(cmd *cobra.Command, _ []string) error { return a.runMachineList(cmd.Context()) },
 	}
+}
+
+// runMachineList is `machine list`, which has no options of its own.
+func (a *App) runMachineList(ctx context.Context) error {
+	svc, err := a.service(ctx, nil)
+	if err != nil {
+		return err
+	}
+	views, err := svc.Machines().Views(ctx, "")
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(views)
+	}
+	if a.quiet {
+		for _, v := range views {
+			fmt.Fprintln(a.Out, v.Project)
+		}
+		return nil
+	}
+	now := time.Now()
+	t := newTable(a.Out, "PROJECT", "REF", "COMMIT", "FETCHED", "SESSIONS", "REPO")
+	for _, v := range views {
+		t.row(v.Project, clean(v.DefaultRef), shortSHA(v.HeadCommit), ago(v.LastFetchAt, now), fmt.Sprint(v.OpenSessions), clean(v.Repo))
+	}
+	return t.flush()
+}
+
+// machineShowOptions are `machine show`'s project.
+type machineShowOptions struct {
+	project string
 }
 
 func (a *App) newMachineShow() *cobra.Command {
@@ -133,39 +152,49 @@ func (a *App) newMachineShow() *cobra.Command {
 		Args:              exactArgs(1, "one project"),
 		ValidArgsFunction: a.completeProjects,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			svc, err := a.service(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			views, err := svc.Machines().Views(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			v := views[0]
-			if a.json {
-				return a.printJSON(v)
-			}
-			now := time.Now()
-			kv := newTable(a.Out)
-			kv.row("Project:", v.Project)
-			kv.row("Repo:", clean(v.Repo))
-			kv.row("Default ref:", clean(v.DefaultRef)+" "+shortSHA(v.HeadCommit))
-			kv.row("Checkout:", v.Path)
-			kv.row("Cache volume:", v.Volume+" (docker engine)")
-			kv.row("Created:", v.CreatedAt.Local().Format(time.DateTime)+" ("+ago(v.CreatedAt, now)+")")
-			kv.row("Last fetch:", v.LastFetchAt.Local().Format(time.DateTime)+" ("+ago(v.LastFetchAt, now)+")")
-			kv.row("Open sessions:", fmt.Sprint(v.OpenSessions))
-			kv.row("Pool:", poolSummary(v))
-			if err := kv.flush(); err != nil {
-				return err
-			}
-			return a.printPool(a.Out, v)
+			return a.runMachineShow(cmd.Context(), machineShowOptions{project: args[0]})
 		},
 	}
 }
 
+func (a *App) runMachineShow(ctx context.Context, o machineShowOptions) error {
+	svc, err := a.service(ctx, nil)
+	if err != nil {
+		return err
+	}
+	views, err := svc.Machines().Views(ctx, o.project)
+	if err != nil {
+		return err
+	}
+	v := views[0]
+	if a.json {
+		return a.printJSON(v)
+	}
+	now := time.Now()
+	kv := newTable(a.Out)
+	kv.row("Project:", v.Project)
+	kv.row("Repo:", clean(v.Repo))
+	kv.row("Default ref:", clean(v.DefaultRef)+" "+shortSHA(v.HeadCommit))
+	kv.row("Checkout:", v.Path)
+	kv.row("Cache volume:", v.Volume+" (docker engine)")
+	kv.row("Created:", v.CreatedAt.Local().Format(time.DateTime)+" ("+ago(v.CreatedAt, now)+")")
+	kv.row("Last fetch:", v.LastFetchAt.Local().Format(time.DateTime)+" ("+ago(v.LastFetchAt, now)+")")
+	kv.row("Open sessions:", fmt.Sprint(v.OpenSessions))
+	kv.row("Pool:", poolSummary(v))
+	if err := kv.flush(); err != nil {
+		return err
+	}
+	return a.printPool(a.Out, v)
+}
+
+// machineRmOptions are `machine rm`'s project and flags.
+type machineRmOptions struct {
+	project string
+	force   bool
+}
+
 func (a *App) newMachineRm() *cobra.Command {
-	var force bool
+	var o machineRmOptions
 	cmd := &cobra.Command{
 		Use:     "rm PROJECT [--force]",
 		Aliases: []string{"remove"},
@@ -178,68 +207,73 @@ With the docker engine configured, the project's cache volume goes too.` + exitS
 		Args:              exactArgs(1, "one project"),
 		ValidArgsFunction: a.completeProjects,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			project := args[0]
-			svc, err := a.service(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			var stopped []string
-			if force {
-				users, err := svc.Store.MachineSessions(cmd.Context(), project)
-				if err != nil {
-					return err
-				}
-				for _, s := range users {
-					if _, err := svc.Stop(cmd.Context(), s, true); err != nil {
-						return fmt.Errorf("stop %s: %w", s.ID, err)
-					}
-					stopped = append(stopped, s.ID)
-					a.info("stopped %s", s.ID)
-				}
-			}
-			// The pool is the machine's, not anyone's: it goes first — once
-			// no open session keeps the machine (Remove refuses then).
-			users, err := svc.Store.MachineSessions(cmd.Context(), project)
-			if err != nil {
-				return err
-			}
-			drained := 0
-			if len(users) == 0 {
-				if drained, err = svc.DrainPool(cmd.Context(), project, nil); err != nil {
-					return err
-				}
-			}
-			if drained > 0 {
-				a.info("retired %d pool entries", drained)
-			}
-			res, err := svc.Machines().Remove(cmd.Context(), project)
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return a.printJSON(struct {
-					machines.Removed
-					Stopped     []string `json:"sessions_stopped"`
-					PoolRetired int      `json:"pool_retired"`
-				}{res, append([]string{}, stopped...), drained})
-			}
-			fmt.Fprintln(a.Out, project)
-			var what []string
-			if res.Checkout {
-				what = append(what, "checkout")
-			}
-			if res.Record {
-				what = append(what, "record")
-			}
-			a.info("removed project machine %s (%s)", project, strings.Join(what, " and "))
-			if res.VolumeRemoved {
-				a.info("removed cache volume %s", res.Volume)
-			} else if svc.Cfg.Engine == "docker" {
-				a.info("kept cache volume %s: %s", res.Volume, res.VolumeNote)
-			}
-			return nil
+			o.project = args[0]
+			return a.runMachineRm(cmd.Context(), o)
 		},
 	}
-	cmd.Flags().BoolVar(&force, "force", false, "stop the sessions that use the machine first")
+	cmd.Flags().BoolVar(&o.force, "force", false, "stop the sessions that use the machine first")
 	return cmd
+}
+
+func (a *App) runMachineRm(ctx context.Context, o machineRmOptions) error {
+	project := o.project
+	svc, err := a.service(ctx, nil)
+	if err != nil {
+		return err
+	}
+	var stopped []string
+	if o.force {
+		users, err := svc.Store.MachineSessions(ctx, project)
+		if err != nil {
+			return err
+		}
+		for _, s := range users {
+			if _, err := svc.Stop(ctx, s, true); err != nil {
+				return fmt.Errorf("stop %s: %w", s.ID, err)
+			}
+			stopped = append(stopped, s.ID)
+			a.info("stopped %s", s.ID)
+		}
+	}
+	// The pool is the machine's, not anyone's: it goes first — once
+	// no open session keeps the machine (Remove refuses then).
+	users, err := svc.Store.MachineSessions(ctx, project)
+	if err != nil {
+		return err
+	}
+	drained := 0
+	if len(users) == 0 {
+		if drained, err = svc.DrainPool(ctx, project, nil); err != nil {
+			return err
+		}
+	}
+	if drained > 0 {
+		a.info("retired %d pool entries", drained)
+	}
+	res, err := svc.Machines().Remove(ctx, project)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(struct {
+			machines.Removed
+			Stopped     []string `json:"sessions_stopped"`
+			PoolRetired int      `json:"pool_retired"`
+		}{res, append([]string{}, stopped...), drained})
+	}
+	fmt.Fprintln(a.Out, project)
+	var what []string
+	if res.Checkout {
+		what = append(what, "checkout")
+	}
+	if res.Record {
+		what = append(what, "record")
+	}
+	a.info("removed project machine %s (%s)", project, strings.Join(what, " and "))
+	if res.VolumeRemoved {
+		a.info("removed cache volume %s", res.Volume)
+	} else if svc.Cfg.Engine == "docker" {
+		a.info("kept cache volume %s: %s", res.Volume, res.VolumeNote)
+	}
+	return nil
 }

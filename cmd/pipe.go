@@ -6,8 +6,6 @@ import (
 	"os"
 	"sync/atomic"
 	"syscall"
-
-	"github.com/spf13/cobra"
 )
 
 // exitBrokenPipe is the status of a command whose reader went away before
@@ -58,13 +56,6 @@ func osFile(w io.Writer) (*os.File, bool) {
 		return f.f, f.f != nil
 	}
 	return nil, false
-}
-
-// stepStatus reports whether cmd exits with the status of the step it ran
-// (sandbox exec, shell, agent run, pipeline run, run), which a reader that
-// went away does not change.
-func stepStatus(cmd *cobra.Command) bool {
-	return cmd != nil && (cmd.Annotations["exit"] == "docker" || cmd.Annotations["status"] == "step")
 }
 
 // brokenPipe reports whether stdout or stderr lost its reader, or a

@@ -26,9 +26,10 @@ func poolFlag(cmd *cobra.Command, n *int) {
 	cmd.Flags().IntVar(n, "pool", 0, "keep N ready sandboxes of the project (XMODE_PROJECT_MACHINES=1; default XMODE_POOL_SIZE)")
 }
 
-// checkPoolFlag refuses a --pool that cannot be kept, before anything changes.
-func checkPoolFlag(cmd *cobra.Command, cfg *config.Config, n int) error {
-	if !cmd.Flags().Changed("pool") {
+// checkPoolFlag refuses a --pool that cannot be kept, before anything
+// changes; set says whether --pool was given.
+func checkPoolFlag(cfg *config.Config, n int, set bool) error {
+	if !set {
 		return nil
 	}
 	if n < 0 || n > config.MaxPoolSize {
@@ -40,10 +41,11 @@ func checkPoolFlag(cmd *cobra.Command, cfg *config.Config, n int) error {
 	return nil
 }
 
-// warmPool records --pool when given and brings the machine's pool to its
-// size (a warm may have moved the machine: entries behind it are retired).
-func (a *App) warmPool(ctx context.Context, cmd *cobra.Command, svc *sandbox.Service, project string, n int) error {
-	if cmd.Flags().Changed("pool") {
+// warmPool records --pool when given (set) and brings the machine's pool
+// to its size (a warm may have moved the machine: entries behind it are
+// retired).
+func (a *App) warmPool(ctx context.Context, svc *sandbox.Service, project string, n int, set bool) error {
+	if set {
 		if err := svc.Store.SetPoolSize(ctx, project, n); err != nil {
 			return err
 		}

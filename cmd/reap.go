@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"time"
@@ -14,10 +15,16 @@ import (
 	"github.com/xmode/xmode/reaper"
 )
 
+// reapOptions are `reap`'s flags.
+type reapOptions struct {
+	dryRun, reclaimUnknown bool
+	grace                  string
+	graceSet               bool // --provision-grace was given
+}
+
 // newReap is `xmode sandbox reap` and its alias `xmode reap`.
 func (a *App) newReap(use string) *cobra.Command {
-	var dryRun, reclaimUnknown bool
-	var grace string
+	var o reapOptions
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: "One reaper pass: tear down expired sessions, remove orphans (what cron runs)",
@@ -56,58 +63,63 @@ EXIT STATUS
   xmode sandbox reap --json        # the summary as JSON`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r := &reaper.Reaper{}
-			if cmd.Flags().Changed("provision-grace") {
-				d, err := config.ParseDuration(grace)
-				if err != nil {
-					return fail.Usagef("--provision-grace: %v", err)
-				}
-				r.ProvisionGrace = d
-			}
-			svc, err := a.service(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			r.Cfg, r.Store, r.Guard = svc.Cfg, svc.Store, svc.Guard
-			// The action log is the output asked for: stdout, unless stdout
-			// carries the JSON summary.
-			var logTo io.Writer = a.Out
-			if a.json {
-				logTo = a.Err
-			}
-			if dryRun || a.verbose && !a.quiet {
-				r.Log = termsafe.NewWriter(logTo)
-			} else if !a.json && !a.quiet && isTerminal(a.Err) {
-				// A long pass on a terminal shows a bar; cron sees nothing.
-				r.Progress = a.Err
-			}
-			sum, err := r.Pass(cmd.Context(), reaper.PassOptions{DryRun: dryRun, ReclaimUnknown: reclaimUnknown})
-			if err != nil {
-				if sum == nil {
-					return err
-				}
-				// Cancelled part-way: say what was done, then fail.
-				a.reapFailures(sum)
-				return fail.Failedf("reap interrupted after %s: %v; run it again to finish", time.Duration(sum.DurationMS)*time.Millisecond, err)
-			}
-			a.reapPools(cmd.Context(), svc, sum, dryRun, r.Log)
-			if a.json {
-				if err := a.printJSON(sum); err != nil {
-					return err
-				}
-			}
-			a.reapFailures(sum)
-			if len(sum.Errors) > 0 {
-				return exitStatus(1)
-			}
-			return nil
+			o.graceSet = cmd.Flags().Changed("provision-grace")
+			return a.runReap(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()
-	f.BoolVar(&dryRun, "dry-run", false, "list what the pass would do; change nothing")
-	f.StringVar(&grace, "provision-grace", "15m", "end sessions still provisioning after this long (e.g. 15m)")
-	f.BoolVar(&reclaimUnknown, "reclaim-unknown", false, "also reclaim worktrees of run directories the store has no record of (after `xmode doctor --adopt`)")
+	f.BoolVar(&o.dryRun, "dry-run", false, "list what the pass would do; change nothing")
+	f.StringVar(&o.grace, "provision-grace", "15m", "end sessions still provisioning after this long (e.g. 15m)")
+	f.BoolVar(&o.reclaimUnknown, "reclaim-unknown", false, "also reclaim worktrees of run directories the store has no record of (after `xmode doctor --adopt`)")
 	return cmd
+}
+
+func (a *App) runReap(ctx context.Context, o reapOptions) error {
+	r := &reaper.Reaper{}
+	if o.graceSet {
+		d, err := config.ParseDuration(o.grace)
+		if err != nil {
+			return fail.Usagef("--provision-grace: %v", err)
+		}
+		r.ProvisionGrace = d
+	}
+	svc, err := a.service(ctx, nil)
+	if err != nil {
+		return err
+	}
+	r.Cfg, r.Store, r.Guard = svc.Cfg, svc.Store, svc.Guard
+	// The action log is the output asked for: stdout, unless stdout
+	// carries the JSON summary.
+	var logTo io.Writer = a.Out
+	if a.json {
+		logTo = a.Err
+	}
+	if o.dryRun || a.verbose && !a.quiet {
+		r.Log = termsafe.NewWriter(logTo)
+	} else if !a.json && !a.quiet && isTerminal(a.Err) {
+		// A long pass on a terminal shows a bar; cron sees nothing.
+		r.Progress = a.Err
+	}
+	sum, err := r.Pass(ctx, reaper.PassOptions{DryRun: o.dryRun, ReclaimUnknown: o.reclaimUnknown})
+	if err != nil {
+		if sum == nil {
+			return err
+		}
+		// Cancelled part-way: say what was done, then fail.
+		a.reapFailures(sum)
+		return fail.Failedf("reap interrupted after %s: %v; run it again to finish", time.Duration(sum.DurationMS)*time.Millisecond, err)
+	}
+	a.reapPools(ctx, svc, sum, o.dryRun, r.Log)
+	if a.json {
+		if err := a.printJSON(sum); err != nil {
+			return err
+		}
+	}
+	a.reapFailures(sum)
+	if len(sum.Errors) > 0 {
+		return exitStatus(1)
+	}
+	return nil
 }
 
 // reapFailures prints one line per failed teardown on stderr, so cron mails

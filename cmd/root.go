@@ -14,10 +14,11 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/fatih/color"
-	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
@@ -45,6 +46,7 @@ type App struct {
 	verbose     bool
 
 	st      *store.Store
+	traits  map[*cobra.Command]traits
 	started bool // a command's run function was reached
 	// exitAfterRun is set by Main: the process ends when Run returns, so
 	// the store is left to the exit instead of closed (see Run).
@@ -52,10 +54,57 @@ type App struct {
 }
 
 // exitStatus is an exit code decided by the command itself (a step's
-// status, a reap with failures); nothing more is printed for it.
+// status, a reap with failures); nothing more is printed for it, as with
+// cli/cli's SilentError.
 type exitStatus int
 
 func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// statusError is a failure whose exit code the command decided, said as
+// any other error (docker/cli's StatusError): `xmode run` fails with the
+// status of the loop, not the kind of its error.
+type statusError struct {
+	err  error
+	code int
+}
+
+func (e *statusError) Error() string { return e.err.Error() }
+func (e *statusError) Unwrap() error { return e.err }
+
+// exitXmodeFailed is `sandbox exec`'s status for every failure of xmode's
+// own before the command starts, as `docker run` gives 125.
+const exitXmodeFailed = 125
+
+// exitRule says how App.Run turns a command's outcome into an exit code,
+// beyond fail's kinds.
+type exitRule int
+
+const (
+	exitByKind     exitRule = iota // fail.ExitCode of its error; 141 when the reader of its output went away
+	exitStep                       // its step's status, which a reader that went away does not change
+	exitStepDocker                 // exitStep, and 125 for every failure of xmode's own (sandbox exec)
+)
+
+// traits are what App.Run needs to know of a command, set where the
+// command is built (setTraits).
+type traits struct {
+	exit exitRule
+	// interrupted says what an interrupt leaves behind, after
+	// "interrupted (SIGINT): ".
+	interrupted string
+}
+
+// setTraits records cmd's traits and returns cmd.
+func (a *App) setTraits(cmd *cobra.Command, t traits) *cobra.Command {
+	if a.traits == nil {
+		a.traits = map[*cobra.Command]traits{}
+	}
+	a.traits[cmd] = t
+	return cmd
+}
+
+// traitsOf is cmd's traits; a command without any exits by kind.
+func (a *App) traitsOf(cmd *cobra.Command) traits { return a.traits[cmd] }
 
 // Main runs xmode with os.Args and returns the process exit code.
 func Main() int {
@@ -88,26 +137,41 @@ func (a *App) Run(ctx context.Context, args []string) int {
 		// (every 100 pages, see store.Open) keeps that rebuild cheap.
 		a.st.Close()
 	}
-	if err == nil {
-		if a.brokenPipe(nil) && !stepStatus(cmd) {
-			return exitBrokenPipe // what it printed was cut off
-		}
-		return 0
-	}
-	var es exitStatus
-	if errors.As(err, &es) {
-		return int(es)
-	}
-	if !a.json && slices.Contains(args, "--json") {
+	if err != nil && !a.json && slices.Contains(args, "--json") {
 		// A flag error can come before --json was parsed: still JSON.
 		a.json = true
 	}
-	if code, msg, ok := interrupted(ctx, cmd, err); ok {
-		a.printError(fail.Failedf("%s", msg), code)
-		return code
+	code, report := a.exitCode(ctx, cmd, err)
+	if report != nil {
+		a.printError(report, code)
 	}
-	if a.brokenPipe(err) && !stepStatus(cmd) {
-		return exitBrokenPipe // silently, as a writer killed by SIGPIPE
+	return code
+}
+
+// exitCode is the one place that decides xmode's exit code (docs/architecture.md,
+// "The CLI's conventions"): from the command's outcome and its exit rule.
+// report is what to say on stderr (and as JSON), nil for nothing.
+func (a *App) exitCode(ctx context.Context, cmd *cobra.Command, err error) (code int, report error) {
+	rule := a.traitsOf(cmd).exit
+	if err == nil {
+		if a.brokenPipe(nil) && rule == exitByKind {
+			return exitBrokenPipe, nil // what it printed was cut off
+		}
+		return 0, nil
+	}
+	var es exitStatus
+	if errors.As(err, &es) {
+		return int(es), nil
+	}
+	var se *statusError
+	if errors.As(err, &se) {
+		return se.code, se.err
+	}
+	if code, msg, ok := a.interrupted(ctx, cmd, err); ok {
+		return code, fail.Failedf("%s", msg)
+	}
+	if a.brokenPipe(err) && rule == exitByKind {
+		return exitBrokenPipe, nil // silently, as a writer killed by SIGPIPE
 	}
 	var fe *fail.Error
 	if !errors.As(err, &fe) && !a.started {
@@ -116,13 +180,11 @@ func (a *App) Run(ctx context.Context, args []string) int {
 		// stay plain failures (exit 1).
 		err = fail.Usagef("%v", err)
 	}
-	code := fail.ExitCode(err)
-	if cmd != nil && cmd.Annotations["exit"] == "docker" {
+	if rule == exitStepDocker {
 		// sandbox exec: every failure of xmode's own is 125 (docker's convention).
-		code = 125
+		return exitXmodeFailed, err
 	}
-	a.printError(err, code)
-	return code
+	return fail.ExitCode(err), err
 }
 
 // errorKinds names fail's kinds in --json errors.
@@ -278,6 +340,48 @@ func (a *App) service(ctx context.Context, overrides map[string]config.Flag) (*s
 	return svc, nil
 }
 
+// sessionWant is the state a command needs its session in.
+type sessionWant int
+
+const (
+	// anySession: any state; the service refuses what it cannot do with
+	// an ended session, in its own words (stop, show, logs, cp, exec).
+	anySession sessionWant = iota
+	// openSession: open and not expired (store.CheckOpen), refused with
+	// exit 4 before the command begins (shell: before the terminal is
+	// made raw).
+	openSession
+)
+
+// session is the preamble of every command that acts on one session:
+// the configuration, the store, and SESSION (an ID or a unique prefix of
+// one) resolved — exit 3 when it names none, 2 when it names several.
+func (a *App) session(ctx context.Context, ref string, want sessionWant) (*sandbox.Service, *store.Session, error) {
+	svc, err := a.service(ctx, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	sess, err := findSession(ctx, svc.Store, ref, want)
+	if err != nil {
+		return nil, nil, err
+	}
+	return svc, sess, nil
+}
+
+// findSession resolves ref in st and checks that it is as wanted.
+func findSession(ctx context.Context, st *store.Store, ref string, want sessionWant) (*store.Session, error) {
+	sess, err := st.Resolve(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if want == openSession {
+		if err := store.CheckOpen(sess, time.Now()); err != nil {
+			return nil, err
+		}
+	}
+	return sess, nil
+}
+
 // flagOverride records a flag the user set as the override of a variable.
 func flagOverride(cmd *cobra.Command, m map[string]config.Flag, flag, variable string) {
 	if f := cmd.Flags().Lookup(flag); f != nil && f.Changed {
@@ -308,9 +412,11 @@ func (a *App) paint(c color.Attribute, s string) string {
 	return color.New(c).Sprint(s)
 }
 
+// isTerminal reports whether w is a terminal (xmode's stdout or stderr,
+// through its pipeWriter, or a file).
 func isTerminal(w io.Writer) bool {
 	f, ok := osFile(w)
-	return ok && isatty.IsTerminal(f.Fd())
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // parent makes a command that only groups subcommands refuse an unknown one

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xmode/xmode/changes"
+	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/loop"
@@ -56,12 +57,17 @@ func runStatus(ctx context.Context, svc *sandbox.Service, r *store.LoopRun) stri
 	return st
 }
 
+// runOptions are `xmode run`'s flags.
+type runOptions struct {
+	loop.Options
+	overrides map[string]config.Flag // the create flags that override variables
+}
+
 func (a *App) newRunCmd() *cobra.Command {
-	var o loop.Options
+	var o runOptions
 	cmd := &cobra.Command{
-		Use:         "run --objective TEXT (--repo URL|PATH | --project P) [--ref REF] [--agent KIND] [-f PLAN] [--keep]",
-		Annotations: map[string]string{"status": "step"},
-		Short:       "The governed loop in one command: objective → plan → sandbox → evidence → change request",
+		Use:   "run --objective TEXT (--repo URL|PATH | --project P) [--ref REF] [--agent KIND] [-f PLAN] [--keep]",
+		Short: "The governed loop in one command: objective → plan → sandbox → evidence → change request",
 		Long: `Create a session, run the plan in it, build a change request from what the
 sandbox ended with (whatever the checks said: the evidence shows it), and
 stop the session unless --keep. The plan is -f PLAN; else the repository's
@@ -103,54 +109,8 @@ EXIT STATUS
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Create.NetworkSet = cmd.Flags().Changed("network")
-			svc, err := a.service(cmd.Context(), createOverrides(cmd))
-			if err != nil {
-				return err
-			}
-			l := &loop.Loop{Svc: svc, Plans: &plans.Runner{Svc: svc, Agents: a.agents(svc)}, CR: changeRequests(svc)}
-			if !a.json && !a.quiet {
-				l.Notes, l.LiveStdout, l.LiveStderr = termsafe.NewWriter(a.Err), a.Err, a.Err
-			}
-			res, err := l.Run(cmd.Context(), o)
-			if res == nil {
-				return err
-			}
-			switch {
-			case a.json:
-				_ = a.printJSON(res)
-			case a.quiet:
-				fmt.Fprintln(a.Out, res.RunID)
-			default:
-				kv := newTable(a.Out)
-				kv.row("run:", res.RunID)
-				session := res.SessionID + " (stopped)"
-				if res.Kept {
-					session = res.SessionID + " (kept open: stop it with `xmode sandbox stop " + res.SessionID + "`)"
-				}
-				kv.row("session:", session)
-				kv.row("cr:", orDash(res.CR))
-				kv.row("status:", a.runStatusColor(res.Status))
-				if why := runWhy(res.Status, res.Error); why != "" {
-					kv.row("why:", clean(why))
-				}
-				kv.row("plan:", clean(res.PlanSource))
-				_ = kv.flush()
-				fmt.Fprintln(a.Out)
-				a.outcomeTable(res.Steps)
-			}
-			// The run's exit status is decided by the loop (a failing
-			// step's, or its own failure's); its error is only said.
-			if err != nil && res.ExitCode != 0 {
-				a.printError(err, res.ExitCode)
-				return exitStatus(res.ExitCode)
-			}
-			if err != nil {
-				return err
-			}
-			if res.ExitCode != 0 {
-				return exitStatus(res.ExitCode)
-			}
-			return nil
+			o.overrides = createOverrides(cmd)
+			return a.runLoop(cmd.Context(), o)
 		},
 	}
 	addCreateFlags(cmd, &o.Create)
@@ -161,7 +121,58 @@ EXIT STATUS
 	f.BoolVar(&o.Keep, "keep", false, "leave the session open when the run ends")
 	f.StringArrayVar(&o.EnvPass, "env-pass", nil, "pass this host variable to agent steps by name (repeatable)")
 	cmd.AddCommand(a.newRunList(), a.newRunShow())
-	return cmd
+	return a.setTraits(cmd, traits{exit: exitStep})
+}
+
+// runLoop is `xmode run`: the governed loop.
+func (a *App) runLoop(ctx context.Context, o runOptions) error {
+	svc, err := a.service(ctx, o.overrides)
+	if err != nil {
+		return err
+	}
+	l := &loop.Loop{Svc: svc, Plans: &plans.Runner{Svc: svc, Agents: a.agents(svc)}, CR: changeRequests(svc)}
+	if !a.json && !a.quiet {
+		l.Notes, l.LiveStdout, l.LiveStderr = termsafe.NewWriter(a.Err), a.Err, a.Err
+	}
+	res, err := l.Run(ctx, o.Options)
+	if res == nil {
+		return err
+	}
+	switch {
+	case a.json:
+		_ = a.printJSON(res)
+	case a.quiet:
+		fmt.Fprintln(a.Out, res.RunID)
+	default:
+		kv := newTable(a.Out)
+		kv.row("run:", res.RunID)
+		session := res.SessionID + " (stopped)"
+		if res.Kept {
+			session = res.SessionID + " (kept open: stop it with `xmode sandbox stop " + res.SessionID + "`)"
+		}
+		kv.row("session:", session)
+		kv.row("cr:", orDash(res.CR))
+		kv.row("status:", a.runStatusColor(res.Status))
+		if why := runWhy(res.Status, res.Error); why != "" {
+			kv.row("why:", clean(why))
+		}
+		kv.row("plan:", clean(res.PlanSource))
+		_ = kv.flush()
+		fmt.Fprintln(a.Out)
+		a.outcomeTable(res.Steps)
+	}
+	// The run's exit status is decided by the loop (a failing
+	// step's, or its own failure's); its error is only said.
+	if err != nil && res.ExitCode != 0 {
+		return &statusError{err: err, code: res.ExitCode}
+	}
+	if err != nil {
+		return err
+	}
+	if res.ExitCode != 0 {
+		return exitStatus(res.ExitCode)
+	}
+	return nil
 }
 
 func orDash(s string) string {
@@ -185,8 +196,13 @@ func (a *App) runStatusColor(s string) string {
 	return orDash(s)
 }
 
+// runListOptions are `run list`'s flags.
+type runListOptions struct {
+	all bool
+}
+
 func (a *App) newRunList() *cobra.Command {
-	var all bool
+	var o runListOptions
 	cmd := &cobra.Command{
 		Use:     "list",
 		Example: `  xmode run list --json`,
@@ -194,44 +210,46 @@ func (a *App) newRunList() *cobra.Command {
 		Short:   "List the runs of the loop, newest first (--all adds the runs of plain sandboxes)",
 		Long:    "List the runs of the loop, newest first (--all adds the runs of plain sandboxes)." + exitStatusHelp,
 		Args:    exactArgs(0, "no arguments"),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			svc, err := a.service(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			runs, err := svc.Store.ListRuns(cmd.Context(), all)
-			if err != nil {
-				return err
-			}
-			for _, r := range runs {
-				r.Status = runStatus(cmd.Context(), svc, r)
-			}
-			if a.json {
-				if runs == nil {
-					runs = []*store.LoopRun{}
-				}
-				return a.printJSON(runs)
-			}
-			if a.quiet {
-				for _, r := range runs {
-					fmt.Fprintln(a.Out, r.ID)
-				}
-				return nil
-			}
-			now := time.Now()
-			t := newTable(a.Out, "RUN", "STATUS", "EXIT", "CR", "CREATED", "OBJECTIVE")
-			for _, r := range runs {
-				exit := "-"
-				if r.ExitCode != nil {
-					exit = fmt.Sprint(*r.ExitCode)
-				}
-				t.row(r.ID, a.runStatusColor(r.Status), exit, orDash(r.CR), ago(r.CreatedAt, now), truncate(clean(firstLine(r.Objective)), 50))
-			}
-			return t.flush()
-		},
+		RunE:    func(cmd *cobra.Command, _ []string) error { return a.runListRuns(cmd.Context(), o) },
 	}
-	cmd.Flags().BoolVarP(&all, "all", "a", false, "include runs without an objective (made by sandbox create)")
+	cmd.Flags().BoolVarP(&o.all, "all", "a", false, "include runs without an objective (made by sandbox create)")
 	return cmd
+}
+
+func (a *App) runListRuns(ctx context.Context, o runListOptions) error {
+	svc, err := a.service(ctx, nil)
+	if err != nil {
+		return err
+	}
+	runs, err := svc.Store.ListRuns(ctx, o.all)
+	if err != nil {
+		return err
+	}
+	for _, r := range runs {
+		r.Status = runStatus(ctx, svc, r)
+	}
+	if a.json {
+		if runs == nil {
+			runs = []*store.LoopRun{}
+		}
+		return a.printJSON(runs)
+	}
+	if a.quiet {
+		for _, r := range runs {
+			fmt.Fprintln(a.Out, r.ID)
+		}
+		return nil
+	}
+	now := time.Now()
+	t := newTable(a.Out, "RUN", "STATUS", "EXIT", "CR", "CREATED", "OBJECTIVE")
+	for _, r := range runs {
+		exit := "-"
+		if r.ExitCode != nil {
+			exit = fmt.Sprint(*r.ExitCode)
+		}
+		t.row(r.ID, a.runStatusColor(r.Status), exit, orDash(r.CR), ago(r.CreatedAt, now), truncate(clean(firstLine(r.Objective)), 50))
+	}
+	return t.flush()
 }
 
 // runView is `run show --json`.
@@ -243,6 +261,11 @@ type runView struct {
 	ChangeRequests []string         `json:"change_requests"`
 }
 
+// runShowOptions are `run show`'s run.
+type runShowOptions struct {
+	run string
+}
+
 func (a *App) newRunShow() *cobra.Command {
 	return &cobra.Command{
 		Use:     "show RUN",
@@ -251,101 +274,105 @@ func (a *App) newRunShow() *cobra.Command {
 		Long:    "Show a run: objective, plan, status, sessions, steps and change requests." + exitStatusHelp,
 		Args:    exactArgs(1, "one run"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			svc, err := a.service(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			r, err := svc.Store.ResolveRun(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			r.Status = runStatus(cmd.Context(), svc, r)
-			sessions, err := svc.Store.RunSessions(cmd.Context(), r.ID)
-			if err != nil {
-				return err
-			}
-			steps, err := svc.Store.Steps(cmd.Context(), r.ID)
-			if err != nil {
-				return err
-			}
-			var plan plans.Plan
-			if r.Plan != "" {
-				_ = json.Unmarshal([]byte(r.Plan), &plan)
-			}
-			if a.json {
-				v := runView{LoopRun: r, Plan: json.RawMessage("null"), Sessions: sessions, Steps: []stepView{}, ChangeRequests: []string{}}
-				if r.Plan != "" {
-					v.Plan = json.RawMessage(r.Plan)
-				}
-				if v.Sessions == nil {
-					v.Sessions = []*store.Session{}
-				}
-				for _, s := range steps {
-					v.Steps = append(v.Steps, viewStep(svc, s))
-				}
-				if r.CR != "" {
-					v.ChangeRequests = append(v.ChangeRequests, r.CR)
-				}
-				return a.printJSON(v)
-			}
-			kv := newTable(a.Out)
-			kv.row("Run:", r.ID)
-			// The whole objective: its first line beside the label, the
-			// others under it.
-			for i, line := range strings.Split(strings.TrimSpace(r.Objective), "\n") {
-				line = strings.TrimRight(line, " \t\r")
-				switch {
-				case i == 0:
-					kv.row("Objective:", clean(line))
-				case line == "":
-					kv.row("")
-				default:
-					kv.row("", clean(line))
-				}
-			}
-			kv.row("Status:", a.runStatusColor(r.Status))
-			if r.ExitCode != nil {
-				kv.row("Exit:", fmt.Sprint(*r.ExitCode))
-			}
-			kv.row("Repo:", clean(r.Repo)+" "+clean(r.Ref)+" "+shortSHA(r.BaseCommit))
-			if len(plan.Steps) > 0 {
-				names := make([]string, len(plan.Steps))
-				for i, s := range plan.Steps {
-					names[i] = s.Name
-					if s.Agent != "" {
-						names[i] += " (" + s.Agent + ")"
-					}
-				}
-				kv.row("Plan:", clean(r.PlanSource)+": "+clean(strings.Join(names, ", ")))
-			}
-			kv.row("Change request:", orDash(r.CR))
-			kv.row("Created:", r.CreatedAt.Local().Format(time.DateTime))
-			if r.FinishedAt != nil {
-				kv.row("Finished:", r.FinishedAt.Local().Format(time.DateTime))
-			}
-			if why := runWhy(r.Status, r.Error); why != "" {
-				kv.row("Why:", clean(why))
-			}
-			if err := kv.flush(); err != nil {
-				return err
-			}
-			if len(sessions) > 0 {
-				fmt.Fprintln(a.Out)
-				t := newTable(a.Out, "SESSION", "STATUS", "ENGINE", "CREATED")
-				for _, s := range sessions {
-					t.row(s.ID, a.status(s), s.Engine, s.CreatedAt.Local().Format(time.DateTime))
-				}
-				if err := t.flush(); err != nil {
-					return err
-				}
-			}
-			if len(steps) > 0 {
-				fmt.Fprintln(a.Out)
-				return a.stepTable(steps)
-			}
-			return nil
+			return a.runShowRun(cmd.Context(), runShowOptions{run: args[0]})
 		},
 	}
+}
+
+func (a *App) runShowRun(ctx context.Context, o runShowOptions) error {
+	svc, err := a.service(ctx, nil)
+	if err != nil {
+		return err
+	}
+	r, err := svc.Store.ResolveRun(ctx, o.run)
+	if err != nil {
+		return err
+	}
+	r.Status = runStatus(ctx, svc, r)
+	sessions, err := svc.Store.RunSessions(ctx, r.ID)
+	if err != nil {
+		return err
+	}
+	steps, err := svc.Store.Steps(ctx, r.ID)
+	if err != nil {
+		return err
+	}
+	var plan plans.Plan
+	if r.Plan != "" {
+		_ = json.Unmarshal([]byte(r.Plan), &plan)
+	}
+	if a.json {
+		v := runView{LoopRun: r, Plan: json.RawMessage("null"), Sessions: sessions, Steps: []stepView{}, ChangeRequests: []string{}}
+		if r.Plan != "" {
+			v.Plan = json.RawMessage(r.Plan)
+		}
+		if v.Sessions == nil {
+			v.Sessions = []*store.Session{}
+		}
+		for _, s := range steps {
+			v.Steps = append(v.Steps, viewStep(svc, s))
+		}
+		if r.CR != "" {
+			v.ChangeRequests = append(v.ChangeRequests, r.CR)
+		}
+		return a.printJSON(v)
+	}
+	kv := newTable(a.Out)
+	kv.row("Run:", r.ID)
+	// The whole objective: its first line beside the label, the
+	// others under it.
+	for i, line := range strings.Split(strings.TrimSpace(r.Objective), "\n") {
+		line = strings.TrimRight(line, " \t\r")
+		switch {
+		case i == 0:
+			kv.row("Objective:", clean(line))
+		case line == "":
+			kv.row("")
+		default:
+			kv.row("", clean(line))
+		}
+	}
+	kv.row("Status:", a.runStatusColor(r.Status))
+	if r.ExitCode != nil {
+		kv.row("Exit:", fmt.Sprint(*r.ExitCode))
+	}
+	kv.row("Repo:", clean(r.Repo)+" "+clean(r.Ref)+" "+shortSHA(r.BaseCommit))
+	if len(plan.Steps) > 0 {
+		names := make([]string, len(plan.Steps))
+		for i, s := range plan.Steps {
+			names[i] = s.Name
+			if s.Agent != "" {
+				names[i] += " (" + s.Agent + ")"
+			}
+		}
+		kv.row("Plan:", clean(r.PlanSource)+": "+clean(strings.Join(names, ", ")))
+	}
+	kv.row("Change request:", orDash(r.CR))
+	kv.row("Created:", r.CreatedAt.Local().Format(time.DateTime))
+	if r.FinishedAt != nil {
+		kv.row("Finished:", r.FinishedAt.Local().Format(time.DateTime))
+	}
+	if why := runWhy(r.Status, r.Error); why != "" {
+		kv.row("Why:", clean(why))
+	}
+	if err := kv.flush(); err != nil {
+		return err
+	}
+	if len(sessions) > 0 {
+		fmt.Fprintln(a.Out)
+		t := newTable(a.Out, "SESSION", "STATUS", "ENGINE", "CREATED")
+		for _, s := range sessions {
+			t.row(s.ID, a.status(s), s.Engine, s.CreatedAt.Local().Format(time.DateTime))
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+	if len(steps) > 0 {
+		fmt.Fprintln(a.Out)
+		return a.stepTable(steps)
+	}
+	return nil
 }
 
 // runWhy is the line that says why a run ended as it did: its error when

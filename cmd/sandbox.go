@@ -1,14 +1,15 @@
 package cmd
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/fatih/color"
-	"github.com/mattn/go-isatty"
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
@@ -18,8 +19,15 @@ import (
 	"github.com/xmode/xmode/store"
 )
 
+// createOptions are `sandbox create`'s flags.
+type createOptions struct {
+	sandbox.CreateOptions
+	overrides map[string]config.Flag // the flags that override variables
+	imageSet  bool                   // --image was given
+}
+
 func (a *App) newCreate() *cobra.Command {
-	var o sandbox.CreateOptions
+	var o createOptions
 	cmd := &cobra.Command{
 		Use:   "create --repo URL|PATH [--ref REF]",
 		Short: "Provision a sandbox: a run directory, a worktree, and (docker engine) a bounded container",
@@ -40,44 +48,49 @@ cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=c
   id=$(xmode sandbox create --repo . -q)
   XMODE_SANDBOX_ENGINE=docker xmode sandbox create --repo . --runner-mode cloud_worker --image golang:1.26
   XMODE_PROJECT_MACHINES=1 xmode sandbox create --project prom --ref v3.0.0`,
-		Annotations: map[string]string{"interrupted": "the sandbox was not created; what it had begun was cleaned up (`xmode sandbox list --all` shows the session as failed if it was recorded)"},
-		Args:        exactArgs(0, "no arguments"),
+		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.NetworkSet = cmd.Flags().Changed("network")
-			svc, err := a.service(cmd.Context(), createOverrides(cmd))
-			if err != nil {
-				return err
-			}
-			if err := a.checkEngine(cmd, svc.Cfg); err != nil {
-				return err
-			}
-			if !a.json && !a.quiet {
-				svc.Notices = termsafe.NewWriter(a.Err)
-				if a.verbose {
-					svc.Verbose = svc.Notices
-					a.info("xmode: %s", whichEngine(svc.Cfg))
-				}
-			}
-			start := time.Now()
-			sess, err := svc.Create(cmd.Context(), o)
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return a.printJSON(sess)
-			}
-			fmt.Fprintln(a.Out, sess.ID)
-			a.info("created %s: %s at %s (%s), worktree %s, %s",
-				sess.ID, sess.Repo, sess.Ref, shortSHA(sess.BaseCommit), sess.WorktreePath, left(sess, time.Now()))
-			if a.verbose {
-				a.info("xmode: created in %s", time.Since(start).Round(time.Millisecond))
-			}
-			return nil
+			o.imageSet = cmd.Flags().Changed("image")
+			o.overrides = createOverrides(cmd)
+			return a.runCreate(cmd.Context(), o)
 		},
 	}
-	addCreateFlags(cmd, &o)
+	addCreateFlags(cmd, &o.CreateOptions)
 	cmd.Flags().StringVar(&o.RunID, "run", "", "share this run's worktree instead of cloning")
-	return cmd
+	return a.setTraits(cmd, traits{interrupted: "the sandbox was not created; what it had begun was cleaned up (`xmode sandbox list --all` shows the session as failed if it was recorded)"})
+}
+
+func (a *App) runCreate(ctx context.Context, o createOptions) error {
+	svc, err := a.service(ctx, o.overrides)
+	if err != nil {
+		return err
+	}
+	if err := a.checkEngine(svc.Cfg, o.imageSet); err != nil {
+		return err
+	}
+	if !a.json && !a.quiet {
+		svc.Notices = termsafe.NewWriter(a.Err)
+		if a.verbose {
+			svc.Verbose = svc.Notices
+			a.info("xmode: %s", whichEngine(svc.Cfg))
+		}
+	}
+	start := time.Now()
+	sess, err := svc.Create(ctx, o.CreateOptions)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(sess)
+	}
+	fmt.Fprintln(a.Out, sess.ID)
+	a.info("created %s: %s at %s (%s), worktree %s, %s",
+		sess.ID, sess.Repo, sess.Ref, shortSHA(sess.BaseCommit), sess.WorktreePath, left(sess, time.Now()))
+	if a.verbose {
+		a.info("xmode: created in %s", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
 }
 
 // addCreateFlags adds the flags that say what session to create (sandbox
@@ -129,7 +142,7 @@ func whichEngine(cfg *config.Config) string {
 // configuration suggests: --image for a host sandbox is refused (it would
 // be ignored), and XMODE_SANDBOX_ENGINE=docker with the default runner mode
 // (which always runs on the host) gets a warning naming the missing step.
-func (a *App) checkEngine(cmd *cobra.Command, cfg *config.Config) error {
+func (a *App) checkEngine(cfg *config.Config, imageSet bool) error {
 	name, err := engine.Choose(cfg.RunnerMode, cfg.Engine)
 	if err != nil {
 		return nil // Create says why
@@ -137,7 +150,7 @@ func (a *App) checkEngine(cmd *cobra.Command, cfg *config.Config) error {
 	if name == "docker" {
 		return nil
 	}
-	if cmd.Flags().Changed("image") {
+	if imageSet {
 		if cfg.Engine == "docker" {
 			return fail.Usagef("--image is for docker sandboxes, and runner mode %s runs on the host: add --runner-mode cloud_worker (XMODE_RUNNER_MODE=cloud_worker) for a docker sandbox", cfg.RunnerMode)
 		}
@@ -149,9 +162,15 @@ func (a *App) checkEngine(cmd *cobra.Command, cfg *config.Config) error {
 	return nil
 }
 
+// execOptions are `sandbox exec`'s session, command and flags.
+type execOptions struct {
+	sandbox.ExecOptions
+	session          string
+	interactive, tty bool
+}
+
 func (a *App) newExec() *cobra.Command {
-	var o sandbox.ExecOptions
-	var interactive, tty bool
+	var o execOptions
 	cmd := &cobra.Command{
 		Use:   "exec SESSION [flags] -- CMD [ARG...]",
 		Short: "Run one step in a sandbox, stream its output, keep its evidence, exit with its status",
@@ -186,7 +205,6 @@ EXIT STATUS
   xmode sandbox exec 7k2m --env GOFLAGS=-mod=mod --env HOME -- go build ./...
   xmode sandbox exec 7k2m -it -- python3
   xmode sandbox exec 7k2m --json -- make lint | jq .exit_code`,
-		Annotations: map[string]string{"exit": "docker", "interrupted": "the step never started"},
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return fail.Usagef("give a session and a command: xmode sandbox exec SESSION -- CMD [ARG...]")
@@ -195,44 +213,11 @@ EXIT STATUS
 		},
 		ValidArgsFunction: a.completeSessions,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ref := args[0]
-			o.Argv = args[1:]
 			if dash := cmd.ArgsLenAtDash(); dash > 1 {
 				return fail.Usagef("unexpected %q before --: xmode sandbox exec SESSION [flags] -- CMD [ARG...]", args[1])
 			}
-			var t *userTTY
-			if tty {
-				var err error
-				if t, err = a.openTTY("-t"); err != nil {
-					return err
-				}
-			}
-			svc, err := a.service(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			sess, err := svc.Store.Resolve(cmd.Context(), ref)
-			if err != nil {
-				return err
-			}
-			o.LookupEnv = a.lookupEnv
-			if t != nil {
-				res, err := a.execOnTTY(cmd.Context(), svc, sess, o, t)
-				return a.stepDone(svc.Cfg, res, err, o.Timeout)
-			}
-			if interactive {
-				o.Stdin = a.In
-				if f, ok := a.In.(*os.File); ok && isatty.IsTerminal(f.Fd()) && !a.quiet && !a.json {
-					a.info("xmode: the command reads your input through a pipe, not a terminal (no prompt editing, no job control); add -t to give it one")
-				}
-			}
-			if !a.json {
-				o.LiveStdout, o.LiveStderr = a.Out, a.Err
-			}
-			stepRunning.Store(true)
-			res, err := svc.Exec(cmd.Context(), sess, o)
-			stepRunning.Store(false)
-			return a.stepDone(svc.Cfg, res, err, o.Timeout)
+			o.session, o.Argv = args[0], args[1:]
+			return a.runExec(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()
@@ -240,13 +225,51 @@ EXIT STATUS
 	f.StringArrayVarP(&o.Env, "env", "e", nil, "KEY=VALUE for the command, or NAME to pass this machine's value (repeatable)")
 	f.StringVar(&o.Name, "name", "", "step name (default: the command's words, e.g. make-test)")
 	f.StringVar(&o.Workdir, "workdir", "", "directory relative to the worktree")
-	f.BoolVarP(&interactive, "interactive", "i", false, "pass standard input to the command")
-	f.BoolVarP(&tty, "tty", "t", false, "give the command a terminal (needs one here); its transcript is stdout.log")
-	return cmd
+	f.BoolVarP(&o.interactive, "interactive", "i", false, "pass standard input to the command")
+	f.BoolVarP(&o.tty, "tty", "t", false, "give the command a terminal (needs one here); its transcript is stdout.log")
+	return a.setTraits(cmd, traits{exit: exitStepDocker, interrupted: "the step never started"})
+}
+
+func (a *App) runExec(ctx context.Context, o execOptions) error {
+	var t *userTTY
+	if o.tty {
+		var err error
+		if t, err = a.openTTY("-t"); err != nil {
+			return err
+		}
+	}
+	svc, sess, err := a.session(ctx, o.session, anySession)
+	if err != nil {
+		return err
+	}
+	o.LookupEnv = a.lookupEnv
+	if t != nil {
+		res, err := a.execOnTTY(ctx, svc, sess, o.ExecOptions, t)
+		return a.stepDone(svc.Cfg, res, err, o.Timeout)
+	}
+	if o.interactive {
+		o.Stdin = a.In
+		if f, ok := a.In.(*os.File); ok && term.IsTerminal(int(f.Fd())) && !a.quiet && !a.json {
+			a.info("xmode: the command reads your input through a pipe, not a terminal (no prompt editing, no job control); add -t to give it one")
+		}
+	}
+	if !a.json {
+		o.LiveStdout, o.LiveStderr = a.Out, a.Err
+	}
+	stepRunning.Store(true)
+	res, err := svc.Exec(ctx, sess, o.ExecOptions)
+	stepRunning.Store(false)
+	return a.stepDone(svc.Cfg, res, err, o.Timeout)
+}
+
+// stopOptions are `sandbox stop`'s sessions and flags.
+type stopOptions struct {
+	sessions []string
+	force    bool
 }
 
 func (a *App) newStop() *cobra.Command {
-	var force bool
+	var o stopOptions
 	cmd := &cobra.Command{
 		Use:   "stop SESSION...",
 		Short: "Reap sessions now: remove their sandbox and worktree, keep their evidence",
@@ -275,58 +298,63 @@ KILLed), and its result.json and row record "stopped_by": "sandbox stop".` + exi
 		},
 		ValidArgsFunction: a.completeOpenSessions,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			svc, err := a.service(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			var stopped []*store.Session
-			var first error
-			for _, ref := range args {
-				sess, err := a.stopOne(cmd, svc, ref, force)
-				if err != nil {
-					if len(args) > 1 {
-						fmt.Fprintf(a.Err, "%s %s: %v\n", a.paint(color.FgRed, "xmode:"), clean(ref), err)
-					}
-					if first == nil {
-						first = err
-					}
-					continue
-				}
-				stopped = append(stopped, sess)
-			}
-			if a.json {
-				var v any = stopped
-				if len(args) == 1 && len(stopped) == 1 {
-					v = stopped[0] // one session: its object, as before
-				} else if stopped == nil {
-					v = []*store.Session{}
-				}
-				if err := a.printJSON(v); err != nil {
-					return err
-				}
-			}
-			if first != nil && len(args) > 1 {
-				return exitStatus(fail.ExitCode(first))
-			}
-			return first
+			o.sessions = args
+			return a.runStop(cmd.Context(), o)
 		},
 	}
-	cmd.Flags().BoolVarP(&force, "force", "f", false, "stop a session even while a step runs in it (the step is ended)")
+	cmd.Flags().BoolVarP(&o.force, "force", "f", false, "stop a session even while a step runs in it (the step is ended)")
 	return cmd
 }
 
+func (a *App) runStop(ctx context.Context, o stopOptions) error {
+	svc, err := a.service(ctx, nil)
+	if err != nil {
+		return err
+	}
+	var stopped []*store.Session
+	var first error
+	for _, ref := range o.sessions {
+		sess, err := a.stopOne(ctx, svc, ref, o.force)
+		if err != nil {
+			if len(o.sessions) > 1 {
+				fmt.Fprintf(a.Err, "%s %s: %v\n", a.paint(color.FgRed, "xmode:"), clean(ref), err)
+			}
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		stopped = append(stopped, sess)
+	}
+	if a.json {
+		var v any = stopped
+		if len(o.sessions) == 1 && len(stopped) == 1 {
+			v = stopped[0] // one session: its object, as before
+		} else if stopped == nil {
+			v = []*store.Session{}
+		}
+		if err := a.printJSON(v); err != nil {
+			return err
+		}
+	}
+	if first != nil && len(o.sessions) > 1 {
+		return exitStatus(fail.ExitCode(first))
+	}
+	return first
+}
+
 // stopOne stops one session and says what happened to it.
-func (a *App) stopOne(cmd *cobra.Command, svc *sandbox.Service, ref string, force bool) (*store.Session, error) {
-	sess, err := svc.Store.Resolve(cmd.Context(), ref)
+func (a *App) stopOne(ctx context.Context, svc *sandbox.Service, ref string, force bool) (*store.Session, error) {
+	sess, err := findSession(ctx, svc.Store, ref, anySession)
 	if err != nil {
 		return nil, err
 	}
 	wasEnded := sess.Ended()
-	out, err := svc.Stop(cmd.Context(), sess, force)
+	out, err := svc.Stop(ctx, sess, force)
 	if err != nil {
 		return nil, err
 	}
-	if sess, err = svc.Store.Get(cmd.Context(), sess.ID); err != nil {
+	if sess, err = svc.Store.Get(ctx, sess.ID); err != nil {
 		return nil, err
 	}
 	if a.json {
@@ -344,8 +372,13 @@ func (a *App) stopOne(cmd *cobra.Command, svc *sandbox.Service, ref string, forc
 	return sess, nil
 }
 
+// listOptions are `sandbox list`'s flags.
+type listOptions struct {
+	store.Filter
+}
+
 func (a *App) newList() *cobra.Command {
-	var f store.Filter
+	var o listOptions
 	cmd := &cobra.Command{
 		Use:     "list",
 		Aliases: []string{"ls"},
@@ -355,41 +388,48 @@ func (a *App) newList() *cobra.Command {
   xmode sandbox list --all --user alice
   xmode sandbox list -q              # IDs only, for scripts`,
 		Args: exactArgs(0, "no arguments"),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			svc, err := a.service(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			sessions, err := svc.Store.List(cmd.Context(), f)
-			if err != nil {
-				return err
-			}
-			if !a.quiet {
-				svc.MeasureWorktrees(sessions)
-			}
-			if a.json {
-				if sessions == nil {
-					sessions = []*store.Session{}
-				}
-				return a.printJSON(sessions)
-			}
-			if a.quiet {
-				for _, s := range sessions {
-					fmt.Fprintln(a.Out, s.ID)
-				}
-				return nil
-			}
-			now := time.Now()
-			t := newTable(a.Out, "ID", "STATUS", "USER", "ENGINE", "REPO", "REF", "SIZE", "CREATED", "EXPIRES")
-			for _, s := range sessions {
-				t.row(s.ID, a.status(s), clean(s.User), s.Engine, clean(repoLabel(s)), clean(truncate(s.Ref, 24)), size(s.WorktreeBytes), ago(s.CreatedAt, now), left(s, now))
-			}
-			return t.flush()
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.runList(cmd.Context(), o) },
 	}
-	cmd.Flags().BoolVarP(&f.All, "all", "a", false, "include ended sessions")
-	cmd.Flags().StringVar(&f.User, "user", "", "only sessions of this user")
+	cmd.Flags().BoolVarP(&o.All, "all", "a", false, "include ended sessions")
+	cmd.Flags().StringVar(&o.User, "user", "", "only sessions of this user")
 	return cmd
+}
+
+func (a *App) runList(ctx context.Context, o listOptions) error {
+	svc, err := a.service(ctx, nil)
+	if err != nil {
+		return err
+	}
+	sessions, err := svc.Store.List(ctx, o.Filter)
+	if err != nil {
+		return err
+	}
+	if !a.quiet {
+		svc.MeasureWorktrees(sessions)
+	}
+	if a.json {
+		if sessions == nil {
+			sessions = []*store.Session{}
+		}
+		return a.printJSON(sessions)
+	}
+	if a.quiet {
+		for _, s := range sessions {
+			fmt.Fprintln(a.Out, s.ID)
+		}
+		return nil
+	}
+	now := time.Now()
+	t := newTable(a.Out, "ID", "STATUS", "USER", "ENGINE", "REPO", "REF", "SIZE", "CREATED", "EXPIRES")
+	for _, s := range sessions {
+		t.row(s.ID, a.status(s), clean(s.User), s.Engine, clean(repoLabel(s)), clean(truncate(s.Ref, 24)), size(s.WorktreeBytes), ago(s.CreatedAt, now), left(s, now))
+	}
+	return t.flush()
+}
+
+// showOptions are `sandbox show`'s session.
+type showOptions struct {
+	session string
 }
 
 func (a *App) newShow() *cobra.Command {
@@ -404,71 +444,76 @@ steps under "steps".` + exitStatusHelp,
 		Args:              exactArgs(1, "one session"),
 		ValidArgsFunction: a.completeAnySession,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			svc, err := a.service(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			s, err := svc.Store.Resolve(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			svc.MeasureWorktrees([]*store.Session{s})
-			steps, err := svc.Store.Steps(cmd.Context(), s.RunID)
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return a.printJSON(struct {
-					*store.Session
-					Steps []stepView `json:"steps"`
-				}{s, viewSteps(svc, steps)})
-			}
-			now := time.Now()
-			kv := newTable(a.Out)
-			kv.row("ID:", s.ID)
-			kv.row("Status:", a.status(s))
-			kv.row("Run:", s.RunID)
-			kv.row("User:", clean(s.User))
-			if s.Project != "" {
-				kv.row("Project:", clean(s.Project))
-			}
-			kv.row("Runner mode:", s.RunnerMode)
-			kv.row("Engine:", s.Engine)
-			kv.row("Repo:", clean(s.Repo))
-			kv.row("Ref:", clean(s.Ref)+" "+shortSHA(s.BaseCommit))
-			kv.row("Created:", s.CreatedAt.Local().Format(time.DateTime)+" ("+ago(s.CreatedAt, now)+")")
-			kv.row("Expires:", s.ExpiresAt.Local().Format(time.DateTime)+" ("+left(s, now)+")")
-			if s.EndedAt != nil {
-				kv.row("Ended:", s.EndedAt.Local().Format(time.DateTime))
-			}
-			kv.row("Worktree:", s.WorktreePath+" ("+size(s.WorktreeBytes)+")")
-			kv.row("Evidence:", s.RunDir)
-			if s.ContainerID != "" {
-				kv.row("Container:", shortSHA(s.ContainerID)+" ("+s.MountMode+", "+s.Image+")")
-			}
-			if s.Network != "" {
-				kv.row("Network:", s.Network)
-			}
-			if s.Error != "" {
-				kv.row("Error:", clean(s.Error))
-			}
-			if hint := cloudStatusHint(s); hint != "" {
-				kv.row("Codex cloud:", hint)
-			}
-			if err := kv.flush(); err != nil {
-				return err
-			}
-			if len(steps) == 0 {
-				return nil
-			}
-			fmt.Fprintln(a.Out)
-			return a.stepTable(steps)
+			return a.runShow(cmd.Context(), showOptions{session: args[0]})
 		},
 	}
 }
 
+func (a *App) runShow(ctx context.Context, o showOptions) error {
+	svc, s, err := a.session(ctx, o.session, anySession)
+	if err != nil {
+		return err
+	}
+	svc.MeasureWorktrees([]*store.Session{s})
+	steps, err := svc.Store.Steps(ctx, s.RunID)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(struct {
+			*store.Session
+			Steps []stepView `json:"steps"`
+		}{s, viewSteps(svc, steps)})
+	}
+	now := time.Now()
+	kv := newTable(a.Out)
+	kv.row("ID:", s.ID)
+	kv.row("Status:", a.status(s))
+	kv.row("Run:", s.RunID)
+	kv.row("User:", clean(s.User))
+	if s.Project != "" {
+		kv.row("Project:", clean(s.Project))
+	}
+	kv.row("Runner mode:", s.RunnerMode)
+	kv.row("Engine:", s.Engine)
+	kv.row("Repo:", clean(s.Repo))
+	kv.row("Ref:", clean(s.Ref)+" "+shortSHA(s.BaseCommit))
+	kv.row("Created:", s.CreatedAt.Local().Format(time.DateTime)+" ("+ago(s.CreatedAt, now)+")")
+	kv.row("Expires:", s.ExpiresAt.Local().Format(time.DateTime)+" ("+left(s, now)+")")
+	if s.EndedAt != nil {
+		kv.row("Ended:", s.EndedAt.Local().Format(time.DateTime))
+	}
+	kv.row("Worktree:", s.WorktreePath+" ("+size(s.WorktreeBytes)+")")
+	kv.row("Evidence:", s.RunDir)
+	if s.ContainerID != "" {
+		kv.row("Container:", shortSHA(s.ContainerID)+" ("+s.MountMode+", "+s.Image+")")
+	}
+	if s.Network != "" {
+		kv.row("Network:", s.Network)
+	}
+	if s.Error != "" {
+		kv.row("Error:", clean(s.Error))
+	}
+	if hint := cloudStatusHint(s); hint != "" {
+		kv.row("Codex cloud:", hint)
+	}
+	if err := kv.flush(); err != nil {
+		return err
+	}
+	if len(steps) == 0 {
+		return nil
+	}
+	fmt.Fprintln(a.Out)
+	return a.stepTable(steps)
+}
+
+// extendOptions are `sandbox extend`'s session and flags.
+type extendOptions struct {
+	session, ttl string
+}
+
 func (a *App) newExtend() *cobra.Command {
-	var ttl string
+	var o extendOptions
 	cmd := &cobra.Command{
 		Use:   "extend SESSION --ttl DUR",
 		Short: "Push a session's expiry to now + DUR",
@@ -478,40 +523,45 @@ func (a *App) newExtend() *cobra.Command {
 		Args:              exactArgs(1, "one session"),
 		ValidArgsFunction: a.completeSessions,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if ttl == "" {
-				return fail.Usagef("--ttl is required, e.g. --ttl 2h")
-			}
-			d, err := config.ParseDuration(ttl)
-			if err != nil {
-				return fail.Usagef("--ttl: %v", err)
-			}
-			svc, err := a.service(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			if err := svc.Cfg.CheckTTL(d); err != nil {
-				return fail.Usagef("--ttl: %v", err)
-			}
-			s, err := svc.Store.Resolve(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if err := svc.Store.Extend(cmd.Context(), s.ID, time.Now().Add(d)); err != nil {
-				return err
-			}
-			if s, err = svc.Store.Get(cmd.Context(), s.ID); err != nil {
-				return err
-			}
-			if a.json {
-				return a.printJSON(s)
-			}
-			fmt.Fprintln(a.Out, s.ID)
-			a.info("%s now expires at %s (in %s)", s.ID, s.ExpiresAt.Local().Format(time.DateTime), human(time.Until(s.ExpiresAt).Round(time.Minute)))
-			return nil
+			o.session = args[0]
+			return a.runExtend(cmd.Context(), o)
 		},
 	}
-	cmd.Flags().StringVar(&ttl, "ttl", "", "new lifetime from now (e.g. 30m, 2h)")
+	cmd.Flags().StringVar(&o.ttl, "ttl", "", "new lifetime from now (e.g. 30m, 2h)")
 	return cmd
+}
+
+func (a *App) runExtend(ctx context.Context, o extendOptions) error {
+	if o.ttl == "" {
+		return fail.Usagef("--ttl is required, e.g. --ttl 2h")
+	}
+	d, err := config.ParseDuration(o.ttl)
+	if err != nil {
+		return fail.Usagef("--ttl: %v", err)
+	}
+	svc, err := a.service(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := svc.Cfg.CheckTTL(d); err != nil {
+		return fail.Usagef("--ttl: %v", err)
+	}
+	s, err := findSession(ctx, svc.Store, o.session, anySession)
+	if err != nil {
+		return err
+	}
+	if err := svc.Store.Extend(ctx, s.ID, time.Now().Add(d)); err != nil {
+		return err
+	}
+	if s, err = svc.Store.Get(ctx, s.ID); err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(s)
+	}
+	fmt.Fprintln(a.Out, s.ID)
+	a.info("%s now expires at %s (in %s)", s.ID, s.ExpiresAt.Local().Format(time.DateTime), human(time.Until(s.ExpiresAt).Round(time.Minute)))
+	return nil
 }
 
 // repoLabel is a session's project, or the last part of its repository.

@@ -22,8 +22,14 @@ import (
 	"github.com/xmode/xmode/store"
 )
 
+// shellOptions are `sandbox shell`'s session, command and flags.
+type shellOptions struct {
+	sandbox.ExecOptions
+	session string
+}
+
 func (a *App) newShell() *cobra.Command {
-	var o sandbox.ExecOptions
+	var o shellOptions
 	cmd := &cobra.Command{
 		Use:   "shell SESSION [-- CMD [ARG...]]",
 		Short: "An interactive terminal in a sandbox's worktree, recorded as a step",
@@ -45,7 +51,6 @@ EXIT STATUS
 		Example: `  xmode sandbox shell sbx_7k2m9q4x
   xmode sandbox shell 7k2m -- python3          # any unique prefix of the ID
   xmode sandbox shell 7k2m --workdir src -- bash -l`,
-		Annotations: map[string]string{"interrupted": "the shell's step was ended", "status": "step"},
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return fail.Usagef("give a session: xmode sandbox shell SESSION [-- CMD [ARG...]]")
@@ -57,34 +62,36 @@ EXIT STATUS
 		},
 		ValidArgsFunction: a.completeSessions,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			tty, err := a.openTTY("`xmode sandbox shell`")
-			if err != nil {
-				return err
-			}
-			svc, err := a.service(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			sess, err := svc.Store.Resolve(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			o.Argv = args[1:]
-			if len(o.Argv) == 0 {
-				o.Argv = a.defaultShell(sess)
-			}
-			if o.Name == "" {
-				o.Name = "shell"
-			}
-			res, err := a.execOnTTY(cmd.Context(), svc, sess, o, tty)
-			return a.stepDone(svc.Cfg, res, err, o.Timeout)
+			o.session, o.Argv = args[0], args[1:]
+			return a.runShell(cmd.Context(), o)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Name, "name", "", `step name (default "shell")`)
 	f.StringVar(&o.Workdir, "workdir", "", "directory relative to the worktree")
 	f.StringArrayVarP(&o.Env, "env", "e", nil, "KEY=VALUE for the shell, or NAME to pass this machine's value (repeatable)")
-	return cmd
+	return a.setTraits(cmd, traits{exit: exitStep, interrupted: "the shell's step was ended"})
+}
+
+func (a *App) runShell(ctx context.Context, o shellOptions) error {
+	tty, err := a.openTTY("`xmode sandbox shell`")
+	if err != nil {
+		return err
+	}
+	// Checked before the terminal is made raw: a session that cannot run
+	// the shell is refused with the terminal as it was.
+	svc, sess, err := a.session(ctx, o.session, openSession)
+	if err != nil {
+		return err
+	}
+	if len(o.Argv) == 0 {
+		o.Argv = a.defaultShell(sess)
+	}
+	if o.Name == "" {
+		o.Name = "shell"
+	}
+	res, err := a.execOnTTY(ctx, svc, sess, o.ExecOptions, tty)
+	return a.stepDone(svc.Cfg, res, err, o.Timeout)
 }
 
 // defaultShell is the user's $SHELL on the host engine (a host step runs
