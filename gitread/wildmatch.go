@@ -1,13 +1,15 @@
-package changes
+package gitread
 
 import "bytes"
 
-// wildmatch is git's pattern matcher (wildmatch.c) for ignore rules: '?',
-// '*', '**' (with pathname: across directories only as a whole path
-// component), "[...]" sets with ranges, "!"/"^" negation and "[:class:]",
-// and backslash escapes. With pathname set, '*', '?' and sets never match
-// '/'.
-func wildmatch(pattern, text string, pathname bool) bool {
+// Wildmatch matches text against pattern as git's wildmatch does for
+// ignore rules and pathspecs: '?', '*', '**' (with pathname: across
+// directories only as a whole path component), "[...]" sets with ranges,
+// "!"/"^" negation and "[:class:]", and backslash escapes. With pathname
+// set (git's WM_PATHNAME), '*', '?' and sets never match '/'. Matching is
+// case-sensitive (git's WM_CASEFOLD, used with core.ignoreCase, is not
+// supported), and takes time polynomial in its inputs.
+func Wildmatch(pattern, text string, pathname bool) bool {
 	return dowild([]byte(pattern), []byte(text), pathname) == wmMatch
 }
 
