@@ -55,23 +55,22 @@ func dowild(p, text []byte, pathname bool) int {
 			}
 			continue
 		case '*':
-			var matchSlash bool
 			pi++
+			matchSlash := !pathname
 			if at(p, pi) == '*' {
 				prev := pi - 2
 				for pi++; at(p, pi) == '*'; pi++ {
 				}
-				if (prev < 0 || p[prev] == '/') &&
+				// Only with pathname is "**" more than '*': as a whole
+				// component ("**/", "/**/", "/**") it matches across
+				// directories, none included.
+				if pathname && (prev < 0 || p[prev] == '/') &&
 					(pi >= len(p) || p[pi] == '/' || (p[pi] == '\\' && at(p, pi+1) == '/')) {
 					if pi < len(p) && p[pi] == '/' && dowild(p[pi+1:], text[ti:], pathname) == wmMatch {
 						return wmMatch
 					}
 					matchSlash = true
-				} else {
-					matchSlash = false
 				}
-			} else {
-				matchSlash = !pathname
 			}
 			if pi >= len(p) {
 				if !matchSlash && bytes.IndexByte(text[ti:], '/') >= 0 {
@@ -100,8 +99,15 @@ func dowild(p, text []byte, pathname bool) int {
 						}
 						ti++
 					}
-					if ti >= len(text) || text[ti] != want {
-						return wmNoMatch
+					if ti >= len(text) {
+						// The literal is nowhere in the rest of the text,
+						// so no later start of this star, or of one
+						// before it, can match either: trying them all
+						// would take exponential time.
+						return wmAbortAll
+					}
+					if text[ti] != want {
+						return wmNoMatch // at a '/' this star cannot cross
 					}
 				}
 				m := dowild(p[pi:], text[ti:], pathname)
