@@ -52,3 +52,9 @@ fuzz:
 	go test ./store -run '^$$' -fuzz FuzzParseSessionRef -fuzztime 20s
 	go test ./fsguard -run '^$$' -fuzz FuzzResolveWorkdir -fuzztime 20s
 	go test ./fsguard -run '^$$' -fuzz FuzzValidID -fuzztime 20s
+	go test ./gitread -run '^$$' -fuzz '^FuzzPackObject$$' -fuzztime 20s
+	go test ./gitread -run '^$$' -fuzz '^FuzzApplyDelta$$' -fuzztime 20s
+	go test ./gitread -run '^$$' -fuzz '^FuzzParseIndex$$' -fuzztime 20s
+	go test ./gitread -run '^$$' -fuzz '^FuzzParseTree$$' -fuzztime 20s
+	go test ./gitread -run '^$$' -fuzz '^FuzzParseCommit$$' -fuzztime 20s
+	go test ./gitread -run '^$$' -fuzz '^FuzzWildmatch$$' -fuzztime 20s
