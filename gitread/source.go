@@ -60,14 +60,14 @@ func (e *tooLargeError) Is(target error) bool { return target == ErrTooLarge }
 const MaxDeltaDepth = 4095
 
 // Limits bound what reading a Source may cost, whatever its objects claim
-// (docs/change-requests.md, "Hostile packs"). A chain is resolved from
-// its base up, one link at a time, so its depth costs a small record per
-// link, never an object per link.
+// (docs/change-requests.md, "Hostile packs"); a zero bound allows nothing.
+// A chain is resolved from its base up, one link at a time, so its depth
+// costs a small record per link, never an object per link.
 type Limits struct {
 	// Object is the largest object read, checked against its header (a
 	// delta's result against the delta's header) before it is inflated.
 	Object int64
-	// ObjectName is how errors name Object ("" : "the limit").
+	// ObjectName is how errors name Object ("": "the limit").
 	ObjectName string
 	// Read bounds the bytes one Read may inflate, rebuild from deltas and
 	// hash; All bounds the same for all the Reads of the Source together.
@@ -84,8 +84,9 @@ type Options struct {
 	Name    string          // how errors name the directory
 	Limits  Limits          // what reading may cost
 	Context context.Context // cancels a long read; nil: never
-	// Alt is searched for what this Source lacks (its objects are read
-	// with this Source's limits).
+	// Alt is searched for what this Source lacks; only where an object
+	// is comes from it: the object is read with this Source's Limits and
+	// Context.
 	Alt *Source
 }
 
