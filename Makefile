@@ -45,10 +45,17 @@ lint:
 	go vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-# A short run of every fuzz target.
+# A short run of every fuzz target. A pack or a delta input is kilobytes,
+# and minimising one would take the whole run: -fuzzminimizetime bounds it.
 fuzz:
 	go test ./config -run '^$$' -fuzz FuzzParseSize -fuzztime 20s
 	go test ./config -run '^$$' -fuzz FuzzParseDuration -fuzztime 20s
 	go test ./store -run '^$$' -fuzz FuzzParseSessionRef -fuzztime 20s
 	go test ./fsguard -run '^$$' -fuzz FuzzResolveWorkdir -fuzztime 20s
 	go test ./fsguard -run '^$$' -fuzz FuzzValidID -fuzztime 20s
+	go test ./gitread -run '^$$' -fuzz '^FuzzPackObject$$' -fuzztime 20s -fuzzminimizetime 5s
+	go test ./gitread -run '^$$' -fuzz '^FuzzApplyDelta$$' -fuzztime 20s -fuzzminimizetime 5s
+	go test ./gitread -run '^$$' -fuzz '^FuzzParseIndex$$' -fuzztime 20s
+	go test ./gitread -run '^$$' -fuzz '^FuzzParseTree$$' -fuzztime 20s
+	go test ./gitread -run '^$$' -fuzz '^FuzzParseCommit$$' -fuzztime 20s
+	go test ./gitread -run '^$$' -fuzz '^FuzzWildmatch$$' -fuzztime 20s

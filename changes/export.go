@@ -12,6 +12,7 @@ import (
 
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/gitcli"
+	"github.com/xmode/xmode/gitread"
 )
 
 // Exported is what `cr export` made.
@@ -29,7 +30,7 @@ type Exported struct {
 }
 
 // RefusedCommit is an agent's commit whose tree holds a path git refuses
-// to check out (gitRefuses): a directory ends in '/'.
+// to check out (gitread.Refuses): a directory ends in '/'.
 type RefusedCommit struct {
 	Commit string `json:"commit"`
 	Path   string `json:"path"`
@@ -90,7 +91,7 @@ func (s *Service) Export(ctx context.Context, p *Package, repo, branch string) (
 	if err != nil {
 		return nil, fail.Failedf("change request %s: its commits cannot be read from the run's object store (%v)", p.ID, err)
 	}
-	baseTree, err := ParseHash(m.BaseTree)
+	baseTree, err := gitread.ParseHash(m.BaseTree)
 	if err != nil {
 		return nil, fail.Failedf("change request %s: base_tree %q: %v", p.ID, m.BaseTree, err)
 	}
@@ -176,16 +177,16 @@ func refusedEntry(obj *objects, a, b Hash, prefix string) (string, string, error
 		}
 		p := join(prefix, e.Name)
 		// as the walk checks them: a symlink's rules look at its whole path
-		why := gitRefuses(e.Name, false)
-		if e.Mode == modeSymlink {
-			why = gitRefuses(p, true)
+		why := gitread.Refuses(e.Name, false)
+		if e.Mode == gitread.ModeSymlink {
+			why = gitread.Refuses(p, true)
 		}
 		if why != "" {
-			return skippedPath(p, e.isTree()), why, nil
+			return skippedPath(p, e.IsTree()), why, nil
 		}
-		if e.isTree() {
+		if e.IsTree() {
 			from := Hash{}
-			if had && o.isTree() {
+			if had && o.IsTree() {
 				from = o.Hash
 			}
 			if p, why, err := refusedEntry(obj, from, e.Hash, p); err != nil || why != "" {
@@ -217,18 +218,18 @@ func squashCommit(m *Manifest, r *RefusedCommit) *Commit {
 		why.WriteString(".")
 	}
 	sig := Signature{Name: m.Author, Raw: fmt.Sprintf("<> %d +0000", m.CreatedAt.Unix())}
-	tree, _ := ParseHash(m.Tree)
+	tree, _ := gitread.ParseHash(m.Tree)
 	return &Commit{Tree: tree, Author: sig, Committer: sig, Message: commitMessageWith(m, why.String())}
 }
 
 // exportChain is the commits from base_commit (exclusive) to the snapshot
 // commit, oldest first, read from the run's object store.
 func exportChain(obj *objects, m *Manifest) ([]*Commit, error) {
-	base, err := ParseHash(m.BaseCommit)
+	base, err := gitread.ParseHash(m.BaseCommit)
 	if err != nil {
 		return nil, err
 	}
-	h, err := ParseHash(m.Snapshot)
+	h, err := gitread.ParseHash(m.Snapshot)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +260,7 @@ func exportChain(obj *objects, m *Manifest) ([]*Commit, error) {
 func fastImport(obj *objects, chain []*Commit, ref string, m *Manifest) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString("feature done\n")
-	prev, err := ParseHash(m.BaseTree)
+	prev, err := gitread.ParseHash(m.BaseTree)
 	if err != nil {
 		return nil, err
 	}
@@ -280,11 +281,11 @@ func fastImport(obj *objects, chain []*Commit, ref string, m *Manifest) ([]byte,
 			fmt.Fprintf(&b, "D %s\n", fastImportPath(op.path))
 		}
 		for _, op := range mods {
-			if op.entry.Mode == modeGitlink {
+			if op.entry.Mode == gitread.ModeGitlink {
 				fmt.Fprintf(&b, "M 160000 %s %s\n", op.entry.Hash, fastImportPath(op.path))
 				continue
 			}
-			data, err := obj.load(op.entry.Hash, typeBlob)
+			data, err := obj.load(op.entry.Hash, gitread.TypeBlob)
 			if err != nil {
 				return nil, err
 			}
@@ -330,7 +331,7 @@ func treeDiff(obj *objects, a, b Hash, prefix string, dels, mods *[]treeOp) erro
 	}
 	for _, name := range sortedKeys(old) {
 		o := old[name]
-		if n, ok := cur[name]; !ok || o.isTree() != n.isTree() {
+		if n, ok := cur[name]; !ok || o.IsTree() != n.IsTree() {
 			*dels = append(*dels, treeOp{path: join(prefix, name), entry: o})
 		}
 	}
@@ -341,9 +342,9 @@ func treeDiff(obj *objects, a, b Hash, prefix string, dels, mods *[]treeOp) erro
 			continue
 		}
 		p := join(prefix, name)
-		if n.isTree() {
+		if n.IsTree() {
 			from := Hash{}
-			if had && o.isTree() {
+			if had && o.IsTree() {
 				from = o.Hash
 			}
 			if err := treeDiff(obj, from, n.Hash, p, dels, mods); err != nil {

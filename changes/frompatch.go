@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/gitread"
 	"github.com/xmode/xmode/store"
 )
 
@@ -23,7 +24,7 @@ const KindPatch = "patch"
 // trees, so it applies exactly like any other package. A patch that does
 // not apply is a usage error; an empty one is refused.
 func (s *Service) CreateFromPatch(ctx context.Context, sess *store.Session, patch []byte, o CreateOptions) (*Package, error) {
-	base, err := ParseHash(sess.BaseCommit)
+	base, err := gitread.ParseHash(sess.BaseCommit)
 	if err != nil {
 		return nil, fail.Failedf("session %s has no base commit recorded (%q)", sess.ID, sess.BaseCommit)
 	}
@@ -75,10 +76,10 @@ func diffFiles(obj *objects, sn *Snapshot) error {
 		return err
 	}
 	size := func(e TreeEntry) (int64, error) {
-		if e.Mode == 0 || e.Mode == modeGitlink {
+		if e.Mode == 0 || e.Mode == gitread.ModeGitlink {
 			return 0, nil
 		}
-		data, err := obj.load(e.Hash, typeBlob)
+		data, err := obj.load(e.Hash, gitread.TypeBlob)
 		return int64(len(data)), err
 	}
 	for p := range mergeKeys(old, cur) {

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/xmode/xmode/fsguard"
+	"github.com/xmode/xmode/gitread"
 	"github.com/xmode/xmode/store"
 )
 
@@ -35,7 +36,9 @@ func (d *gitDirs) Close() {
 	if d.record != nil && d.record != d.common {
 		d.record.Close()
 	}
-	// common is owned by the objectSource made from it
+	if d.common != nil {
+		d.common.Close()
+	}
 }
 
 // locateGitDirs finds the git directories of the run's worktree (wt, an
@@ -120,7 +123,7 @@ func (d *gitDirs) head() (Hash, error) {
 	for range 5 {
 		ref, sym := strings.CutPrefix(v, "ref: ")
 		if !sym {
-			return ParseHash(v)
+			return gitread.ParseHash(v)
 		}
 		if !strings.HasPrefix(ref, "refs/") || strings.Contains(ref, "..") {
 			return Hash{}, fmt.Errorf("HEAD names %q", ref)
@@ -168,7 +171,7 @@ func (d *gitDirs) packedRef(ref string) (Hash, error) {
 	for _, line := range bytes.Split(b, []byte("\n")) {
 		id, name, ok := bytes.Cut(line, []byte(" "))
 		if ok && string(name) == ref {
-			return ParseHash(string(id))
+			return gitread.ParseHash(string(id))
 		}
 	}
 	return Hash{}, fs.ErrNotExist
@@ -176,7 +179,7 @@ func (d *gitDirs) packedRef(ref string) (Hash, error) {
 
 // index reads the record's index: the paths git add -A keeps even when
 // ignored, and the submodule pointers. It is returned raw: callers parse
-// what they need (parseIndexOf).
+// what they need (gitread.ParseIndexOf).
 func (d *gitDirs) index() ([]byte, error) {
 	if d.record == nil {
 		return nil, errors.New("no repository")

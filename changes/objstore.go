@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"sync"
 
 	"github.com/xmode/xmode/fsguard"
+	"github.com/xmode/xmode/gitread"
 )
 
 // StoreDirName is the run's object store: <root>/runs/<run>/objects.git, a
@@ -28,9 +30,9 @@ const StoreDirName = "objects.git"
 
 // objectStore is a run's object store.
 type objectStore struct {
-	dir   string   // <root>/runs/<run>/objects.git
-	root  *os.Root // of dir
-	src   *objectSource
+	dir   string          // <root>/runs/<run>/objects.git
+	root  *os.Root        // of dir
+	src   *gitread.Source // reads it back, verified like any other
 	mu    sync.Mutex
 	known map[Hash]bool // objects seen in the store by this process
 }
@@ -56,6 +58,7 @@ func openStore(g fsguard.Guard, runID string) (*objectStore, error) {
 		return nil, fmt.Errorf("open object store of %s: %w", runID, err)
 	}
 	s := &objectStore{dir: filepath.Join(runDir, StoreDirName), root: root, known: map[Hash]bool{}}
+	s.src = gitread.NewSource(root, gitread.Options{Name: "the run's object store", Limits: gitread.Limits{Object: 1 << 40, Read: math.MaxInt64, All: math.MaxInt64}})
 	for _, d := range []string{"objects", "refs", "refs/heads"} {
 		if err := mkdirReal(root, d); err != nil {
 			root.Close()
@@ -103,7 +106,10 @@ func mkdirReal(root *os.Root, dir string) error {
 	return nil
 }
 
-func (s *objectStore) Close() error { return s.root.Close() }
+func (s *objectStore) Close() error {
+	s.src.Close()
+	return s.root.Close()
+}
 
 func loosePath(h Hash) string {
 	x := h.String()
@@ -133,7 +139,7 @@ func (s *objectStore) markKnown(h Hash) {
 
 // write stores an object and returns its ID.
 func (s *objectStore) write(typ string, data []byte) (Hash, error) {
-	h, err := hashObject(typ, data)
+	h, err := gitread.HashObject(typ, data)
 	if err != nil {
 		return h, err
 	}
@@ -163,7 +169,7 @@ func (s *objectStore) writeStream(h Hash, typ string, size int64, r io.Reader) e
 		return fmt.Errorf("write object %s: %w", x, err)
 	}
 	defer s.root.Remove(tmp) //nolint:errcheck // gone after the rename
-	hh := newHasher(typ, size)
+	hh := gitread.NewHasher(typ, size)
 	zw, _ := zlib.NewWriterLevel(f, zlib.BestSpeed)
 	fmt.Fprintf(zw, "%s %d\x00", typ, size)
 	n, err := io.Copy(io.MultiWriter(zw, hh), io.LimitReader(r, size+1))
@@ -179,7 +185,7 @@ func (s *objectStore) writeStream(h Hash, typ string, size int64, r io.Reader) e
 	if err != nil {
 		return fmt.Errorf("write object %s: %w", x, err)
 	}
-	got, err := hh.sum()
+	got, err := hh.Sum()
 	if err != nil {
 		return err
 	}
@@ -195,38 +201,20 @@ func (s *objectStore) writeStream(h Hash, typ string, size int64, r io.Reader) e
 
 // read returns a stored object, verified like any other.
 func (s *objectStore) read(h Hash) (string, []byte, error) {
-	if s.src == nil {
-		s.src = &objectSource{root: s.root, name: "the run's object store", limit: 1 << 40, cache: newBaseCache(0)}
-	}
-	typ, data, err := s.src.loose(loosePath(h))
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", nil, fmt.Errorf("object %s: %w in the run's object store", h, errNotFound)
-	}
-	if err != nil {
-		return "", nil, err
-	}
-	if got, err := hashObject(typ, data); err != nil || got != h {
+	typ, data, err := s.src.Read(h)
+	switch {
+	case errors.Is(err, gitread.ErrNotFound):
+		return "", nil, fmt.Errorf("object %s: %w in the run's object store", h, gitread.ErrNotFound)
+	case errors.Is(err, gitread.ErrTampered), errors.Is(err, gitread.ErrCollision):
 		return "", nil, fmt.Errorf("object %s in the run's object store is corrupt", h)
 	}
-	return typ, data, nil
+	return typ, data, err
 }
 
 // size returns the size of a stored object from its header, without
 // inflating the rest.
 func (s *objectStore) size(h Hash) (int64, error) {
-	if s.src == nil {
-		s.src = &objectSource{root: s.root, name: "the run's object store", limit: 1 << 40, cache: newBaseCache(0)}
-	}
-	f, _, err := openRegular(s.root, loosePath(h))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	_, _, size, err := s.src.looseHeader(f, loosePath(h))
-	if err != nil {
-		return 0, fmt.Errorf("object %s in the run's object store is corrupt: %w", h, err)
-	}
-	return size, nil
+	return s.src.Size(h)
 }
 
 // setRef points refs/<name> at h.

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/fsguard"
+	"github.com/xmode/xmode/gitread"
 	"github.com/xmode/xmode/store"
 )
 
@@ -246,10 +248,10 @@ func (s *Service) writePatch(ctx context.Context, sn *Snapshot, pkgs *os.Root, t
 func (s *Service) checkSize(sn *Snapshot) error {
 	var total int64
 	for _, c := range sn.Changes {
-		if c.New.Mode != 0 && c.New.Mode != modeGitlink {
+		if c.New.Mode != 0 && c.New.Mode != gitread.ModeGitlink {
 			total += c.NewSize
 		}
-		if c.New.Mode == 0 && c.Old.Mode != modeGitlink {
+		if c.New.Mode == 0 && c.Old.Mode != gitread.ModeGitlink {
 			total += c.OldSize
 		}
 		if max(c.OldSize, c.NewSize) > s.MaxBytes {
@@ -277,6 +279,9 @@ func tooLargeError(limit int64, why string, largest []string) error {
 		humanBytes(limit), why, strings.Join(largest, ", "))
 }
 
+// errPatchTooLarge is a patch over XMODE_CR_MAX_BYTES.
+var errPatchTooLarge = errors.New("patch larger than XMODE_CR_MAX_BYTES")
+
 // limitWriter fails once more than left bytes were written.
 type limitWriter struct {
 	w    io.Writer
@@ -287,7 +292,7 @@ type limitWriter struct {
 func (l *limitWriter) Write(p []byte) (int, error) {
 	if int64(len(p)) > l.left {
 		l.over = true
-		return 0, errTooLarge
+		return 0, errPatchTooLarge
 	}
 	l.left -= int64(len(p))
 	return l.w.Write(p)
@@ -343,7 +348,7 @@ func (s *Service) snapshotCommit(sn *Snapshot, m *Manifest) (Hash, error) {
 	if tree == sn.Tree {
 		return parent, nil
 	}
-	return sn.store.write(typeCommit, encodeCommit(sn.Tree, parent, s.User, m.CreatedAt, commitMessage(m)))
+	return sn.store.write(gitread.TypeCommit, encodeCommit(sn.Tree, parent, s.User, m.CreatedAt, commitMessage(m)))
 }
 
 // commitMessage is the message of the commit that holds what the agent
@@ -464,7 +469,7 @@ func (s *Service) ReadFile(p *Package, name string) ([]byte, error) {
 	if name == ManifestFile && size > maxManifest {
 		return nil, fail.Failedf("change request %s: %s is %s, more than a manifest can be: `xmode cr verify %s` says more", p.ID, name, humanBytes(size), p.ID)
 	}
-	b, err := readExactly(r, size)
+	b, err := fsguard.ReadExactly(r, size)
 	var tamper *fail.Error
 	if errors.As(err, &tamper) {
 		return nil, err

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/xmode/xmode/changes"
+	"github.com/xmode/xmode/gitread"
+	"github.com/xmode/xmode/gitread/gitreadtest"
 	"github.com/xmode/xmode/sandbox"
 )
 
@@ -330,7 +332,11 @@ func TestHostilePackInSandbox(t *testing.T) {
 	// the clone's objects loose, but for README's base version
 	e.sh(s, `set -e; p=$(ls .git/objects/pack/*.pack); mv "$p" .git/p.pack; rm -f .git/objects/pack/*; git unpack-objects -q < .git/p.pack; rm .git/p.pack
 rm .git/objects/`+real[:2]+`/`+real[2:]+`; ! git cat-file -e `+real+` 2>/dev/null; printf 'change\n' >> README`)
-	changes.PlantDeepChain(t, filepath.Join(e.worktree(s), ".git"), real, 5000)
+	realID, err := gitread.ParseHash(real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gitreadtest.PlantDeepChain(t, filepath.Join(e.worktree(s), ".git"), realID, 5000)
 
 	p, err := e.cr.Create(ctx, s, changes.CreateOptions{})
 	if err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/gitcli"
+	"github.com/xmode/xmode/gitread"
 	"github.com/xmode/xmode/store"
 )
 
@@ -88,8 +89,9 @@ func (sn *Snapshot) Empty() bool { return sn.Tree == sn.BaseTree }
 // has them (xmode wrote them, verified), else from the sandbox's git
 // directory (verified on read), copying what it reads into the store.
 type objects struct {
+	ctx   context.Context // the snapshot's; nil: never cancelled
 	store *objectStore
-	src   *objectSource // nil when the sandbox has no readable git directory
+	src   *gitread.Source // nil when the sandbox has no readable git directory
 	// fallback is tried once when an object can be read neither from the
 	// store nor from the sandbox: it fetches the base from the session's
 	// repository.
@@ -101,7 +103,7 @@ type objects struct {
 
 func (o *objects) load(h Hash, want string) ([]byte, error) {
 	typ, data, err := o.read(h)
-	if err != nil && !errors.Is(err, errTooLarge) && o.fallback != nil && !o.fellBack {
+	if err != nil && !errors.Is(err, gitread.ErrTooLarge) && o.fallback != nil && !o.fellBack {
 		o.fellBack = true
 		if ferr := o.fallback(err); ferr != nil {
 			err = fmt.Errorf("%w; fetching the base from the session's repository failed too: %v", err, ferr)
@@ -123,9 +125,9 @@ func (o *objects) read(h Hash) (string, []byte, error) {
 		return o.store.read(h)
 	}
 	if o.src == nil {
-		return "", nil, fmt.Errorf("object %s: %w", h, errNotFound)
+		return "", nil, fmt.Errorf("object %s: %w", h, gitread.ErrNotFound)
 	}
-	typ, data, err := o.src.read(h)
+	typ, data, err := o.src.Read(h)
 	if err == nil {
 		err = o.store.writeKnown(h, typ, data)
 	}
@@ -134,7 +136,7 @@ func (o *objects) read(h Hash) (string, []byte, error) {
 
 // size returns the size of object h from its header, inflating nothing
 // else: from the store, else from the sandbox's objects (its word:
-// objectSource.size), else from the base fetched from the session's
+// gitread.Source.Size), else from the base fetched from the session's
 // repository. The walk's shards may call it at once.
 func (o *objects) size(h Hash) (int64, error) {
 	o.sizeMu.Lock()
@@ -142,14 +144,14 @@ func (o *objects) size(h Hash) (int64, error) {
 	if o.store.has(h) {
 		return o.store.size(h)
 	}
-	err := fmt.Errorf("object %s: %w", h, errNotFound)
+	err := fmt.Errorf("object %s: %w", h, gitread.ErrNotFound)
 	if o.src != nil {
-		n, serr := o.src.size(h)
+		n, serr := o.src.Size(h)
 		if serr == nil {
 			return n, nil
 		}
-		if cerr := o.src.context().Err(); cerr != nil {
-			return 0, cerr
+		if o.ctx != nil && o.ctx.Err() != nil {
+			return 0, o.ctx.Err()
 		}
 		err = serr
 	}
@@ -166,19 +168,19 @@ func (o *objects) size(h Hash) (int64, error) {
 }
 
 func (o *objects) commit(h Hash) (*Commit, error) {
-	data, err := o.load(h, typeCommit)
+	data, err := o.load(h, gitread.TypeCommit)
 	if err != nil {
 		return nil, err
 	}
-	return parseCommit(h, data)
+	return gitread.ParseCommit(h, data)
 }
 
 func (o *objects) tree(h Hash) ([]TreeEntry, error) {
-	data, err := o.load(h, typeTree)
+	data, err := o.load(h, gitread.TypeTree)
 	if err != nil {
 		return nil, err
 	}
-	return parseTree(data)
+	return gitread.ParseTree(data)
 }
 
 // flatten lists every non-tree entry under tree h by path.
@@ -192,7 +194,7 @@ func (o *objects) flatten(h Hash, prefix string, out map[string]TreeEntry) error
 	}
 	for _, e := range es {
 		p := join(prefix, e.Name)
-		if e.isTree() {
+		if e.IsTree() {
 			if err := o.flatten(e.Hash, p, out); err != nil {
 				return err
 			}
@@ -230,16 +232,16 @@ func (o *objects) copyDelta(a, b Hash) error {
 			continue
 		}
 		switch {
-		case e.isTree():
+		case e.IsTree():
 			from := Hash{}
-			if had && prev.isTree() {
+			if had && prev.IsTree() {
 				from = prev.Hash
 			}
 			if err := o.copyDelta(from, e.Hash); err != nil {
 				return err
 			}
-		case e.Mode != modeGitlink:
-			if _, err := o.load(e.Hash, typeBlob); err != nil {
+		case e.Mode != gitread.ModeGitlink:
+			if _, err := o.load(e.Hash, gitread.TypeBlob); err != nil {
 				return err
 			}
 		}
@@ -270,7 +272,7 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 	if sess.Status == store.StatusProvisioning {
 		return nil, fail.Refusedf("session %s is still provisioning: wait for `xmode sandbox create` to finish", sess.ID)
 	}
-	base, err := ParseHash(sess.BaseCommit)
+	base, err := gitread.ParseHash(sess.BaseCommit)
 	if err != nil {
 		return nil, fail.Failedf("session %s has no base commit recorded (%q): nothing to compare its worktree with", sess.ID, sess.BaseCommit)
 	}
@@ -316,13 +318,15 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 	if dirs.note != "" {
 		sn.Warnings = append(sn.Warnings, dirs.note)
 	}
-	obj := &objects{store: st}
+	obj := &objects{ctx: ctx, store: st}
 	if dirs.common != nil {
-		obj.src = openSource(dirs.common, "the sandbox's git directory", s.MaxBytes)
-		obj.src.ctx = ctx
+		var alt *gitread.Source
 		if ov := dirs.overlay(); ov != nil {
-			obj.src.alt = openSource(ov, "the run's git overlay", s.MaxBytes)
+			defer ov.Close()
+			alt = gitread.NewSource(ov, gitread.Options{Name: "the run's git overlay"})
+			defer alt.Close()
 		}
+		obj.src = gitread.NewSource(dirs.common, gitread.Options{Name: "the sandbox's git directory", Limits: sourceLimits(s.MaxBytes), Context: ctx, Alt: alt})
 		defer obj.src.Close()
 	}
 	// The base is read from the sandbox's objects, each checked against its
@@ -358,7 +362,7 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 		return nil, fail.Failedf("read the worktree of %s: %v", sess.ID, err)
 	}
 	if sn.Tree.IsZero() {
-		if sn.Tree, err = st.write(typeTree, nil); err != nil {
+		if sn.Tree, err = st.write(gitread.TypeTree, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -384,9 +388,9 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 func (s *Service) newWalker(st *objectStore, dirs *gitDirs, base map[string]TreeEntry) *walker {
 	w := &walker{store: st, base: base, cache: loadStatCache(st), limit: s.MaxBytes, parallel: runtime.GOMAXPROCS(0)}
 	raw, err := dirs.index()
-	var links []indexEntry
+	var links []gitread.IndexEntry
 	if err == nil {
-		links, err = parseIndexOf(raw, func(m uint32) bool { return m == modeGitlink })
+		links, err = gitread.ParseIndexOf(raw, func(m uint32) bool { return m == gitread.ModeGitlink })
 	}
 	w.gitlinks = map[string]Hash{}
 	for _, e := range links {
@@ -394,13 +398,13 @@ func (s *Service) newWalker(st *objectStore, dirs *gitDirs, base map[string]Tree
 	}
 	if err != nil {
 		for p, e := range base {
-			if e.Mode == modeGitlink {
+			if e.Mode == gitread.ModeGitlink {
 				w.gitlinks[p] = e.Hash
 			}
 		}
 	}
 	w.tracked = &trackedSet{build: func() []string {
-		index, _ := parseIndex(raw) // an index that does not parse tracks nothing
+		index, _ := gitread.ParseIndex(raw) // an index that does not parse tracks nothing
 		ps := make([]string, 0, len(index)+len(base))
 		for _, e := range index {
 			ps = append(ps, e.Path)
@@ -410,7 +414,7 @@ func (s *Service) newWalker(st *objectStore, dirs *gitDirs, base map[string]Tree
 		}
 		return ps
 	}}
-	w.rules.push(parseIgnore(dirs.exclude(), ""))
+	w.rules.Push(gitread.ParseIgnore(dirs.exclude(), ""))
 	return w
 }
 
@@ -461,11 +465,11 @@ func (s *Service) diffBase(obj *objects, sn *Snapshot, base map[string]TreeEntry
 			continue
 		}
 		c := FileChange{Path: p, Old: o, New: n.TreeEntry, NewSize: n.size}
-		if o.Mode != modeGitlink {
+		if o.Mode != gitread.ModeGitlink {
 			// git needs the base version in the store to diff and apply
 			if !obj.store.has(o.Hash) {
-				_, err := obj.load(o.Hash, typeBlob)
-				if errors.Is(err, errTooLarge) {
+				_, err := obj.load(o.Hash, gitread.TypeBlob)
+				if errors.Is(err, gitread.ErrTooLarge) {
 					c.OldSize = s.MaxBytes + 1
 					sn.Changes = append(sn.Changes, c)
 					continue

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/xmode/xmode/gitcli"
+	"github.com/xmode/xmode/gitread"
 )
 
 // Report is what `cr verify` found.
@@ -144,11 +145,11 @@ func applyPatch(ctx context.Context, st *objectStore, base map[string]TreeEntry,
 	rand.Read(rnd[:])
 	index := filepath.Join(st.dir, "index-"+hex.EncodeToString(rnd[:]))
 	defer os.Remove(index)
-	es := make([]indexEntry, 0, len(base))
+	es := make([]gitread.IndexEntry, 0, len(base))
 	for p, e := range base {
-		es = append(es, indexEntry{Path: p, Mode: e.Mode, Hash: e.Hash})
+		es = append(es, gitread.IndexEntry{Path: p, Mode: e.Mode, Hash: e.Hash})
 	}
-	if err := os.WriteFile(index, encodeIndex(es), 0o600); err != nil {
+	if err := os.WriteFile(index, gitread.EncodeIndex(es), 0o600); err != nil {
 		return Hash{}, err
 	}
 	o := gitcli.Owned{GitDir: st.dir, IndexFile: index}
@@ -162,19 +163,19 @@ func applyPatch(ctx context.Context, st *objectStore, base map[string]TreeEntry,
 	if err != nil {
 		return Hash{}, err
 	}
-	after, err := parseIndex(b)
+	after, err := gitread.ParseIndex(b)
 	if err != nil {
 		return Hash{}, err
 	}
 	if writeTrees {
-		return treeOfIndex(after, st)
+		return gitread.TreeOfIndex(after, st.writeKnown)
 	}
-	return treeOfIndex(after, nil)
+	return gitread.TreeOfIndex(after, nil)
 }
 
 // baseFiles flattens a commit's tree from the store.
 func baseFiles(st *objectStore, commit string) (map[string]TreeEntry, error) {
-	h, err := ParseHash(commit)
+	h, err := gitread.ParseHash(commit)
 	if err != nil {
 		return nil, err
 	}

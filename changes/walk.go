@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xmode/xmode/fsguard"
+	"github.com/xmode/xmode/gitread"
 )
 
 // openWorktree opens the worktree directory without following a symlink
@@ -55,7 +56,7 @@ type walker struct {
 	base     map[string]TreeEntry // the base tree, flattened: path → entry
 	gitlinks map[string]Hash      // submodule pointers: path → commit
 	tracked  *trackedSet          // what git add -A keeps even when ignored
-	rules    ignoreRules
+	rules    gitread.IgnoreRules
 	cache    *statCache            // from the last walk
 	added    map[string]*statEntry // hashed this walk, for the next one
 	limit    int64
@@ -230,7 +231,7 @@ func (t *trackedSet) hasDir(d string) bool { t.init(); return t.dirs[d] }
 func (w *walker) shard() *walker {
 	return &walker{
 		store: w.store, base: w.base, gitlinks: w.gitlinks, tracked: w.tracked,
-		rules: ignoreRules{patterns: append([]ignorePattern(nil), w.rules.patterns...)},
+		rules: w.rules.Clone(),
 		cache: w.cache, added: map[string]*statEntry{}, limit: w.limit, budget: w.budget, baseSize: w.baseSize, started: w.started, ctx: w.ctx,
 		files: map[string]walked{},
 	}
@@ -339,8 +340,8 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 	}
 	if !ignored {
 		if b, err := readFileAt(f, ".gitignore", 1<<20); err == nil {
-			n := w.rules.push(parseIgnore(b, dirBase(rel)))
-			defer w.rules.pop(n)
+			n := w.rules.Push(gitread.ParseIgnore(b, dirBase(rel)))
+			defer w.rules.Pop(n)
 		}
 	}
 	var entries []TreeEntry
@@ -366,20 +367,20 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 		}
 		for _, d := range subs {
 			if !d.hash.IsZero() {
-				entries = append(entries, TreeEntry{Name: d.name, Mode: modeTree, Hash: d.hash})
+				entries = append(entries, TreeEntry{Name: d.name, Mode: gitread.ModeTree, Hash: d.hash})
 			}
 		}
 	}
 	if len(entries) == 0 || w.budget.over() {
 		return Hash{}, nil // a refused change makes no trees
 	}
-	sortTree(entries)
-	data := encodeTree(entries)
-	h, err := hashObject(typeTree, data)
+	gitread.SortTree(entries)
+	data := gitread.EncodeTree(entries)
+	h, err := gitread.HashObject(gitread.TypeTree, data)
 	if err != nil {
 		return Hash{}, err
 	}
-	return h, w.store.writeKnown(h, typeTree, data)
+	return h, w.store.writeKnown(h, gitread.TypeTree, data)
 }
 
 // entry turns one name of the directory f (at rel) into a tree entry;
@@ -402,22 +403,22 @@ func (w *walker) entry(f *os.File, rel, name string, ignored bool, subs *[]*subd
 	// component.
 	why := ""
 	if typ == unix.S_IFLNK {
-		why = gitRefuses(p, true)
+		why = gitread.Refuses(p, true)
 	} else {
-		why = gitRefuses(name, false)
+		why = gitread.Refuses(name, false)
 	}
 	if why != "" {
-		if !(ignored || w.rules.ignored(p, name, isDir)) || w.tracked.has(p) || (isDir && w.tracked.hasDir(p)) {
+		if !(ignored || w.rules.Ignored(p, name, isDir)) || w.tracked.has(p) || (isDir && w.tracked.hasDir(p)) {
 			w.skipped = append(w.skipped, Skipped{skippedPath(p, isDir), why})
 		}
 		return e, false, nil
 	}
 	if gl := w.gitlinks[p]; !gl.IsZero() && isDir {
-		e = TreeEntry{Name: name, Mode: modeGitlink, Hash: gl}
+		e = TreeEntry{Name: name, Mode: gitread.ModeGitlink, Hash: gl}
 		w.files[p] = walked{TreeEntry: e}
 		return e, true, nil
 	}
-	ign := ignored || w.rules.ignored(p, name, isDir)
+	ign := ignored || w.rules.Ignored(p, name, isDir)
 	if ign && !w.tracked.has(p) && !(isDir && w.tracked.hasDir(p)) {
 		return e, false, nil
 	}
@@ -435,13 +436,13 @@ func (w *walker) entry(f *os.File, rel, name string, ignored bool, subs *[]*subd
 		h, err := w.dir(sub, p, ign)
 		sub.Close()
 		// git keeps no empty directory
-		return TreeEntry{Name: name, Mode: modeTree, Hash: h}, !h.IsZero(), err
+		return TreeEntry{Name: name, Mode: gitread.ModeTree, Hash: h}, !h.IsZero(), err
 	case unix.S_IFLNK:
 		target, err := readlinkAt(f, name)
 		if err != nil {
 			return e, false, fmt.Errorf("read symlink %s: %w", p, err)
 		}
-		if e, err = w.blob(p, name, modeSymlink, []byte(target)); err != nil {
+		if e, err = w.blob(p, name, gitread.ModeSymlink, []byte(target)); err != nil {
 			return e, false, err
 		}
 		size = int64(len(target))
@@ -494,12 +495,12 @@ func (w *walker) changed(p string, mode uint32, h Hash) bool {
 // blob records a small blob (a symlink target), storing it when it
 // differs from the base.
 func (w *walker) blob(p, name string, mode uint32, data []byte) (TreeEntry, error) {
-	h, err := hashObject(typeBlob, data)
+	h, err := gitread.HashObject(gitread.TypeBlob, data)
 	if err != nil {
 		return TreeEntry{}, fmt.Errorf("%s: %w", p, err)
 	}
 	if w.changed(p, mode, h) {
-		if err := w.store.writeKnown(h, typeBlob, data); err != nil {
+		if err := w.store.writeKnown(h, gitread.TypeBlob, data); err != nil {
 			return TreeEntry{}, err
 		}
 	}
@@ -522,9 +523,9 @@ func statEntryOf(st *unix.Stat_t) statEntry {
 // (w.budget says why). Its size (from lstat, checked again by fstat
 // before the read) decides before a byte of it is read.
 func (w *walker) regular(dir *os.File, p, name string, st *unix.Stat_t) (e TreeEntry, size int64, ok bool, err error) {
-	mode := modeFile
+	mode := gitread.ModeFile
 	if st.Mode&0o100 != 0 {
-		mode = modeExec
+		mode = gitread.ModeExec
 	}
 	want := statEntryOf(st)
 	_, inBase := w.base[p]
@@ -601,7 +602,7 @@ func (w *walker) certainlyChanged(p string, size int64) bool {
 	if size <= w.limit {
 		return false
 	}
-	if b.Mode != modeFile && b.Mode != modeExec || w.baseSize == nil {
+	if b.Mode != gitread.ModeFile && b.Mode != gitread.ModeExec || w.baseSize == nil {
 		return true
 	}
 	n, known := w.baseSize(b.Hash)
@@ -631,27 +632,27 @@ func (w *walker) hashFile(dir *os.File, p, name string, mode uint32, want statEn
 	r := ctxReader{w.ctx, f} // a long read stops at Ctrl-C
 	var h Hash
 	if want.Size <= inMemory {
-		data, err := readExactly(r, want.Size)
+		data, err := fsguard.ReadExactly(r, want.Size)
 		if err := w.ctx.Err(); err != nil {
 			return Hash{}, err
 		}
 		if err != nil {
 			return Hash{}, errChanged
 		}
-		if h, err = hashObject(typeBlob, data); err != nil {
+		if h, err = gitread.HashObject(gitread.TypeBlob, data); err != nil {
 			return Hash{}, err
 		}
 		if !same() {
 			return Hash{}, errChanged
 		}
 		if w.changed(p, mode, h) {
-			if err := w.store.writeKnown(h, typeBlob, data); err != nil {
+			if err := w.store.writeKnown(h, gitread.TypeBlob, data); err != nil {
 				return Hash{}, err
 			}
 		}
 		return h, nil
 	}
-	if h, err = hashReader(typeBlob, want.Size, r); err != nil {
+	if h, err = hashReader(gitread.TypeBlob, want.Size, r); err != nil {
 		return Hash{}, err
 	}
 	if !same() {
@@ -661,7 +662,7 @@ func (w *walker) hashFile(dir *os.File, p, name string, mode uint32, want statEn
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			return Hash{}, err
 		}
-		if err := w.store.writeStream(h, typeBlob, want.Size, r); err != nil {
+		if err := w.store.writeStream(h, gitread.TypeBlob, want.Size, r); err != nil {
 			return Hash{}, err
 		}
 	}

@@ -335,3 +335,35 @@ func ReadDir(root *os.Root, name string) ([]fs.DirEntry, error) {
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
 	return entries, err
 }
+
+// ReadExactly reads size bytes of r and insists the stream ends there;
+// memory grows with what arrives (doubling, never past size), not with
+// what a header or a stat claims.
+func ReadExactly(r io.Reader, size int64) ([]byte, error) {
+	eof := func(err error) bool { return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) }
+	b := make([]byte, 0, min(size, 1<<20))
+	for int64(len(b)) < size {
+		if len(b) == cap(b) {
+			nb := make([]byte, len(b), min(size, 2*int64(cap(b))))
+			copy(nb, b)
+			b = nb
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if eof(err) && int64(len(b)) < size {
+			return nil, fmt.Errorf("content is %d bytes, header says %d", len(b), size)
+		}
+		if err != nil && !eof(err) {
+			return nil, err
+		}
+	}
+	var one [1]byte
+	n, err := io.ReadFull(r, one[:])
+	if n > 0 {
+		return nil, fmt.Errorf("content is more than the %d bytes its header says", size)
+	}
+	if err != nil && !eof(err) {
+		return nil, err
+	}
+	return b, nil
+}

@@ -1,13 +1,15 @@
-package changes
+package gitread
 
 import "bytes"
 
-// wildmatch is git's pattern matcher (wildmatch.c) for ignore rules: '?',
-// '*', '**' (with pathname: across directories only as a whole path
-// component), "[...]" sets with ranges, "!"/"^" negation and "[:class:]",
-// and backslash escapes. With pathname set, '*', '?' and sets never match
-// '/'.
-func wildmatch(pattern, text string, pathname bool) bool {
+// Wildmatch matches text against pattern as git's wildmatch does for
+// ignore rules and pathspecs: '?', '*', '**' (with pathname: across
+// directories only as a whole path component), "[...]" sets with ranges,
+// "!"/"^" negation and "[:class:]", and backslash escapes. With pathname
+// set (git's WM_PATHNAME), '*', '?' and sets never match '/'. Matching is
+// case-sensitive (git's WM_CASEFOLD, used with core.ignoreCase, is not
+// supported), and takes time polynomial in its inputs.
+func Wildmatch(pattern, text string, pathname bool) bool {
 	return dowild([]byte(pattern), []byte(text), pathname) == wmMatch
 }
 
@@ -53,23 +55,22 @@ func dowild(p, text []byte, pathname bool) int {
 			}
 			continue
 		case '*':
-			var matchSlash bool
 			pi++
+			matchSlash := !pathname
 			if at(p, pi) == '*' {
 				prev := pi - 2
 				for pi++; at(p, pi) == '*'; pi++ {
 				}
-				if (prev < 0 || p[prev] == '/') &&
+				// Only with pathname is "**" more than '*': as a whole
+				// component ("**/", "/**/", "/**") it matches across
+				// directories, none included.
+				if pathname && (prev < 0 || p[prev] == '/') &&
 					(pi >= len(p) || p[pi] == '/' || (p[pi] == '\\' && at(p, pi+1) == '/')) {
 					if pi < len(p) && p[pi] == '/' && dowild(p[pi+1:], text[ti:], pathname) == wmMatch {
 						return wmMatch
 					}
 					matchSlash = true
-				} else {
-					matchSlash = false
 				}
-			} else {
-				matchSlash = !pathname
 			}
 			if pi >= len(p) {
 				if !matchSlash && bytes.IndexByte(text[ti:], '/') >= 0 {
@@ -98,8 +99,15 @@ func dowild(p, text []byte, pathname bool) int {
 						}
 						ti++
 					}
-					if ti >= len(text) || text[ti] != want {
-						return wmNoMatch
+					if ti >= len(text) {
+						// The literal is nowhere in the rest of the text,
+						// so no later start of this star, or of one
+						// before it, can match either: trying them all
+						// would take exponential time.
+						return wmAbortAll
+					}
+					if text[ti] != want {
+						return wmNoMatch // at a '/' this star cannot cross
 					}
 				}
 				m := dowild(p[pi:], text[ti:], pathname)

@@ -1,4 +1,4 @@
-package changes
+package gitread
 
 import (
 	"strings"
@@ -15,7 +15,7 @@ import (
 // default everywhere) and core.protectHFS (on by default on macOS) both
 // on, so a package applies wherever it is reviewed.
 
-// Why git refuses a path.
+// Why git refuses a path: what Refuses returns.
 const (
 	refusedDot     = "git refuses this path: it has a component . or .."
 	refusedDotGit  = "git refuses this path: .git (in any case) is git's own directory"
@@ -49,9 +49,9 @@ const (
 	gitmodulesShortHash = "gi7eba"
 )
 
-// gitRefuses says why git refuses to track path (a relative path, '/'
+// Refuses says why git refuses to track path (a relative path, '/'
 // between components; link: a symlink), or "" when it does not.
-func gitRefuses(path string, link bool) string {
+func Refuses(path string, link bool) string {
 	for rest := path; ; {
 		if why := refusedComponent(rest, link); why != "" {
 			return why

@@ -1,4 +1,4 @@
-package changes
+package gitread
 
 import (
 	"bytes"
@@ -9,26 +9,27 @@ import (
 	"sort"
 )
 
-// indexEntry is what xmode takes from a git index: a path, its mode and
+// IndexEntry is what xmode takes from a git index: a path, its mode and
 // object, and its merge stage.
-type indexEntry struct {
+type IndexEntry struct {
 	Path  string
 	Mode  uint32
 	Hash  Hash
 	Stage int
 }
 
-// parseIndex decodes a git index (versions 2, 3 and 4) as data: every
+// ParseIndex decodes a git index (versions 2, 3 and 4) as data: every
 // length is checked against what is left, nothing is allocated from a
 // count the file claims. Extensions are ignored; the trailing checksum is
 // not checked (the content is a claim either way).
-func parseIndex(b []byte) ([]indexEntry, error) {
-	return parseIndexOf(b, nil)
+func ParseIndex(b []byte) ([]IndexEntry, error) {
+	return ParseIndexOf(b, nil)
 }
 
-// parseIndexOf is parseIndex keeping only the entries whose mode keep
-// accepts (nil: all); the others' paths are not even made into strings.
-func parseIndexOf(b []byte, keep func(mode uint32) bool) ([]indexEntry, error) {
+// ParseIndexOf is ParseIndex keeping only the entries whose mode keep
+// accepts (nil: all); the others' paths are not even made into strings
+// (in versions 2 and 3, where paths do not build on one another).
+func ParseIndexOf(b []byte, keep func(mode uint32) bool) ([]IndexEntry, error) {
 	bad := func(what string) error { return fmt.Errorf("index: %s", what) }
 	if len(b) < 12 || string(b[:4]) != "DIRC" {
 		return nil, bad("no DIRC header")
@@ -39,13 +40,13 @@ func parseIndexOf(b []byte, keep func(mode uint32) bool) ([]indexEntry, error) {
 	}
 	count := binary.BigEndian.Uint32(b[8:])
 	rest := b[12:]
-	var out []indexEntry
+	var out []IndexEntry
 	prev := ""
 	for i := uint32(0); i < count; i++ {
 		if len(rest) < 62 {
 			return nil, bad("truncated entry")
 		}
-		e := indexEntry{Mode: binary.BigEndian.Uint32(rest[24:])}
+		e := IndexEntry{Mode: binary.BigEndian.Uint32(rest[24:])}
 		copy(e.Hash[:], rest[40:60])
 		flags := binary.BigEndian.Uint16(rest[60:])
 		e.Stage = int(flags>>12) & 3
@@ -120,9 +121,9 @@ func gitVarint(b []byte) (uint64, int) {
 	return v, i
 }
 
-// encodeIndex writes a version 2 index of entries (stage 0, no stat data,
-// so git checks every file it cares about).
-func encodeIndex(es []indexEntry) []byte {
+// EncodeIndex writes a version 2 index of entries (stage 0, no stat data,
+// so git checks every file it cares about), sorting es by path.
+func EncodeIndex(es []IndexEntry) []byte {
 	sort.Slice(es, func(i, j int) bool { return es[i].Path < es[j].Path })
 	var b bytes.Buffer
 	b.WriteString("DIRC")
@@ -145,9 +146,10 @@ func encodeIndex(es []indexEntry) []byte {
 	return b.Bytes()
 }
 
-// treeOfIndex is the ID of the tree an index describes (what `git
-// write-tree` would write); the trees go into st unless it is nil.
-func treeOfIndex(es []indexEntry, st *objectStore) (Hash, error) {
+// TreeOfIndex is the ID of the tree an index describes (what `git
+// write-tree` would write); each tree is passed to write unless it is
+// nil.
+func TreeOfIndex(es []IndexEntry, write func(h Hash, typ string, data []byte) error) (Hash, error) {
 	type dir struct {
 		entries []TreeEntry
 		subs    map[string]*dir
@@ -177,13 +179,13 @@ func treeOfIndex(es []indexEntry, st *objectStore) (Hash, error) {
 			if err != nil {
 				return Hash{}, err
 			}
-			es = append(es, TreeEntry{Name: name, Mode: modeTree, Hash: h})
+			es = append(es, TreeEntry{Name: name, Mode: ModeTree, Hash: h})
 		}
-		sortTree(es)
-		data := encodeTree(es)
-		h, err := hashObject(typeTree, data)
-		if err == nil && st != nil {
-			err = st.writeKnown(h, typeTree, data)
+		SortTree(es)
+		data := EncodeTree(es)
+		h, err := HashObject(TypeTree, data)
+		if err == nil && write != nil {
+			err = write(h, TypeTree, data)
 		}
 		return h, err
 	}

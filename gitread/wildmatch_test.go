@@ -1,4 +1,4 @@
-package changes
+package gitread
 
 import "testing"
 
@@ -55,8 +55,8 @@ func TestWildmatch(t *testing.T) {
 		{"XXX/*/*/*/*/*/*/12/*/*/*/m/*/*/*", "XXX/adobe/courier/bold/o/normal//12/120/75/75/m/70/iso8859/1", true, true},
 	}
 	for _, c := range cases {
-		if got := wildmatch(c.pattern, c.text, c.pathname); got != c.want {
-			t.Errorf("wildmatch(%q, %q, pathname=%v) = %v, want %v", c.pattern, c.text, c.pathname, got, c.want)
+		if got := Wildmatch(c.pattern, c.text, c.pathname); got != c.want {
+			t.Errorf("Wildmatch(%q, %q, pathname=%v) = %v, want %v", c.pattern, c.text, c.pathname, got, c.want)
 		}
 	}
 }

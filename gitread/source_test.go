@@ -1,4 +1,4 @@
-package changes
+package gitread
 
 import (
 	"bytes"
@@ -25,14 +25,20 @@ func deflate(b []byte) []byte {
 	return out.Bytes()
 }
 
-func openTestSource(t *testing.T, gitDir string, limit int64) *objectSource {
+// openTestSource reads the objects of gitDir with the bounds xmode sets
+// for a limit of limit bytes.
+func openTestSource(t *testing.T, gitDir string, limit int64) *Source {
+	return openTestSourceLimits(t, gitDir, testLimits(limit, 256<<20))
+}
+
+func openTestSourceLimits(t *testing.T, gitDir string, lim Limits) *Source {
 	t.Helper()
 	root, err := os.OpenRoot(gitDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := openSource(root, "test", limit)
-	t.Cleanup(func() { s.Close() })
+	s := NewSource(root, Options{Name: "test", Limits: lim})
+	t.Cleanup(func() { s.Close(); root.Close() })
 	return s
 }
 
@@ -58,7 +64,7 @@ func TestSourceReadsGitPacks(t *testing.T) {
 	for _, line := range strings.Split(list, "\n") {
 		f := strings.Fields(line)
 		h, _ := ParseHash(f[0])
-		typ, _, err := s.read(h)
+		typ, _, err := s.Read(h)
 		if err != nil || typ != f[1] {
 			t.Fatalf("%s: %s, %v; want a %s", f[0], typ, err, f[1])
 		}
@@ -76,28 +82,28 @@ func TestSourceReadsGitPacks(t *testing.T) {
 // inflated).
 func TestSourceRefusesForgedAndHugeLooseObjects(t *testing.T) {
 	gitDir := t.TempDir()
-	real, _ := hashObject(typeBlob, []byte("real\n"))
+	real, _ := HashObject(TypeBlob, []byte("real\n"))
 	x := real.String()
 	os.MkdirAll(filepath.Join(gitDir, "objects", x[:2]), 0o755)
 	os.WriteFile(filepath.Join(gitDir, "objects", x[:2], x[2:]), deflate([]byte("blob 7\x00forged\n")), 0o644)
 	s := openTestSource(t, gitDir, 1<<20)
-	if _, _, err := s.read(real); err == nil || !strings.Contains(err.Error(), "tampered or corrupt") {
+	if _, _, err := s.Read(real); err == nil || !strings.Contains(err.Error(), "tampered or corrupt") {
 		t.Fatalf("forged object: %v", err)
 	}
 
-	huge, _ := hashObject(typeBlob, []byte("huge"))
+	huge, _ := HashObject(TypeBlob, []byte("huge"))
 	y := huge.String()
 	os.MkdirAll(filepath.Join(gitDir, "objects", y[:2]), 0o755)
 	os.WriteFile(filepath.Join(gitDir, "objects", y[:2], y[2:]), deflate([]byte("blob 99999999999\x00huge")), 0o644)
-	if _, _, err := s.read(huge); !errors.Is(err, errTooLarge) {
-		t.Fatalf("huge header: %v, want errTooLarge", err)
+	if _, _, err := s.Read(huge); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("huge header: %v, want ErrTooLarge", err)
 	}
 }
 
 // A FIFO where an object should be does not block the reader.
 func TestSourceDoesNotBlockOnFIFO(t *testing.T) {
 	gitDir := t.TempDir()
-	h, _ := hashObject(typeBlob, []byte("x"))
+	h, _ := HashObject(TypeBlob, []byte("x"))
 	x := h.String()
 	os.MkdirAll(filepath.Join(gitDir, "objects", x[:2]), 0o755)
 	if err := syscall.Mkfifo(filepath.Join(gitDir, "objects", x[:2], x[2:]), 0o644); err != nil {
@@ -105,7 +111,7 @@ func TestSourceDoesNotBlockOnFIFO(t *testing.T) {
 	}
 	s := openTestSource(t, gitDir, 1<<20)
 	done := make(chan error, 1)
-	go func() { _, _, err := s.read(h); done <- err }()
+	go func() { _, _, err := s.Read(h); done <- err }()
 	select {
 	case err := <-done:
 		if err == nil {
@@ -161,17 +167,17 @@ func TestSourceStopsDeltaCycles(t *testing.T) {
 	if s.openPacks(); len(s.packs) != 1 {
 		t.Fatalf("the hand-made pack was not opened")
 	}
-	if _, _, err := s.read(h); err == nil || !strings.Contains(err.Error(), "delta cycle") {
+	if _, _, err := s.Read(h); err == nil || !strings.Contains(err.Error(), "delta cycle") {
 		t.Fatalf("self-delta: %v, want a delta cycle", err)
 	}
 }
 
 func TestApplyDeltaBounds(t *testing.T) {
 	base := []byte("0123456789")
-	if out, err := applyDelta(base, []byte{10, 4, 0x91, 2, 4}, 100, nil); err != nil || string(out) != "2345" {
+	if out, err := applyDelta(base, []byte{10, 4, 0x91, 2, 4}, sizeLimit{100, "the limit"}, nil); err != nil || string(out) != "2345" {
 		t.Fatalf("copy: %q %v", out, err)
 	}
-	if out, err := applyDelta(base, []byte{10, 3, 3, 'a', 'b', 'c'}, 100, nil); err != nil || string(out) != "abc" {
+	if out, err := applyDelta(base, []byte{10, 3, 3, 'a', 'b', 'c'}, sizeLimit{100, "the limit"}, nil); err != nil || string(out) != "abc" {
 		t.Fatalf("insert: %q %v", out, err)
 	}
 	for name, d := range map[string][]byte{
@@ -182,11 +188,11 @@ func TestApplyDeltaBounds(t *testing.T) {
 		"reserved opcode zero":     {10, 1, 0},
 		"target shorter than said": {10, 5, 1, 'a'},
 	} {
-		if _, err := applyDelta(base, d, 100, nil); err == nil {
+		if _, err := applyDelta(base, d, sizeLimit{100, "the limit"}, nil); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}
-	if _, err := applyDelta(base, []byte{10, 0xe8, 0x07}, 100, nil); !errors.Is(err, errTooLarge) {
+	if _, err := applyDelta(base, []byte{10, 0xe8, 0x07}, sizeLimit{100, "the limit"}, nil); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("a target over the limit: %v", err)
 	}
 }
@@ -218,7 +224,7 @@ func TestSourceSizeFromHeaders(t *testing.T) {
 		h, _ := ParseHash(f[0])
 		var got int64
 		var err error
-		alloc := allocated(func() { got, err = s.size(h) })
+		alloc := allocated(func() { got, err = s.Size(h) })
 		if err != nil || strconv.FormatInt(got, 10) != f[1] {
 			t.Fatalf("%s: size %d, %v; git says %s", f[0], got, err, f[1])
 		}
@@ -236,10 +242,10 @@ func TestSourceSizeFromHeaders(t *testing.T) {
 	gitDir := t.TempDir()
 	top, content := refChain(t, gitDir, 1<<10, 3, true)
 	s = openTestSource(t, gitDir, 1<<30)
-	if got, err := s.size(top); err != nil || got != int64(len(content)) {
+	if got, err := s.Size(top); err != nil || got != int64(len(content)) {
 		t.Fatalf("a ref-delta: size %d, %v; want %d", got, err, len(content))
 	}
-	if _, err := s.size(fakeID(99)); !errors.Is(err, errNotFound) {
+	if _, err := s.Size(fakeID(99)); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a missing object: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package changes
+package gitread
 
 import (
 	"os"
@@ -66,9 +66,9 @@ func TestGitRefuses(t *testing.T) {
 	}
 	check := func(paths []string, link, wantRefused bool) {
 		for _, p := range paths {
-			why := gitRefuses(p, link)
+			why := Refuses(p, link)
 			if (why != "") != wantRefused {
-				t.Errorf("gitRefuses(%q, symlink %v) = %q, want refused %v", p, link, why, wantRefused)
+				t.Errorf("Refuses(%q, symlink %v) = %q, want refused %v", p, link, why, wantRefused)
 			}
 			if git(p, link) != wantRefused {
 				t.Errorf("git refuses %q (symlink %v): %v, the table says %v", p, link, !wantRefused, wantRefused)

@@ -1,4 +1,4 @@
-package changes
+package gitread
 
 import (
 	"os"
@@ -31,7 +31,7 @@ func TestIndexFormats(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		es, err := parseIndex(b)
+		es, err := ParseIndex(b)
 		if err != nil {
 			t.Fatalf("version %s: %v", version, err)
 		}
@@ -43,11 +43,11 @@ func TestIndexFormats(t *testing.T) {
 				t.Fatalf("version %s: entry %d is %q, git lists %q", version, i, e.Path, listed[i])
 			}
 		}
-		if got, err := treeOfIndex(es, nil); err != nil || got.String() != want {
+		if got, err := TreeOfIndex(es, nil); err != nil || got.String() != want {
 			t.Fatalf("version %s: tree %s %v, git writes %s", version, got, err, want)
 		}
 		// our own encoding, read by git
-		os.WriteFile(filepath.Join(dir, ".git", "index"), encodeIndex(es), 0o644)
+		os.WriteFile(filepath.Join(dir, ".git", "index"), EncodeIndex(es), 0o644)
 		if got := gittest.Git(t, dir, "write-tree"); got != want {
 			t.Fatalf("version %s: git reads xmode's index as tree %s, want %s", version, got, want)
 		}
@@ -56,7 +56,7 @@ func TestIndexFormats(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "new"), []byte("n"), 0o644)
 	gittest.Git(t, dir, "add", "-N", "new")
 	b, _ := os.ReadFile(filepath.Join(dir, ".git", "index"))
-	es, err := parseIndex(b)
+	es, err := ParseIndex(b)
 	found := false
 	for _, e := range es {
 		found = found || e.Path == "new"
@@ -65,8 +65,8 @@ func TestIndexFormats(t *testing.T) {
 		t.Fatalf("version 3 index: %v %+v", err, es)
 	}
 	for _, bad := range [][]byte{nil, []byte("DIRC"), []byte("DIRC\x00\x00\x00\x09\x00\x00\x00\x00"), append([]byte("DIRC\x00\x00\x00\x02\xff\xff\xff\xff"), make([]byte, 70)...)} {
-		if _, err := parseIndex(bad); err == nil {
-			t.Errorf("parseIndex(%q) accepted", bad)
+		if _, err := ParseIndex(bad); err == nil {
+			t.Errorf("ParseIndex(%q) accepted", bad)
 		}
 	}
 }
