@@ -9,12 +9,13 @@ import (
 // Optional capabilities, in the manner of Nomad's task drivers: a provider
 // implements the ones its engine has, and callers ask for them through the
 // helpers below instead of naming a provider or comparing an engine's name
-// (engine/seam_test.go fails when anything above the seam does). An engine without one is simply an engine that needs nothing of
-// the kind (the host engine has no orphans, no daemon to check, no copy of
-// the worktree). What every provider must do is engine.Provider itself
-// (KillStep included); the conformance suite, engine/enginetest, checks
-// it, and checks the answers of the capabilities below that it can see
-// from a step (StepWorktree, OnHost, Alive).
+// (engine/seam_test.go fails when anything above the seam does). An engine
+// without one is simply an engine that needs nothing of the kind (the host
+// engine has no orphans, no daemon to check, no copy of the worktree).
+// What every provider must do is engine.Provider itself (KillStep
+// included); the conformance suite, engine/enginetest, checks it, and
+// checks the answers of the capabilities below that a step can see
+// (StepWorktree, OnHost, Alive).
 
 // Object kinds an OrphanLister lists.
 const (

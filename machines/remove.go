@@ -30,13 +30,13 @@ type Removed struct {
 	VolumeKept bool `json:"-"`
 }
 
-// Remove deletes a machine: its cache volume (an engine that keeps volumes:
-// docker), its checkout
-// (only <root>/project_machines/<project>, through the guard) and its
-// record. It refuses while provisioning or open sessions use the machine;
-// the caller stops them first for --force. Sessions are checked with the
-// machine locked exclusively, so no create can branch a worktree between
-// the check and the removal.
+// Remove deletes a machine: its cache volume (through the configured engine,
+// when it keeps volumes: docker), its checkout (only
+// <root>/project_machines/<project>, through the guard) and its record. It
+// refuses while provisioning or open sessions use the machine; the caller
+// stops them first for --force. Sessions are checked with the machine
+// locked exclusively, so no create can branch a worktree between the check
+// and the removal.
 func (m *Manager) Remove(ctx context.Context, project string) (Removed, error) {
 	out := Removed{Project: project, Volume: VolumeName(project)}
 	dir, err := m.Guard.MachineDir(project)
