@@ -117,7 +117,9 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 	if err := store.CheckOpen(sess, time.Now()); err != nil {
 		return nil, err
 	}
-	if req.Kind != Command && sess.Engine == "docker" && sess.Network == "none" {
+	// A session records the network its engine gave it: "none" only where
+	// the engine can cut one off (engine.Network).
+	if req.Kind != Command && sess.Network == "none" {
 		return nil, fail.Refusedf("session %s has no network (network none), and the %s agent needs it to reach its model: create the session with `xmode sandbox create --network bridge` (or set XMODE_SANDBOX_NETWORK=bridge)", sess.ID, req.Kind)
 	}
 	secretEnv, err := passEnv(cfg.AgentEnv, req.EnvPass)
@@ -128,6 +130,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 	if err != nil {
 		return nil, err
 	}
+	onHost := r.Svc.OnHost(sess)
 	o := sandbox.ExecOptions{
 		Name: req.Name, Timeout: req.Timeout, Env: req.Env, SecretEnv: secretEnv, Prompt: req.Prompt,
 		LiveStderr: req.LiveStderr,
@@ -159,15 +162,15 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 		})
 		r.warnHostPaths(ctx, sess, dir, o.Argv)
 	}
-	missing := r.missing(sess, req.Kind, o.Argv[0])
+	missing := missingHint(sess, req.Kind, o.Argv[0], onHost)
 	var events *parser
 	o.Agent = func(w io.Writer) sandbox.AgentStream {
 		events = newParser(req.Kind, dir, missing, w)
 		return events
 	}
 
-	if req.Kind == Codex && !hasKey(sess, secretEnv) {
-		res, err := r.codexLogin(ctx, req, secretEnv)
+	if req.Kind == Codex && !hasKey(onHost, secretEnv) {
+		res, err := r.codexLogin(ctx, req, secretEnv, missing)
 		if res == nil || res.ExitCode != 0 {
 			return res, err
 		}
@@ -225,8 +228,9 @@ func (r *Runner) warnHostPaths(ctx context.Context, sess *store.Session, worktre
 
 // codexLogin runs `codex login status` as a step of its own: without an
 // account or a key, `codex exec` waits for the network for ever, where the
-// login check answers at once (docs/agents.md, "Failing clearly and fast").
-func (r *Runner) codexLogin(ctx context.Context, req Request, secretEnv []string) (*evidence.Result, error) {
+// login check answers at once (docs/agents.md, "Failing clearly and fast"). missing is what to say when the
+// codex CLI is not there (missingHint).
+func (r *Runner) codexLogin(ctx context.Context, req Request, secretEnv []string, missing string) (*evidence.Result, error) {
 	bin := r.Svc.Cfg.CodexBin
 	res, err := r.Svc.Exec(ctx, req.Session, sandbox.ExecOptions{
 		Name: req.Name[:min(len(req.Name), evidence.MaxNameLen-len("-login"))] + "-login", Argv: []string{bin, "login", "status"}, Timeout: loginTimeout, SecretEnv: secretEnv,
@@ -237,7 +241,7 @@ func (r *Runner) codexLogin(ctx context.Context, req Request, secretEnv []string
 	}
 	switch {
 	case res.ExitCode == 127:
-		res.Why = r.missing(req.Session, Codex, bin)
+		res.Why = missing
 	case res.ExitCode != 0:
 		msg := r.lastLine(req.Session, res, evidence.StderrFile)
 		if msg == "" {
@@ -251,8 +255,10 @@ func (r *Runner) codexLogin(ctx context.Context, req Request, secretEnv []string
 	return res, err
 }
 
-// missing says how to make the agent's CLI available where the session runs.
-func (r *Runner) missing(sess *store.Session, kind, bin string) string {
+// missingHint says how to make the agent's CLI available where the session
+// runs: on the host's PATH for steps that run on this host, else in the
+// sandbox's image.
+func missingHint(sess *store.Session, kind, bin string, onHost bool) string {
 	pkg, variable := "", ""
 	switch kind {
 	case Codex:
@@ -262,7 +268,7 @@ func (r *Runner) missing(sess *store.Session, kind, bin string) string {
 	default:
 		return fmt.Sprintf("%q was not found where session %s runs: XMODE_AGENT_COMMAND_TEMPLATE must name a program the sandbox has", bin, sess.ID)
 	}
-	if sess.Engine == "docker" {
+	if !onHost {
 		return fmt.Sprintf("%s (%q) is not installed in the sandbox image %s: add it to the image (e.g. `RUN npm install -g %s`), or point %s at it, then create a new session", kind, bin, sess.Image, pkg, variable)
 	}
 	return fmt.Sprintf("%s (%q) is not on the host's PATH: install it (`npm install -g %s`) or point %s at it", kind, bin, pkg, variable)
@@ -330,14 +336,14 @@ func passEnv(agentEnv, pass []string) ([]string, error) {
 }
 
 // hasKey reports whether codex gets an API key: passed by name, or
-// inherited by a host step.
-func hasKey(sess *store.Session, secretEnv []string) bool {
+// inherited from xmode's environment by a step that runs on this host.
+func hasKey(onHost bool, secretEnv []string) bool {
 	for _, kv := range secretEnv {
 		if strings.HasPrefix(kv, "OPENAI_API_KEY=") || strings.HasPrefix(kv, "CODEX_API_KEY=") {
 			return true
 		}
 	}
-	return sess.Engine != "docker" && (os.Getenv("OPENAI_API_KEY") != "" || os.Getenv("CODEX_API_KEY") != "")
+	return onHost && (os.Getenv("OPENAI_API_KEY") != "" || os.Getenv("CODEX_API_KEY") != "")
 }
 
 // lastLine is the last non-empty line of one of a step's logs (at most its

@@ -272,7 +272,7 @@ func (a *App) runMachineRm(ctx context.Context, o machineRmOptions) error {
 	a.info("removed project machine %s (%s)", project, strings.Join(what, " and "))
 	if res.VolumeRemoved {
 		a.info("removed cache volume %s", res.Volume)
-	} else if svc.Cfg.Engine == "docker" {
+	} else if res.VolumeKept {
 		a.info("kept cache volume %s: %s", res.Volume, res.VolumeNote)
 	}
 	return nil

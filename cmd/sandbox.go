@@ -139,25 +139,30 @@ func whichEngine(cfg *config.Config) string {
 }
 
 // checkEngine says where a new sandbox will run when that is not what its
-// configuration suggests: --image for a host sandbox is refused (it would
-// be ignored), and XMODE_SANDBOX_ENGINE=docker with the default runner mode
-// (which always runs on the host) gets a warning naming the missing step.
+// configuration suggests: --image for an engine that runs no image is
+// refused (it would be ignored), and XMODE_SANDBOX_ENGINE naming an engine
+// the default runner mode does not run (local_worktree always runs on the
+// host) gets a warning naming the missing step.
 func (a *App) checkEngine(cfg *config.Config, imageSet bool) error {
 	name, err := engine.Choose(cfg.RunnerMode, cfg.Engine)
 	if err != nil {
 		return nil // Create says why
 	}
-	if name == "docker" {
-		return nil
-	}
 	if imageSet {
-		if cfg.Engine == "docker" {
-			return fail.Usagef("--image is for docker sandboxes, and runner mode %s runs on the host: add --runner-mode cloud_worker (XMODE_RUNNER_MODE=cloud_worker) for a docker sandbox", cfg.RunnerMode)
+		runsImage, err := runsImage(name, cfg)
+		if err != nil {
+			return nil // the engine cannot be opened: Create says why
 		}
-		return fail.Usagef("--image is for docker sandboxes, and this one runs on the host: set XMODE_SANDBOX_ENGINE=docker and XMODE_RUNNER_MODE=cloud_worker (or --runner-mode cloud_worker) for a docker sandbox")
+		switch {
+		case runsImage:
+		case cfg.Engine != "":
+			return fail.Usagef("--image is for %s sandboxes, and runner mode %s runs on the host: add --runner-mode cloud_worker (XMODE_RUNNER_MODE=cloud_worker) for a %[1]s sandbox", cfg.Engine, cfg.RunnerMode)
+		default:
+			return fail.Usagef("--image is for docker sandboxes, and this one runs on the host: set XMODE_SANDBOX_ENGINE=docker and XMODE_RUNNER_MODE=cloud_worker (or --runner-mode cloud_worker) for a docker sandbox")
+		}
 	}
-	if cfg.Engine == "docker" && !cfg.Explicit("XMODE_RUNNER_MODE") {
-		fmt.Fprintf(a.Err, "%s XMODE_SANDBOX_ENGINE=docker, but this sandbox runs on the host: runner mode local_worktree (the default) always does. For a docker sandbox set XMODE_RUNNER_MODE=cloud_worker too (or --runner-mode cloud_worker)\n", a.paint(color.FgYellow, "xmode: warning:"))
+	if cfg.Engine != "" && name != cfg.Engine && !cfg.Explicit("XMODE_RUNNER_MODE") {
+		fmt.Fprintf(a.Err, "%s XMODE_SANDBOX_ENGINE=%s, but this sandbox runs on the host: runner mode local_worktree (the default) always does. For a %[2]s sandbox set XMODE_RUNNER_MODE=cloud_worker too (or --runner-mode cloud_worker)\n", a.paint(color.FgYellow, "xmode: warning:"), cfg.Engine)
 	}
 	return nil
 }
@@ -167,6 +172,22 @@ type execOptions struct {
 	sandbox.ExecOptions
 	session          string
 	interactive, tty bool
+}
+
+// runsImage reports whether the engine a new sandbox gets runs an image
+// (engine.Image), so that --image means something; the cloud engine runs
+// nothing here.
+func runsImage(name string, cfg *config.Config) (bool, error) {
+	if name == engine.Cloud {
+		return false, nil
+	}
+	provider, err := engine.Open(name, cfg)
+	if err != nil {
+		return false, err
+	}
+	defer engine.Close(provider)
+	_, ok := engine.Image(provider)
+	return ok, nil
 }
 
 func (a *App) newExec() *cobra.Command {

@@ -85,7 +85,7 @@ func (a *App) runShell(ctx context.Context, o shellOptions) error {
 		return err
 	}
 	if len(o.Argv) == 0 {
-		o.Argv = a.defaultShell(sess)
+		o.Argv = a.defaultShell(svc.OnHost(sess))
 	}
 	if o.Name == "" {
 		o.Name = "shell"
@@ -94,10 +94,11 @@ func (a *App) runShell(ctx context.Context, o shellOptions) error {
 	return a.stepDone(svc.Cfg, res, err, o.Timeout)
 }
 
-// defaultShell is the user's $SHELL on the host engine (a host step runs
-// with the user's environment anyway), /bin/sh in a container.
-func (a *App) defaultShell(sess *store.Session) []string {
-	if sess.Engine == "host" {
+// defaultShell is the user's $SHELL for steps that run on this host (they
+// have the user's environment anyway: engine.OnHost), /bin/sh in a
+// container.
+func (a *App) defaultShell(onHost bool) []string {
+	if onHost {
 		if sh := a.Env("SHELL"); sh != "" {
 			return []string{sh}
 		}

@@ -8,9 +8,14 @@ import (
 
 // Optional capabilities, in the manner of Nomad's task drivers: a provider
 // implements the ones its engine has, and callers ask for them through the
-// helpers below instead of naming a provider. An engine without one is
-// simply an engine that needs nothing of the kind (the host engine has no
-// orphans, no daemon to check, no copy of the worktree).
+// helpers below instead of naming a provider or comparing an engine's name
+// (engine/seam_test.go fails when anything above the seam does). An engine
+// without one is simply an engine that needs nothing of the kind (the host
+// engine has no orphans, no daemon to check, no copy of the worktree).
+// What every provider must do is engine.Provider itself (KillStep
+// included); the conformance suite, engine/enginetest, checks it, and
+// checks the answers of the capabilities below that a step can see
+// (StepWorktree, OnHost, Alive).
 
 // Object kinds an OrphanLister lists.
 const (
@@ -92,8 +97,9 @@ type ProgressSink interface {
 	SetProgress(w io.Writer)
 }
 
-// VolumeRemover is an engine that keeps volumes outliving sessions (a
-// project machine's cache): `xmode machine rm` removes them through it.
+// VolumeRemover is an engine that keeps volumes outliving sessions: it
+// mounts a project machine's cache volume (Spec.CacheVolume) in the
+// project's sandboxes, and `xmode machine rm` removes it through it.
 type VolumeRemover interface {
 	// RemoveVolume removes a volume of this install (instance is the
 	// storage root's ID) and refuses anyone else's; one that does not exist
@@ -190,23 +196,13 @@ func Names() []string {
 	return names
 }
 
-// StepKiller is an optional capability of a provider: end every process of
-// one step, found by the tag its processes carry (ExecRequest.Tag), whether
-// or not the xmode that started it still runs. Teardown uses it before a
-// session's worktree goes, and the reaper for a step whose heartbeat went
-// stale (its xmode was killed). Ending a step that is already gone is not
-// an error.
-type StepKiller interface {
-	KillStep(ctx context.Context, sb Sandbox, tag string) error
-}
-
-// KillStep ends a step's processes through the provider when it can; an
-// provider without the capability has nothing that outlives its xmode.
+// KillStep ends a step's processes through the provider (Provider.KillStep);
+// a step without a tag (recorded before steps had one) has nothing to find.
 func KillStep(ctx context.Context, a Provider, sb Sandbox, tag string) error {
-	if k, ok := a.(StepKiller); ok && tag != "" {
-		return k.KillStep(ctx, sb, tag)
+	if tag == "" {
+		return nil
 	}
-	return nil
+	return a.KillStep(ctx, sb, tag)
 }
 
 // MountModer is an engine with more than one way to give a sandbox its
@@ -222,6 +218,76 @@ func MountMode(a Provider) string {
 		return m.MountMode()
 	}
 	return ""
+}
+
+// WorktreeMounter is an engine whose steps see the worktree at a path of
+// their own (a container's mount), not where it lies on this host. The
+// provider computes it once, for its sandboxes and for whoever asks.
+type WorktreeMounter interface {
+	// WorktreeIn is where sb's steps see its worktree; an error when sb
+	// cannot be one of this provider's (a mount mode it does not know, a
+	// malformed run ID).
+	WorktreeIn(sb Sandbox) (string, error)
+}
+
+// StepWorktree is where sb's steps see its worktree, the directory an agent
+// is pointed at (codex -C, {worktree}): the provider's answer, or, for an
+// engine whose steps see the host's files, sb.Worktree itself.
+func StepWorktree(a Provider, sb Sandbox) (string, error) {
+	if m, ok := a.(WorktreeMounter); ok {
+		return m.WorktreeIn(sb)
+	}
+	return sb.Worktree, nil
+}
+
+// HostRunner is an engine whose steps are processes of this host: they see
+// its files and its PATH and inherit xmode's environment.
+type HostRunner interface {
+	RunsOnHost() bool
+}
+
+// OnHost reports whether the provider's steps run on this host, as the user
+// runs programs: a step then has the user's $SHELL, an API key in xmode's
+// environment, and the CLIs on the host's PATH. An engine without the
+// capability runs steps in an environment of its own (a container's).
+func OnHost(a Provider) bool {
+	h, ok := a.(HostRunner)
+	return ok && h.RunsOnHost()
+}
+
+// Networker is an engine whose sandboxes have a network of their own that
+// xmode chooses (docker: none, bridge, …), so that a session can be cut off
+// from the network; an engine without it runs steps in the host's network.
+type Networker interface {
+	// Network is the network a new sandbox gets, as its session records it:
+	// "" when the engine's default is left in place.
+	Network() string
+}
+
+// Network returns the network a new sandbox of the provider gets, and
+// false when the provider's steps use the host's network (so --network
+// means nothing for it).
+func Network(a Provider) (string, bool) {
+	if n, ok := a.(Networker); ok {
+		return n.Network(), true
+	}
+	return "", false
+}
+
+// ImageRunner is an engine whose sandboxes run an image (docker).
+type ImageRunner interface {
+	// Image is the image a new sandbox runs when its spec names none.
+	Image() string
+}
+
+// Image is the image a new sandbox of the provider runs, recorded on its
+// session before it is provisioned, and false for an engine that runs none
+// (and would ignore --image).
+func Image(a Provider) (string, bool) {
+	if i, ok := a.(ImageRunner); ok {
+		return i.Image(), true
+	}
+	return "", false
 }
 
 // Containment is how an engine keeps a step's processes together so that

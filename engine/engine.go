@@ -33,7 +33,11 @@ type Spec struct {
 	// to mount at CacheMount; it outlives the session (never in Volumes).
 	CacheVolume string
 	CacheMount  string
-	// Env is KEY=VALUE for every step of the sandbox (the cache locations).
+	// Env is KEY=VALUE for every step of a sandbox that mounts CacheVolume:
+	// the cache locations under CacheMount. A provider that keeps volumes
+	// (VolumeRemover) mounts the cache; one whose steps see the host's
+	// files ignores CacheVolume, CacheMount and Env (its steps use the
+	// user's own caches).
 	Env []string
 }
 
@@ -56,7 +60,7 @@ func (s Spec) GitDirIn(containerWorktree string) string {
 type Sandbox struct {
 	Engine      string // "host" or "docker"
 	ContainerID string
-	MountMode   string // "bind" or "volume" (docker only)
+	MountMode   string // how it sees its worktree (MountModer: docker's bind, volume or sync); "" for the host
 	Image       string
 	Volumes     []string // per-session volumes Destroy removes
 	Worktree    string
@@ -77,7 +81,7 @@ type ExecRequest struct {
 	Stderr  io.Writer
 	// Tag is put in the step's environment as XMODE_EXEC_TAG, which its
 	// processes inherit: how a provider finds them to end them, even when
-	// the xmode that started them is gone (StepKiller). A provider may
+	// the xmode that started them is gone (Provider.KillStep). A provider may
 	// carry a value derived from it (docker: 16 hex digits) and names what
 	// else it keeps of the step by it (the host: the step's cgroup).
 	Tag string
@@ -118,4 +122,12 @@ type Provider interface {
 	// Destroy removes what Provision created. Destroying something already
 	// gone is not an error, so teardown can be retried until it converges.
 	Destroy(ctx context.Context, sb Sandbox) error
+	// KillStep ends every process of one step, found by the tag its
+	// processes carry (ExecRequest.Tag), whether or not the xmode that
+	// started it still runs: teardown calls it before a session's worktree
+	// goes, the reaper for a step whose heartbeat went stale. Ending a step
+	// that is already gone is not an error. Every provider has it: one that
+	// could not end a step's processes could not keep the promise that
+	// nothing outlives its step.
+	KillStep(ctx context.Context, sb Sandbox, tag string) error
 }

@@ -46,7 +46,19 @@ func Choose(runnerMode, configuredEngine string) (string, error) {
 	return "", fail.Usagef("unknown runner mode %q: use local_worktree, cloud_worker or cloud_subscription", runnerMode)
 }
 
-// Open returns the provider named by Choose.
+// Configured is the engine XMODE_SANDBOX_ENGINE names ("host" when it is
+// unset), whatever the runner mode: the one that owns what outlives a
+// session, such as a project machine's cache volume, which `machine rm`
+// removes even when the next session would run elsewhere.
+func Configured(cfg *config.Config) string {
+	if cfg.Engine == "" {
+		return "host"
+	}
+	return cfg.Engine
+}
+
+// Open returns the provider of an engine named by Choose, by Configured, or
+// by a session's record: the only way to a provider.
 func Open(name string, cfg *config.Config) (Provider, error) {
 	if name == Cloud {
 		return nil, fail.Refusedf("a cloud_subscription session runs nothing locally: submit its work to the Codex cloud with `xmode cloud submit SESSION --env ENV_ID --prompt TEXT`")

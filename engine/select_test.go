@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
 )
 
@@ -32,5 +33,20 @@ func TestChoose(t *testing.T) {
 	}
 	if _, err := Choose("nope", ""); fail.KindOf(err) != fail.Usage {
 		t.Errorf("unknown mode: %v", err)
+	}
+}
+
+// Configured is XMODE_SANDBOX_ENGINE whatever the runner mode: machine rm
+// removes a docker cache volume even when new sessions run on the host.
+func TestConfigured(t *testing.T) {
+	for _, c := range []struct{ mode, engine, want string }{
+		{"local_worktree", "", "host"},
+		{"local_worktree", "docker", "docker"},
+		{"cloud_worker", "docker", "docker"},
+		{"cloud_subscription", "docker", "docker"},
+	} {
+		if got := Configured(&config.Config{RunnerMode: c.mode, Engine: c.engine}); got != c.want {
+			t.Errorf("Configured(runner mode %s, XMODE_SANDBOX_ENGINE=%q) = %q, want %q", c.mode, c.engine, got, c.want)
+		}
 	}
 }

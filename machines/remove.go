@@ -25,14 +25,18 @@ type Removed struct {
 	VolumeRemoved bool   `json:"volume_removed"`
 	// VolumeNote says why the volume was not removed, when it was not.
 	VolumeNote string `json:"volume_note,omitempty"`
+	// VolumeKept: the configured engine keeps volumes (or could not be
+	// asked), so the volume may still exist; not so on the host.
+	VolumeKept bool `json:"-"`
 }
 
-// Remove deletes a machine: its cache volume (docker engine), its checkout
-// (only <root>/project_machines/<project>, through the guard) and its
-// record. It refuses while provisioning or open sessions use the machine;
-// the caller stops them first for --force. Sessions are checked with the
-// machine locked exclusively, so no create can branch a worktree between
-// the check and the removal.
+// Remove deletes a machine: its cache volume (through the configured engine,
+// when it keeps volumes: docker), its checkout (only
+// <root>/project_machines/<project>, through the guard) and its record. It
+// refuses while provisioning or open sessions use the machine; the caller
+// stops them first for --force. Sessions are checked with the machine
+// locked exclusively, so no create can branch a worktree between the check
+// and the removal.
 func (m *Manager) Remove(ctx context.Context, project string) (Removed, error) {
 	out := Removed{Project: project, Volume: VolumeName(project)}
 	dir, err := m.Guard.MachineDir(project)
@@ -75,7 +79,7 @@ func (m *Manager) Remove(ctx context.Context, project string) (Removed, error) {
 	}
 	// The volume first: when the engine is unreachable nothing is removed
 	// and the command can simply be repeated.
-	if out.VolumeRemoved, out.VolumeNote, err = m.removeVolume(ctx, out.Volume); err != nil {
+	if out.VolumeRemoved, out.VolumeKept, out.VolumeNote, err = m.removeVolume(ctx, out.Volume); err != nil {
 		return out, err
 	}
 	if out.Checkout, err = m.Guard.RemoveMachine(project); err != nil {
@@ -142,29 +146,33 @@ func (m *Manager) RemoveUnrecorded(ctx context.Context, dry bool) ([]string, err
 	return out, nil
 }
 
-// removeVolume removes the project's cache volume when the docker engine is
-// configured (only docker sandboxes mount it).
-func (m *Manager) removeVolume(ctx context.Context, name string) (bool, string, error) {
-	if m.Cfg == nil || m.Cfg.Engine != "docker" {
-		return false, "no docker engine configured (XMODE_SANDBOX_ENGINE)", nil
+// removeVolume removes the project's cache volume through the configured
+// engine (engine.Configured) when it keeps volumes (engine.VolumeRemover:
+// only its sandboxes mount one). kept says the volume may still exist, and
+// note why it was not removed.
+func (m *Manager) removeVolume(ctx context.Context, name string) (removed, kept bool, note string, err error) {
+	const none = "no docker engine configured (XMODE_SANDBOX_ENGINE)"
+	if m.Cfg == nil {
+		return false, false, none, nil
 	}
-	provider, err := engine.Open("docker", m.Cfg)
+	configured := engine.Configured(m.Cfg)
+	provider, err := engine.Open(configured, m.Cfg)
 	if err != nil {
-		return false, fmt.Sprintf("the docker engine is not available (%v): remove it with `docker volume rm %s`", err, name), nil
+		return false, true, fmt.Sprintf("the %s engine is not available (%v): remove it with `docker volume rm %s`", configured, err, name), nil
 	}
 	defer engine.Close(provider)
 	vr, ok := engine.Volumes(provider)
 	if !ok {
-		return false, fmt.Sprintf("this docker engine cannot remove volumes: remove it with `docker volume rm %s`", name), nil
+		return false, false, none, nil
 	}
 	instance, err := m.Store.InstanceID(ctx)
 	if err != nil {
-		return false, "", err
+		return false, true, "", err
 	}
 	if err := vr.RemoveVolume(ctx, name, instance); err != nil {
-		return false, "", fmt.Errorf("remove cache volume %s of the project machine: %w", name, err)
+		return false, true, "", fmt.Errorf("remove cache volume %s of the project machine: %w", name, err)
 	}
-	return true, "", nil
+	return true, false, "", nil
 }
 
 // View is a machine as `machine list` and `machine show` print it.

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -107,16 +105,13 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		ID: store.NewSessionID(), User: s.Cfg.User, Project: o.Project, RunnerMode: s.Cfg.RunnerMode,
 		Engine: engineName, CreatedAt: now, ExpiresAt: now.Add(s.Cfg.TTL),
 	}
-	if engineName == "docker" {
-		sess.Image = s.Cfg.Image
-	}
-	// The network the container gets, as the docker engine decides it
-	// (bind mode leaves docker's default unless one was set explicitly).
-	switch mode := engine.MountMode(provider); {
-	case mode == "bind" && s.Cfg.BindLeaves("XMODE_SANDBOX_NETWORK"):
-	case mode != "":
-		sess.Network = s.Cfg.Network
-	case o.NetworkSet:
+	// Recorded before provisioning, so that a failed one still names it.
+	sess.Image, _ = engine.Image(provider)
+	// The network the sandbox gets, as its engine decides it (docker's bind
+	// mode leaves docker's default unless one was set explicitly).
+	if network, ok := engine.Network(provider); ok {
+		sess.Network = network
+	} else if o.NetworkSet {
 		return nil, fail.Usagef("--network applies to docker sandboxes; this session runs on the host (%s engine), in the host's network", engineName)
 	}
 	var tgt target
@@ -300,10 +295,12 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 
 // spec is the engine.Spec of a session's sandbox — and of a pool entry made
 // ahead of time for one, which must be exactly what a create would make:
-// xmode's labels (docs/reference.md, "Docker objects and labels"), and for
-// a worktree of a project machine its .git and (docker) the project's cache
-// volume and environment.
-func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree, image, engineName string, co *machines.Checkout) (engine.Spec, error) {
+// xmode's labels (docs/reference.md, "Docker objects and labels"), and for a worktree of a project machine its .git
+// and the project's cache volume and environment (which an engine that
+// keeps no volumes ignores). The engine's name is not needed any more.
+// TODO(issue 20): drop the parameter once the pool work, which calls this
+// too, is merged.
+func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree, image, _ string, co *machines.Checkout) (engine.Spec, error) {
 	instance, err := s.Store.InstanceID(ctx)
 	if err != nil {
 		return engine.Spec{}, err
@@ -316,10 +313,8 @@ func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree,
 	}
 	if co != nil {
 		spec.MachineGitDir = co.GitDir()
-		if engineName == "docker" {
-			spec.CacheVolume, spec.CacheMount = co.Machine.Volume, s.Cfg.ProjectCacheMount
-			spec.Env = machines.CacheEnv(s.Cfg.ProjectCacheMount)
-		}
+		spec.CacheVolume, spec.CacheMount = co.Machine.Volume, s.Cfg.ProjectCacheMount
+		spec.Env = machines.CacheEnv(s.Cfg.ProjectCacheMount)
 	}
 	return spec, nil
 }
@@ -396,23 +391,35 @@ func (s *Service) MeasureWorktrees(sessions []*store.Session) {
 	wg.Wait()
 }
 
-// WorktreeInSandbox is the session's worktree as its steps see it
-// (docs/docker.md, "Mount models"): the path itself for host steps, /workspace
-// in a bind-mode container, <XMODE_SANDBOX_STORAGE_MOUNT>/runs/<run>/worktree
-// in a volume-mode one. Agents are pointed at it (codex -C, {worktree}).
+// WorktreeInSandbox is the session's worktree as its steps see it, as its
+// engine answers (engine.StepWorktree): the path itself for host steps,
+// where the container mounts it for docker (/workspace in bind mode,
+// <XMODE_SANDBOX_STORAGE_MOUNT>/runs/<run>/worktree in volume mode, its
+// copy in sync mode). Agents are pointed at it (codex -C, {worktree}).
 func (s *Service) WorktreeInSandbox(sess *store.Session) (string, error) {
-	switch {
-	case sess.Engine != "docker":
-		return s.Guard.CheckWorktree(sess.RunID, sess.WorktreePath)
-	case sess.MountMode == "bind":
-		return "/workspace", nil
-	case sess.MountMode == "volume":
-		if !fsguard.ValidID("run_", sess.RunID) {
-			return "", fail.Refusedf("run id %q is malformed", sess.RunID)
-		}
-		return path.Join(filepath.ToSlash(s.Cfg.StorageMount), "runs", sess.RunID, "worktree"), nil
+	worktree, err := s.Guard.CheckWorktree(sess.RunID, sess.WorktreePath)
+	if err != nil {
+		return "", err
 	}
-	return "", fmt.Errorf("session %s: docker session with unknown mount mode %q", sess.ID, sess.MountMode)
+	provider, err := engine.Open(sess.Engine, s.Cfg)
+	if err != nil {
+		return "", err
+	}
+	defer engine.Close(provider)
+	sb := sess.Sandbox()
+	sb.Worktree = worktree
+	return engine.StepWorktree(provider, sb)
+}
+
+// OnHost reports whether the session's steps run on this host, in the
+// user's environment (engine.OnHost); no when its engine cannot be opened.
+func (s *Service) OnHost(sess *store.Session) bool {
+	provider, err := engine.Open(sess.Engine, s.Cfg)
+	if err != nil {
+		return false
+	}
+	defer engine.Close(provider)
+	return engine.OnHost(provider)
 }
 
 // MissingPaths are the paths (absolute, as the sandbox would see them)

@@ -1,9 +1,15 @@
 // Package enginetest is the conformance suite every engine.Provider must
-// pass: exit statuses, signals, separate output streams, environment,
-// workdir, timeouts with TERM→KILL, killing the whole process tree,
-// cancellation, binary and very large output with bounded memory, 126/127,
-// stdin, a terminal (TTY) and its resizes, Ctrl-C (engine.Interrupt),
-// concurrent steps and idempotent Destroy.
+// pass: Provision (of a fresh spec, and refusing a spec it cannot
+// provision without leaving anything in the way), exit statuses, signals,
+// separate output streams, environment, workdir, timeouts with TERM→KILL,
+// killing the whole process tree, ending a step by its tag
+// (Provider.KillStep), cancellation, binary and very large output with
+// bounded memory, 126/127, stdin, a terminal (TTY) and its resizes, Ctrl-C
+// (engine.Interrupt), concurrent steps and idempotent Destroy. What it
+// requires is engine.Provider; of the optional capabilities
+// (engine/capabilities.go) it checks the answers a step can see: where the
+// steps see the worktree (engine.StepWorktree), whether they run on this
+// host (engine.OnHost), and whether a sandbox lives (engine.Alive).
 //
 // The commands it runs use only POSIX sh and busybox applets (sh, sleep,
 // cat, echo, printf, head, kill, trap, grep, mkdir, ...) and paths relative
@@ -15,6 +21,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -27,25 +35,60 @@ import (
 	"github.com/xmode/xmode/engine"
 )
 
-// Harness gives the suite a fresh provider and a provisioned sandbox whose
-// worktree is empty and writable. New is called once per subtest; it
-// should register its own cleanup (t.Cleanup), which must tolerate a
-// sandbox the suite already destroyed.
+// Harness gives the suite a provider and the spec of a new sandbox, as
+// xmode makes one: a new session and run (sbx_…, run_…), the labels
+// (Spec.Labels), and a worktree of its own that exists, empty and writable.
+// Spec is called once per subtest and registers its own cleanup
+// (t.Cleanup); the suite provisions the spec and destroys the sandbox.
 type Harness struct {
-	New func(t *testing.T) (engine.Provider, engine.Sandbox)
+	Spec func(t *testing.T) (engine.Provider, engine.Spec)
+}
+
+// New provisions a sandbox of a fresh spec and destroys it when t ends.
+func (h Harness) New(t *testing.T) (engine.Provider, engine.Sandbox) {
+	t.Helper()
+	a, spec := h.Spec(t)
+	return a, provision(t, a, spec)
+}
+
+// provisionLimit bounds one Provision (a container's start, maybe a copy of
+// the worktree).
+const provisionLimit = 2 * time.Minute
+
+// provision provisions spec, failing t when it cannot, and destroys the
+// sandbox when t ends.
+func provision(t *testing.T, a engine.Provider, spec engine.Spec) engine.Sandbox {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), provisionLimit)
+	defer cancel()
+	sb, err := a.Provision(ctx, spec)
+	if err != nil {
+		// What a failed Provision made is in sb, as teardown finds it.
+		_ = a.Destroy(context.Background(), sb)
+		t.Fatalf("Provision of session %s (worktree %s): %v", spec.SessionID, spec.Worktree, err)
+	}
+	t.Cleanup(func() {
+		if err := a.Destroy(context.Background(), sb); err != nil {
+			t.Errorf("Destroy of session %s: %v", sb.SessionID, err)
+		}
+	})
+	return sb
 }
 
 // Run runs the whole suite against h, one subtest per behaviour.
 func Run(t *testing.T, h Harness) {
 	t.Helper()
-	if h.New == nil {
-		t.Fatal("enginetest: Harness.New is nil")
+	if h.Spec == nil {
+		t.Fatal("enginetest: Harness.Spec is nil")
 	}
 	tests := []struct {
 		name string
 		fn   func(*testing.T, Harness)
 	}{
 		{"Name", testName},
+		{"Provision", testProvision},
+		{"StepWorktree", testStepWorktree},
+		{"OnHost", testOnHost},
 		{"ExitCodes", testExitCodes},
 		{"KilledBySignal", testKilledBySignal},
 		{"StdoutStderrSeparate", testStdoutStderr},
@@ -217,6 +260,129 @@ func testName(t *testing.T, h Harness) {
 	}
 }
 
+// testProvision: a spec the provider cannot provision fails with an error,
+// and teardown (Destroy of what it returned, with the session's IDs)
+// succeeds; the same spec, made good, then provisions — so a failed
+// Provision left nothing in the way — into a sandbox that is the spec's and
+// runs steps; Destroy is idempotent and leaves no live sandbox.
+func testProvision(t *testing.T, h Harness) {
+	a, spec := h.Spec(t)
+	ctx := context.Background()
+	runDir := filepath.Dir(spec.Worktree)
+	notDir := filepath.Join(runDir, "enginetest-not-a-directory")
+	if err := os.WriteFile(notDir, []byte("a file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(notDir) })
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	for _, c := range []struct {
+		what string
+		ctx  context.Context
+		wt   string
+	}{
+		{"no worktree", ctx, ""},
+		{"a worktree that does not exist", ctx, filepath.Join(runDir, "enginetest-missing")},
+		{"a worktree that is a file", ctx, notDir},
+		{"a cancelled context", cancelled, spec.Worktree},
+	} {
+		bad := spec
+		bad.Worktree = c.wt
+		sb, perr := a.Provision(c.ctx, bad)
+		if perr == nil {
+			_ = a.Destroy(ctx, sb)
+			t.Errorf("Provision with %s succeeded; want an error", c.what)
+			continue
+		}
+		// Teardown knows the session from its row even when Provision
+		// returned nothing.
+		sb.SessionID, sb.RunID, sb.Project = spec.SessionID, spec.RunID, spec.Project
+		if err := a.Destroy(ctx, sb); err != nil {
+			t.Errorf("Destroy after a Provision with %s failed (%v): %v", c.what, perr, err)
+		}
+	}
+
+	sb := provision(t, a, spec)
+	want := engine.Sandbox{Engine: a.Name(), Worktree: spec.Worktree, RunID: spec.RunID, SessionID: spec.SessionID, Project: spec.Project}
+	if sb.Engine != want.Engine || sb.Worktree != want.Worktree || sb.RunID != want.RunID || sb.SessionID != want.SessionID || sb.Project != want.Project {
+		t.Errorf("Provision returned %+v; want the spec's engine, worktree, run, session and project %+v", sb, want)
+	}
+	wantOK(t, "a step in a fresh sandbox", sh(t, a, sb, "echo ok > provisioned.txt"))
+	if !fileIn(a, sb, "provisioned.txt") {
+		t.Error("what a step wrote in the worktree is gone in the next step")
+	}
+	if alive, err := engine.Alive(ctx, a, sb); err != nil || !alive {
+		t.Errorf("a provisioned sandbox: Alive = %v, %v; want true", alive, err)
+	}
+	for i := range 2 {
+		if err := a.Destroy(ctx, sb); err != nil {
+			t.Fatalf("Destroy #%d of a provisioned sandbox: %v", i+1, err)
+		}
+	}
+	if _, ok := a.(engine.LivenessChecker); ok {
+		if alive, err := engine.Alive(ctx, a, sb); err != nil || alive {
+			t.Errorf("a destroyed sandbox: Alive = %v, %v; want false", alive, err)
+		}
+	}
+}
+
+// testStepWorktree: a step without Workdir runs where engine.StepWorktree
+// says the sandbox sees its worktree — the directory agents are pointed at
+// (codex -C) — and that path is the worktree from any workdir.
+func testStepWorktree(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	want, err := engine.StepWorktree(a, sb)
+	if err != nil {
+		t.Fatalf("StepWorktree: %v", err)
+	}
+	r := sh(t, a, sb, "pwd -P")
+	wantOK(t, "pwd -P", r)
+	got := strings.TrimRight(string(r.stdout), "\n")
+	if got != want {
+		// A host path may pass through a symlink (/tmp on some systems).
+		if real, err := filepath.EvalSymlinks(want); err != nil || real != got {
+			t.Errorf("a step runs in %q, but StepWorktree says the sandbox sees its worktree at %q", got, want)
+		}
+	}
+	wantOK(t, "a file at the worktree's root, a directory below it", sh(t, a, sb, "echo root > at-root.txt; mkdir -p sub"))
+	r = sh(t, a, sb, `cd "$XMODE_ENGINETEST_WT" && cat at-root.txt`, func(r *engine.ExecRequest) {
+		r.Workdir = "sub"
+		r.Env = []string{"XMODE_ENGINETEST_WT=" + want}
+	})
+	if r.st.ExitCode != 0 || string(r.stdout) != "root\n" {
+		t.Errorf("from workdir sub, cd %s && cat at-root.txt: status %+v, stdout %q, stderr %q; want the worktree's file", want, r.st, r.stdout, clip(r.stderr))
+	}
+}
+
+// testOnHost: an engine whose steps run on this host (engine.OnHost) gives
+// them xmode's environment and the host's files; one whose steps run in an
+// environment of their own gives them neither.
+func testOnHost(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	onHost := engine.OnHost(a)
+	file := filepath.Join(t.TempDir(), "host-only.txt")
+	if err := os.WriteFile(file, []byte("host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Not t.Setenv: providers run the suite in parallel tests. A name of
+	// this process alone, set for the one step.
+	name := fmt.Sprintf("XMODE_ENGINETEST_HOST_%d_%d", os.Getpid(), time.Now().UnixNano())
+	os.Setenv(name, "inherited")
+	r := sh(t, a, sb, `printf '%s\n' "${`+name+`-unset}"; cat "$1" 2>/dev/null || echo absent`, func(r *engine.ExecRequest) {
+		r.Argv = append(r.Argv, "sh", file)
+	})
+	os.Unsetenv(name)
+	wantOK(t, "reading xmode's environment and a host file", r)
+	got := string(r.stdout)
+	want := "unset\nabsent\n"
+	if onHost {
+		want = "inherited\nhost\n"
+	}
+	if got != want {
+		t.Errorf("OnHost = %v, but a step sees %q of xmode's variable and the host's file; want %q", onHost, got, want)
+	}
+}
+
 func testExitCodes(t *testing.T, h Harness) {
 	a, sb := h.New(t)
 	for _, code := range []int{0, 1, 3, 255} {
@@ -382,9 +548,6 @@ func testTreeOnTimeout(t *testing.T, h Harness) {
 // reaper do when the xmode running a step is gone.
 func testKillStep(t *testing.T, h Harness) {
 	a, sb := h.New(t)
-	if _, ok := a.(engine.StepKiller); !ok {
-		t.Fatalf("%s cannot end a step by its tag (engine.StepKiller)", a.Name())
-	}
 	tag := fmt.Sprintf("killsteptest%d", time.Now().UnixNano())
 	done := make(chan result, 1)
 	go func() {

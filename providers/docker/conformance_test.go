@@ -14,19 +14,19 @@ import (
 func TestConformanceVolume(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, MountVolume, nil)
-	enginetest.Run(t, enginetest.Harness{New: func(t *testing.T) (engine.Provider, engine.Sandbox) {
+	enginetest.Run(t, enginetest.Harness{Spec: func(t *testing.T) (engine.Provider, engine.Spec) {
 		spec := e.spec(newRun())
 		if err := os.Chown(spec.Worktree, 1000, 1000); err != nil {
 			t.Fatal(err)
 		}
-		return e.p, provisionFor(t, e, spec)
+		return e.p, spec
 	}})
 }
 
 func TestConformanceBind(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, MountBind, nil)
-	enginetest.Run(t, enginetest.Harness{New: func(t *testing.T) (engine.Provider, engine.Sandbox) {
-		return e.p, provisionFor(t, e, e.spec(newRun()))
+	enginetest.Run(t, enginetest.Harness{Spec: func(t *testing.T) (engine.Provider, engine.Spec) {
+		return e.p, e.spec(newRun())
 	}})
 }

@@ -56,6 +56,27 @@ func init() {
 	})
 }
 
+// The capabilities the docker provider has: every one of them, so that
+// dropping a method fails the build rather than turning a capability off
+// (callers find them with a type assertion).
+var (
+	_ engine.Provider        = (*Provider)(nil)
+	_ engine.OrphanLister    = (*Provider)(nil)
+	_ engine.LivenessChecker = (*Provider)(nil)
+	_ engine.HealthChecker   = (*Provider)(nil)
+	_ engine.ProgressSink    = (*Provider)(nil)
+	_ engine.VolumeRemover   = (*Provider)(nil)
+	_ engine.WorktreeSyncer  = (*Provider)(nil)
+	_ engine.WorktreePusher  = (*Provider)(nil)
+	_ engine.PathChecker     = (*Provider)(nil)
+	_ engine.StepContainer   = (*Provider)(nil)
+	_ engine.MountModer      = (*Provider)(nil)
+	_ engine.WorktreeMounter = (*Provider)(nil)
+	_ engine.Networker       = (*Provider)(nil)
+	_ engine.ImageRunner     = (*Provider)(nil)
+	_ io.Closer              = (*Provider)(nil) // engine.Close
+)
+
 // Provider is the docker engine provider. Its exported fields may be set
 // after New and before the first call; a Provider is safe for concurrent use.
 type Provider struct {

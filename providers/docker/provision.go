@@ -115,7 +115,7 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 	}
 	img := spec.Image
 	if img == "" {
-		img = p.cfg.Image
+		img = p.Image()
 	}
 	if err := checkImage(img); err != nil {
 		return engine.Sandbox{}, err
@@ -227,6 +227,51 @@ func (p *Provider) MountMode() string {
 	return MountBind
 }
 
+// WorktreeIn is where sb's steps see its worktree (engine.WorktreeMounter):
+// the container's working directory, which Provision set from the same
+// answer.
+func (p *Provider) WorktreeIn(sb engine.Sandbox) (string, error) {
+	wt, err := p.worktreeIn(sb.MountMode, sb.RunID)
+	if err != nil {
+		return "", fmt.Errorf("session %s: %w", sb.SessionID, err)
+	}
+	return wt, nil
+}
+
+// worktreeIn is where a sandbox of mount mode mode on run runID sees its
+// worktree: BindWorkspace in bind mode, <XMODE_SANDBOX_STORAGE_MOUNT>/runs/
+// <run>/worktree in volume mode, SyncWorktree in sync mode.
+func (p *Provider) worktreeIn(mode, runID string) (string, error) {
+	switch mode {
+	case MountBind:
+		return BindWorkspace, nil
+	case MountSync:
+		return SyncWorktree, nil
+	case MountVolume:
+		if !fsguard.ValidID("run_", runID) {
+			return "", fail.Refusedf("run id %q is malformed; refusing to derive a path from it", runID)
+		}
+		return path.Join(filepath.ToSlash(p.cfg.StorageMount), "runs", runID, "worktree"), nil
+	}
+	return "", fmt.Errorf("docker session with unknown mount mode %q", mode)
+}
+
+// Network is the network a new sandbox gets (engine.Networker): the
+// configured one, except in bind mode when it was not set explicitly, where
+// docker's default stays (config.Config.BindLeaves).
+func (p *Provider) Network() string { return p.network(p.MountMode()) }
+
+func (p *Provider) network(mode string) string {
+	if mode == MountBind && p.cfg.BindLeaves("XMODE_SANDBOX_NETWORK") {
+		return ""
+	}
+	return p.cfg.Network
+}
+
+// Image is the image a new sandbox runs when its spec names none
+// (engine.ImageRunner): XMODE_SANDBOX_IMAGE.
+func (p *Provider) Image() string { return p.cfg.Image }
+
 // createSessionVolume creates a volume of the session's (sync mode),
 // labelled like its container; one of that name that is not the session's
 // is refused.
@@ -288,12 +333,17 @@ func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img, m
 	}
 
 	cc.User = user
+	// Where the steps see the worktree, as WorktreeIn answers for them.
+	workdir, err := p.worktreeIn(mode, spec.RunID)
+	if err != nil {
+		return nil, nil, err
+	}
 	if mode == MountBind {
 		// bind (dev): the lightweight historical argv, limits only where
 		// asked for (limits).
-		cc.WorkingDir = BindWorkspace
-		hc.Mounts = []mount.Mount{{Type: mount.TypeBind, Source: spec.Worktree, Target: BindWorkspace}}
-		extra, err := p.projectMounts(ctx, spec, BindWorkspace, IsolationBind, volume.Volume{})
+		cc.WorkingDir = workdir
+		hc.Mounts = []mount.Mount{{Type: mount.TypeBind, Source: spec.Worktree, Target: cc.WorkingDir}}
+		extra, err := p.projectMounts(ctx, spec, cc.WorkingDir, IsolationBind, volume.Volume{})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -310,9 +360,7 @@ func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img, m
 		return nil, nil, fail.Refusedf("run id %q is malformed; refusing to derive a path from it", spec.RunID)
 	}
 	var mounts []mount.Mount
-	var workdir string
 	if mode == MountSync {
-		workdir = SyncWorktree
 		mounts = []mount.Mount{{
 			Type: mount.TypeVolume, Source: SyncVolumeName(spec.SessionID), Target: SyncMount,
 			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
@@ -330,7 +378,6 @@ func (p *Provider) containerConfig(ctx context.Context, spec engine.Spec, img, m
 		if method == IsolationWholeVolume {
 			p.warnf("%s", detail)
 		}
-		workdir = p.containerWorktree(spec.RunID)
 		mounts = p.storageMount(method, vol, path.Join("runs", spec.RunID, "worktree"), workdir, false)
 		if method == IsolationWholeVolume {
 			mounts = []mount.Mount{{
@@ -545,11 +592,6 @@ func (p *Provider) ensureCacheVolume(ctx context.Context, spec engine.Spec) erro
 		return p.wrap(err, "create cache volume "+spec.CacheVolume)
 	}
 	return nil
-}
-
-// containerWorktree is where a volume-mode sandbox sees its worktree.
-func (p *Provider) containerWorktree(runID string) string {
-	return path.Join(filepath.ToSlash(p.cfg.StorageMount), "runs", runID, "worktree")
 }
 
 // IsolationMethod reports how volume mode isolates sandboxes from each other

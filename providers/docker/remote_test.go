@@ -30,12 +30,12 @@ import (
 func TestConformanceTLSSync(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, MountSync, nil)
-	enginetest.Run(t, enginetest.Harness{New: func(t *testing.T) (engine.Provider, engine.Sandbox) {
+	enginetest.Run(t, enginetest.Harness{Spec: func(t *testing.T) (engine.Provider, engine.Spec) {
 		spec := e.spec(newRun())
 		if err := os.Chown(spec.Worktree, 1000, 1000); err != nil {
 			t.Fatal(err)
 		}
-		return e.p, provisionFor(t, e, spec)
+		return e.p, spec
 	}})
 }
 

@@ -33,9 +33,8 @@ func fallback() *Provider {
 
 // The fallback path passes the conformance suite too.
 func TestConformanceProcessGroup(t *testing.T) {
-	enginetest.Run(t, enginetest.Harness{New: func(t *testing.T) (engine.Provider, engine.Sandbox) {
-		_, sb := newSandbox(t)
-		return fallback(), sb
+	enginetest.Run(t, enginetest.Harness{Spec: func(t *testing.T) (engine.Provider, engine.Spec) {
+		return fallback(), newSpec(t)
 	}})
 }
 

@@ -60,10 +60,20 @@ type Provider struct {
 // New returns the host provider.
 func New() *Provider { return &Provider{} }
 
-var _ engine.Provider = (*Provider)(nil)
+// The capabilities the host provider has: every one of them, so that
+// dropping a method fails the build rather than turning a capability off.
+var (
+	_ engine.Provider      = (*Provider)(nil)
+	_ engine.StepContainer = (*Provider)(nil)
+	_ engine.HostRunner    = (*Provider)(nil)
+)
 
 // Name returns "host".
 func (*Provider) Name() string { return EngineName }
+
+// RunsOnHost says yes (engine.HostRunner): a step is a process of this host,
+// in the user's environment, with the host's files and PATH.
+func (*Provider) RunsOnHost() bool { return true }
 
 // Provision creates nothing: the host sandbox is the worktree itself, which
 // must already exist.

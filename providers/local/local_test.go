@@ -41,12 +41,7 @@ func TestMain(m *testing.M) {
 func newSandbox(t *testing.T) (engine.Provider, engine.Sandbox) {
 	t.Helper()
 	p := New()
-	sb, err := p.Provision(context.Background(), engine.Spec{
-		SessionID: "sbx_aaaaaaaa",
-		RunID:     "run_aaaaaaaa",
-		Project:   "proj",
-		Worktree:  t.TempDir(),
-	})
+	sb, err := p.Provision(context.Background(), newSpec(t))
 	if err != nil {
 		t.Fatalf("Provision: %v", err)
 	}
@@ -59,7 +54,14 @@ func newSandbox(t *testing.T) (engine.Provider, engine.Sandbox) {
 }
 
 func TestConformance(t *testing.T) {
-	enginetest.Run(t, enginetest.Harness{New: newSandbox})
+	enginetest.Run(t, enginetest.Harness{Spec: func(t *testing.T) (engine.Provider, engine.Spec) {
+		return New(), newSpec(t)
+	}})
+}
+
+// newSpec is the spec of a host sandbox in a fresh worktree.
+func newSpec(t *testing.T) engine.Spec {
+	return engine.Spec{SessionID: "sbx_aaaaaaaa", RunID: "run_aaaaaaaa", Project: "proj", Worktree: t.TempDir()}
 }
 
 type capture struct {
