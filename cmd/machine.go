@@ -75,7 +75,7 @@ Prints the project.` + exitStatusHelp,
 				fmt.Fprintln(a.Out, mach.Project)
 				return nil
 			}
-			views, err := svc.Machines().Views(cmd.Context(), mach.Project)
+			views, err := svc.Pools().Views(cmd.Context(), mach.Project)
 			if err != nil {
 				return err
 			}
@@ -101,7 +101,7 @@ func (a *App) newMachineList() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			views, err := svc.Machines().Views(cmd.Context(), "")
+			views, err := svc.Pools().Views(cmd.Context(), "")
 			if err != nil {
 				return err
 			}
@@ -137,7 +137,7 @@ func (a *App) newMachineShow() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			views, err := svc.Machines().Views(cmd.Context(), args[0])
+			views, err := svc.Pools().Views(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -205,7 +205,7 @@ With the docker engine configured, the project's cache volume goes too.` + exitS
 			}
 			drained := 0
 			if len(users) == 0 {
-				if drained, err = svc.DrainPool(cmd.Context(), project, nil); err != nil {
+				if drained, err = svc.Pools().Drain(cmd.Context(), project, nil); err != nil {
 					return err
 				}
 			}
