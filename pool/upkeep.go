@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -242,8 +243,14 @@ func (p *Pools) fill(ctx context.Context, r *reaper.Reaper, provider engine.Prov
 		}
 		return
 	}
+	if p.Spec == nil {
+		rep.fail("", errors.New("pool: no Spec to make entries with (use sandbox.Service.Pools)"))
+		return
+	}
 	// The image is recorded once the provider has made the sandbox and
-	// says which (an engine without images has none).
+	// says which (an engine without images has none). TODO(issue 20): with
+	// the seam work merged, reserve with engine.Image(provider), as a create
+	// records its image before provisioning.
 	reserved, err := p.reserve(ctx, newEntries{
 		Project: m.Project, Repo: m.Repo, Ref: m.DefaultRef, Commit: m.HeadCommit,
 		Engine: provider.Name(), Shape: shape, MountMode: engine.MountMode(provider),
