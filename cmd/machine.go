@@ -92,7 +92,7 @@ func (a *App) runMachineWarm(ctx context.Context, o machineWarmOptions) error {
 		fmt.Fprintln(a.Out, mach.Project)
 		return nil
 	}
-	views, err := svc.Machines().Views(ctx, mach.Project)
+	views, err := svc.Pools().Views(ctx, mach.Project)
 	if err != nil {
 		return err
 	}
@@ -117,7 +117,7 @@ func (a *App) runMachineList(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	views, err := svc.Machines().Views(ctx, "")
+	views, err := svc.Pools().Views(ctx, "")
 	if err != nil {
 		return err
 	}
@@ -162,7 +162,7 @@ func (a *App) runMachineShow(ctx context.Context, o machineShowOptions) error {
 	if err != nil {
 		return err
 	}
-	views, err := svc.Machines().Views(ctx, o.project)
+	views, err := svc.Pools().Views(ctx, o.project)
 	if err != nil {
 		return err
 	}
@@ -243,7 +243,7 @@ func (a *App) runMachineRm(ctx context.Context, o machineRmOptions) error {
 	}
 	drained := 0
 	if len(users) == 0 {
-		if drained, err = svc.DrainPool(ctx, project, nil); err != nil {
+		if drained, err = svc.Pools().Drain(ctx, project, nil); err != nil {
 			return err
 		}
 	}

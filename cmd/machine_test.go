@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/xmode/xmode/machines"
+	"github.com/xmode/xmode/pool"
 )
 
 // machine warm's --pool is checked before anything is cloned.
@@ -55,7 +55,7 @@ func TestMachineCommands(t *testing.T) {
 	if !regexp.MustCompile(`\n\nPOOL +STATE +AGE +COMMIT +ENGINE\nsbx_\w+ +ready +\d+s +[0-9a-f]{12} +host\n$`).MatchString(out) {
 		t.Errorf("machine show's pool:\n%s", out)
 	}
-	var v machines.View
+	var v pool.MachineView
 	if err := json.Unmarshal([]byte(c.ok("machine", "show", "demo", "--json")), &v); err != nil {
 		t.Fatal(err)
 	}
@@ -78,17 +78,17 @@ func TestMachineCommands(t *testing.T) {
 
 // The "Pool:" line of machine show.
 func TestPoolSummary(t *testing.T) {
-	entries := func(n int) []machines.PoolEntryView { return make([]machines.PoolEntryView, n) }
+	entries := func(n int) []pool.EntryView { return make([]pool.EntryView, n) }
 	for _, tc := range []struct {
-		pool machines.PoolView
+		pool pool.View
 		want string
 	}{
-		{machines.PoolView{Size: 2, Ready: 2, Entries: entries(2)}, "2 ready of 2"},
-		{machines.PoolView{Size: 3, Ready: 1, Entries: entries(2)}, "1 ready of 3 (1 more being made or retired)"},
-		{machines.PoolView{}, "0 ready of 0 — no pool (`xmode machine warm demo --pool N`, or XMODE_POOL_SIZE)"},
-		{machines.PoolView{Entries: entries(1)}, "0 ready of 0 (1 more being made or retired) — no pool (`xmode machine warm demo --pool N`, or XMODE_POOL_SIZE)"},
+		{pool.View{Size: 2, Ready: 2, Entries: entries(2)}, "2 ready of 2"},
+		{pool.View{Size: 3, Ready: 1, Entries: entries(2)}, "1 ready of 3 (1 more being made or retired)"},
+		{pool.View{}, "0 ready of 0 — no pool (`xmode machine warm demo --pool N`, or XMODE_POOL_SIZE)"},
+		{pool.View{Entries: entries(1)}, "0 ready of 0 (1 more being made or retired) — no pool (`xmode machine warm demo --pool N`, or XMODE_POOL_SIZE)"},
 	} {
-		v := machines.View{Pool: tc.pool}
+		v := pool.MachineView{Pool: tc.pool}
 		v.Project = "demo"
 		if got := poolSummary(v); got != tc.want {
 			t.Errorf("poolSummary(%+v) = %q, want %q", tc.pool, got, tc.want)

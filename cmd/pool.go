@@ -11,7 +11,7 @@ import (
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
-	"github.com/xmode/xmode/machines"
+	"github.com/xmode/xmode/pool"
 	"github.com/xmode/xmode/reaper"
 	"github.com/xmode/xmode/sandbox"
 )
@@ -54,7 +54,7 @@ func (a *App) warmPool(ctx context.Context, svc *sandbox.Service, project string
 		return nil
 	}
 	start := time.Now()
-	rep, err := svc.MaintainPools(ctx, sandbox.PoolOptions{Project: project})
+	rep, err := svc.Pools().Maintain(ctx, pool.Options{Project: project})
 	if err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func (a *App) warmPool(ctx context.Context, svc *sandbox.Service, project string
 // the pass's summary.
 func (a *App) reapPools(ctx context.Context, svc *sandbox.Service, sum *reaper.Summary, dry bool, log io.Writer) {
 	start := time.Now()
-	rep, err := svc.MaintainPools(ctx, sandbox.PoolOptions{DryRun: dry, Log: log})
+	rep, err := svc.Pools().Maintain(ctx, pool.Options{DryRun: dry, Log: log})
 	if err != nil {
 		sum.Errors = append(sum.Errors, reaper.Failure{Error: "keep the pools: " + err.Error()})
 	} else {
@@ -85,7 +85,7 @@ func (a *App) reapPools(ctx context.Context, svc *sandbox.Service, sum *reaper.S
 }
 
 // printPool is the pool part of `machine show`.
-func (a *App) printPool(w io.Writer, v machines.View) error {
+func (a *App) printPool(w io.Writer, v pool.MachineView) error {
 	if v.Pool.Size == 0 && len(v.Pool.Entries) == 0 {
 		return nil
 	}
@@ -110,7 +110,7 @@ func (a *App) printPool(w io.Writer, v machines.View) error {
 }
 
 // poolSummary is the "Pool:" line of `machine show`.
-func poolSummary(v machines.View) string {
+func poolSummary(v pool.MachineView) string {
 	s := fmt.Sprintf("%d ready of %d", v.Pool.Ready, v.Pool.Size)
 	if other := len(v.Pool.Entries) - v.Pool.Ready; other > 0 {
 		s += fmt.Sprintf(" (%d more being made or retired)", other)

@@ -290,6 +290,58 @@ func Image(a Provider) (string, bool) {
 	return "", false
 }
 
+// Shaper is a provider whose sandboxes differ by more than their engine:
+// Shape lists, one "name=value" a line and always in one order, everything
+// of its configuration that shapes a sandbox it makes (docker: the mount
+// mode and every setting that shapes a container), and nothing that does
+// not (an owner, a lifetime). A warm pool hands an entry only to a create
+// of the same shape.
+type Shaper interface {
+	Shape() string
+}
+
+// Shape describes the sandboxes the provider makes under its
+// configuration: its engine, then a Shaper's shape; an engine without
+// settings of its own (the host) is its name alone.
+func Shape(a Provider) string {
+	s := "engine=" + a.Name() + "\n"
+	if sh, ok := a.(Shaper); ok {
+		s += sh.Shape()
+	}
+	return s
+}
+
+// MoveCost is how a warm pool weighs moving a ready sandbox's worktree to
+// another commit (a checkout of what differs) against making a new one.
+type MoveCost int
+
+const (
+	// MoveByFiles: the sandbox is its worktree (the host): moving wins
+	// while fewer paths change than a new worktree checks out.
+	MoveByFiles MoveCost = iota
+	// MoveCheaper: making a sandbox also starts something (a container)
+	// that costs more than any checkout.
+	MoveCheaper
+	// MoveNever: the sandbox works on a copy of its worktree taken when it
+	// was made (docker's sync mode), which a checkout on the host does not
+	// reach.
+	MoveNever
+)
+
+// Mover is a provider whose sandboxes are more than their worktree.
+type Mover interface {
+	MoveCost() MoveCost
+}
+
+// Move says how the provider's sandboxes weigh a move; MoveByFiles for a
+// provider without the capability.
+func Move(a Provider) MoveCost {
+	if m, ok := a.(Mover); ok {
+		return m.MoveCost()
+	}
+	return MoveByFiles
+}
+
 // Containment is how an engine keeps a step's processes together so that
 // none outlives the step (`xmode doctor` shows it).
 type Containment struct {

@@ -54,6 +54,10 @@ type Manager struct {
 	Guard    fsguard.Guard
 	Progress io.Writer // git's clone and fetch progress (a terminal); nil: quiet
 	Now      func() time.Time
+	// PoolEntries counts the entries of a machine's pool (package pool
+	// keeps them, above this one): Remove refuses a machine while a refill
+	// is making entries of it. nil counts none.
+	PoolEntries func(ctx context.Context, project string) (int, error)
 }
 
 func (m *Manager) now() time.Time {

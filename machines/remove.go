@@ -72,10 +72,12 @@ func (m *Manager) Remove(ctx context.Context, project string) (Removed, error) {
 	}
 	// The caller drains the pool first; an entry left is one being made
 	// right now (a refill that has not reached `git worktree add`).
-	if pool, err := m.Store.PoolEntries(ctx, project); err != nil {
-		return out, err
-	} else if len(pool) > 0 {
-		return out, fail.Refusedf("project machine %s still has %d pool entries (a refill is running): try again in a moment", project, len(pool))
+	if m.PoolEntries != nil {
+		if n, err := m.PoolEntries(ctx, project); err != nil {
+			return out, err
+		} else if n > 0 {
+			return out, fail.Refusedf("project machine %s still has %d pool entries (a refill is running): try again in a moment", project, n)
+		}
 	}
 	// The volume first: when the engine is unreachable nothing is removed
 	// and the command can simply be repeated.
@@ -175,12 +177,12 @@ func (m *Manager) removeVolume(ctx context.Context, name string) (removed, kept 
 	return true, false, "", nil
 }
 
-// View is a machine as `machine list` and `machine show` print it.
+// View is a machine as `machine list` and `machine show` print it (package
+// pool adds its pool: pool.MachineView).
 type View struct {
 	store.Machine
-	Path         string   `json:"path"`
-	OpenSessions int      `json:"open_sessions"`
-	Pool         PoolView `json:"pool"`
+	Path         string `json:"path"`
+	OpenSessions int    `json:"open_sessions"`
 }
 
 // Views returns every machine, or only project's when it is not empty
@@ -209,11 +211,7 @@ func (m *Manager) Views(ctx context.Context, project string) ([]View, error) {
 			return nil, err
 		}
 		repoDir, _ := m.RepoDir(mach.Project)
-		pool, err := m.poolView(ctx, mach)
-		if err != nil {
-			return nil, err
-		}
-		views = append(views, View{Machine: *mach, Path: repoDir, OpenSessions: len(users), Pool: pool})
+		views = append(views, View{Machine: *mach, Path: repoDir, OpenSessions: len(users)})
 	}
 	return views, nil
 }

@@ -21,6 +21,10 @@ func (r *Reaper) holder() string {
 	return r.holderID
 }
 
+// Holder names this Reaper as the owner of what it takes (claims, pool
+// entries it retires): its process and a tag of its own.
+func (r *Reaper) Holder() string { return r.holder() }
+
 // NewHolder names a claimant in the store's claims (a reaper, the cloud
 // poller): this process and a random tag.
 func NewHolder() string {

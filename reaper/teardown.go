@@ -85,6 +85,10 @@ func (r *Reaper) closeProviders() {
 	}
 }
 
+// Close releases the engine connections this Reaper opened (a Pass closes
+// its own).
+func (r *Reaper) Close() { r.closeProviders() }
+
 // Outcome says what one teardown did.
 type Outcome struct {
 	Ended              bool // this call ended the session
@@ -100,6 +104,10 @@ func (r *Reaper) now() time.Time {
 	}
 	return time.Now()
 }
+
+// Logf writes one line of the Reaper's log, about sessionID: for a caller
+// that tears down with it (package pool), so the lines of both stay whole.
+func (r *Reaper) Logf(sessionID, format string, args ...any) { r.logf(sessionID, format, args...) }
 
 func (r *Reaper) logf(sessionID, format string, args ...any) {
 	if r.Log != nil {
@@ -358,6 +366,57 @@ func (r *Reaper) measure(sess *store.Session) int64 {
 		return -1
 	}
 	return n
+}
+
+// Reclaim removes the worktree of a run no session uses any more (a
+// retired pool entry's) as a teardown does: see reclaim.
+func (r *Reaper) Reclaim(ctx context.Context, runID string) (bool, store.ClaimResult, error) {
+	return r.reclaim(ctx, runID, false)
+}
+
+// RemoveObjects removes the engine objects of a sandbox that no session
+// holds (a pool entry's, named by of in the log): those recorded in sb,
+// through Destroy, or, when none were recorded (its maker died between
+// making and recording them: a container left Created), those labelled
+// with its session among this install's, so nothing of another instance,
+// nor of another entry or session, is touched. An engine without such
+// objects has none to remove.
+func (r *Reaper) RemoveObjects(ctx context.Context, sb engine.Sandbox, of, why string) error {
+	provider, err := r.provider(sb.Engine)
+	if err != nil {
+		return err
+	}
+	if sb.ContainerID != "" || len(sb.Volumes) > 0 {
+		if err := provider.Destroy(ctx, sb); err != nil {
+			return err
+		}
+		if sb.ContainerID != "" {
+			r.logf(sb.SessionID, "removed container %s of %s (%s)", short(sb.ContainerID), of, why)
+		}
+		return nil
+	}
+	lister, ok := engine.Orphans(provider)
+	if !ok {
+		return nil
+	}
+	instance, err := r.Store.InstanceID(ctx)
+	if err != nil {
+		return err
+	}
+	objs, err := lister.ListObjects(ctx, instance)
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		if o.SessionID != sb.SessionID || o.Instance != instance {
+			continue
+		}
+		if err := lister.RemoveObject(ctx, o); err != nil {
+			return fmt.Errorf("remove %s %s: %w", o.Kind, shortName(o), err)
+		}
+		r.logf(sb.SessionID, "removed %s %s of %s, never recorded (%s)", o.Kind, shortName(o), of, why)
+	}
+	return nil
 }
 
 // reclaim removes a run's worktree under a claim on the run, so two

@@ -42,6 +42,15 @@ func (t target) String() string {
 	return "commit " + shortCommit(t.hash)
 }
 
+// shortCommit is a commit (or container) ID cut to 12 characters, as git
+// and docker show them.
+func shortCommit(c string) string {
+	if len(c) > 12 {
+		return c[:12]
+	}
+	return c
+}
+
 // orHEAD is a --ref as given, "HEAD" (the remote's) when none was.
 func orHEAD(ref string) string {
 	if ref == "" {

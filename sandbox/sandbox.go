@@ -18,6 +18,7 @@ import (
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/machines"
+	"github.com/xmode/xmode/pool"
 	"github.com/xmode/xmode/reaper"
 	"github.com/xmode/xmode/store"
 )
@@ -65,7 +66,16 @@ type CreateOptions struct {
 
 // Machines is the project machines of this storage root.
 func (s *Service) Machines() *machines.Manager {
-	return &machines.Manager{Cfg: s.Cfg, Store: s.Store, Guard: s.Guard, Progress: s.Progress}
+	return &machines.Manager{Cfg: s.Cfg, Store: s.Store, Guard: s.Guard, Progress: s.Progress, PoolEntries: s.Pools().Count}
+}
+
+// Pools is the project machines' pools of this storage root, making their
+// entries with this service's spec (what a create would make).
+func (s *Service) Pools() *pool.Pools {
+	return &pool.Pools{Cfg: s.Cfg, Store: s.Store, Guard: s.Guard, Progress: s.Progress, Log: s.Log, Notices: s.Notices,
+		Spec: func(ctx context.Context, e *pool.Entry, co *machines.Checkout) (engine.Spec, error) {
+			return s.spec(ctx, e.SessionID, e.RunID, e.Project, e.WorktreePath, e.Image, co)
+		}}
 }
 
 // reaper is a Reaper for this service's store; Close it when done, as it
@@ -125,7 +135,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		// A ready sandbox from the project's pool when one fits: nothing to
 		// check out, no container to make. An empty pool costs one read.
 		start := time.Now()
-		claimed, resolved, err := s.claim(ctx, o, sess, provider)
+		claimed, resolved, err := s.Pools().Claim(ctx, pool.ClaimOptions{Project: o.Project, Repo: o.Repo, Ref: o.Ref, Refresh: o.Refresh}, sess, provider)
 		if err != nil || claimed != nil {
 			if claimed != nil {
 				s.detail("took a ready sandbox from the pool of project %s: %s at %s, nothing to clone or start (%s)", o.Project, claimed.Ref, shortCommit(claimed.BaseCommit), took(start))
@@ -261,7 +271,7 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	}
 	// An image pull shows its progress like `docker run` does.
 	engine.SetProgress(provider, s.Progress)
-	spec, err := s.spec(ctx, sess.ID, sess.RunID, sess.Project, sess.WorktreePath, sess.Image, engineName, co)
+	spec, err := s.spec(ctx, sess.ID, sess.RunID, sess.Project, sess.WorktreePath, sess.Image, co)
 	if err != nil {
 		return nil, err
 	}
@@ -297,10 +307,8 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 // ahead of time for one, which must be exactly what a create would make:
 // xmode's labels (docs/reference.md, "Docker objects and labels"), and for a worktree of a project machine its .git
 // and the project's cache volume and environment (which an engine that
-// keeps no volumes ignores). The engine's name is not needed any more.
-// TODO(issue 20): drop the parameter once the pool work, which calls this
-// too, is merged.
-func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree, image, _ string, co *machines.Checkout) (engine.Spec, error) {
+// keeps no volumes ignores).
+func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree, image string, co *machines.Checkout) (engine.Spec, error) {
 	instance, err := s.Store.InstanceID(ctx)
 	if err != nil {
 		return engine.Spec{}, err

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"time"
+
+	"github.com/xmode/xmode/fail"
 )
 
 // Machine is a project machine as the store records it; its JSON is what
@@ -127,4 +129,16 @@ func (s *Store) RunMachine(ctx context.Context, runID string) (project, record s
 func (s *Store) MachineSessions(ctx context.Context, project string) ([]*Session, error) {
 	return s.query(ctx, `SELECT `+sessionCols+` FROM sessions WHERE status IN (`+activeStatuses+`)
 		AND run_id IN (SELECT id FROM runs WHERE machine = ?) ORDER BY created_at, id`, project)
+}
+
+// SetPoolSize records the pool size of a machine (`machine warm --pool N`).
+func (s *Store) SetPoolSize(ctx context.Context, project string, size int) error {
+	res, err := s.exec(ctx, `UPDATE project_machines SET pool_size = ? WHERE project = ?`, size, project)
+	if err != nil {
+		return fmt.Errorf("record the pool size of %s: %w", project, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fail.NotFoundf("no project machine %s", project)
+	}
+	return nil
 }

@@ -71,3 +71,24 @@ func TestMachinesRecordAndUsers(t *testing.T) {
 		t.Fatalf("after delete: %v", err)
 	}
 }
+
+// The pool size of a machine is recorded; nil follows XMODE_POOL_SIZE.
+func TestPoolSize(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	now := time.Now()
+	s.PutMachine(ctx, Machine{Project: "p", Repo: "/src", DefaultRef: "main", Volume: "v", CreatedAt: now, LastFetchAt: now})
+	if m, _ := s.GetMachine(ctx, "p"); m.PoolSize != nil {
+		t.Fatalf("a new machine's pool size is %d, want unset", *m.PoolSize)
+	}
+	if err := s.SetPoolSize(ctx, "p", 3); err != nil {
+		t.Fatal(err)
+	}
+	s.PutMachine(ctx, Machine{Project: "p", Repo: "/src", DefaultRef: "main", Volume: "v", CreatedAt: now, LastFetchAt: now})
+	if m, _ := s.GetMachine(ctx, "p"); m.PoolSize == nil || *m.PoolSize != 3 {
+		t.Fatalf("the pool size did not survive a warm: %v", m.PoolSize)
+	}
+	if err := s.SetPoolSize(ctx, "nope", 3); fail.KindOf(err) != fail.NotFound {
+		t.Fatalf("pool size of no machine: %v", err)
+	}
+}

@@ -188,3 +188,16 @@ func (s *Store) ResolveRun(ctx context.Context, ref string) (*LoopRun, error) {
 func (s *Store) RunSessions(ctx context.Context, runID string) ([]*Session, error) {
 	return s.query(ctx, `SELECT `+sessionCols+` FROM sessions WHERE run_id = ? ORDER BY created_at, id`, runID)
 }
+
+// ForgetRun deletes the row of a run that no session ever used and no pool
+// entry holds (a retired entry's, once its worktree is gone): nothing of it
+// is left to show.
+func (s *Store) ForgetRun(ctx context.Context, runID string) error {
+	_, err := s.exec(ctx, `DELETE FROM runs WHERE id = ? AND reclaimed_at IS NOT NULL
+		AND NOT EXISTS (SELECT 1 FROM sessions WHERE run_id = ?)
+		AND NOT EXISTS (SELECT 1 FROM pool_entries WHERE run_id = ?)`, runID, runID, runID)
+	if err != nil {
+		return fmt.Errorf("forget run %s: %w", runID, err)
+	}
+	return nil
+}

@@ -1,7 +1,8 @@
-package sandbox
+package pool_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,15 +12,59 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/fsguard"
+	"github.com/xmode/xmode/gitcli/gittest"
 	"github.com/xmode/xmode/internal/proc"
+	"github.com/xmode/xmode/pool"
+	_ "github.com/xmode/xmode/providers/local" // the host engine
+	"github.com/xmode/xmode/reaper"
+	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
 )
+
+// The pool's life through the create that claims from it
+// (sandbox.Service.Create) and the upkeep `reap` and `machine warm` run,
+// on the host engine; the docker engine's in cmd/xmode/pool_docker_test.go.
+
+// git runs the real git for a fixture (gittest.Git).
+func git(t testing.TB, dir string, args ...string) string {
+	t.Helper()
+	return gittest.Git(t, dir, args...)
+}
+
+func write(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// newService is a sandbox service on a new storage root, configured by env.
+func newService(t *testing.T, env map[string]string) *sandbox.Service {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "root")
+	e := map[string]string{"XMODE_STORAGE_ROOT": root, "XMODE_USER": "tester", "HOME": t.TempDir()}
+	for k, v := range env {
+		e[k] = v
+	}
+	cfg, err := config.Load(func(k string) string { return e[k] }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.Open(context.Background(), cfg.StorageRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return &sandbox.Service{Cfg: cfg, Store: st, Guard: fsguard.Guard{Root: cfg.StorageRoot}}
+}
 
 // poolFixture is a repository of six files with three commits — base, one
 // file changed (near), every file rewritten (far) — and a host-engine
 // service with project machines on, its machine warmed at near.
 type poolFixture struct {
-	svc             *Service
+	svc             *sandbox.Service
 	log             strings.Builder
 	repo            string
 	base, near, far string
@@ -60,10 +105,10 @@ func newPoolFixture(t *testing.T, env map[string]string) *poolFixture {
 	return f
 }
 
-func (f *poolFixture) maintain(t *testing.T) *PoolReport {
+func (f *poolFixture) maintain(t *testing.T) *pool.Report {
 	t.Helper()
 	f.log.Reset()
-	rep, err := f.svc.MaintainPools(context.Background(), PoolOptions{Log: &f.log})
+	rep, err := f.svc.Pools().Maintain(context.Background(), pool.Options{Log: &f.log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,13 +121,13 @@ func (f *poolFixture) maintain(t *testing.T) *PoolReport {
 // ready returns the IDs of the project's ready entries.
 func (f *poolFixture) ready(t *testing.T) []string {
 	t.Helper()
-	es, err := f.svc.Store.PoolEntries(context.Background(), "demo")
+	es, err := f.svc.Pools().Entries(context.Background(), "demo")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ids []string
 	for _, e := range es {
-		if e.State == store.PoolReady {
+		if e.State == pool.Ready {
 			ids = append(ids, e.SessionID)
 		}
 	}
@@ -114,9 +159,9 @@ func TestPoolClaimsReadySandboxes(t *testing.T) {
 	if rep := f.maintain(t); rep.Filled != 2 {
 		t.Fatalf("filled %d, want 2", rep.Filled)
 	}
-	pool := f.ready(t)
-	if len(pool) != 2 {
-		t.Fatalf("%d ready entries, want 2", len(pool))
+	inPool := f.ready(t)
+	if len(inPool) != 2 {
+		t.Fatalf("%d ready entries, want 2", len(inPool))
 	}
 	if list, _ := f.svc.Store.List(ctx, store.Filter{All: true}); len(list) != 0 {
 		t.Fatalf("pool entries show as sessions: %+v", list)
@@ -124,12 +169,12 @@ func TestPoolClaimsReadySandboxes(t *testing.T) {
 
 	// A claim: the entry's IDs, open at the machine's commit, the TTL from now.
 	before := time.Now()
-	sess, err := f.svc.Create(ctx, CreateOptions{Project: "demo"})
+	sess, err := f.svc.Create(ctx, sandbox.CreateOptions{Project: "demo"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(pool, sess.ID) {
-		t.Fatalf("create made %s instead of claiming one of %v", sess.ID, pool)
+	if !slices.Contains(inPool, sess.ID) {
+		t.Fatalf("create made %s instead of claiming one of %v", sess.ID, inPool)
 	}
 	f.checkWorktree(t, sess, f.near)
 	if sess.ExpiresAt.Before(before.Add(time.Hour)) || sess.CreatedAt.Before(before) || sess.Ref != "main" || sess.User != "tester" {
@@ -143,11 +188,11 @@ func TestPoolClaimsReadySandboxes(t *testing.T) {
 	}
 
 	// Another ref: the entry moves there by a checkout in its worktree.
-	moved, err := f.svc.Create(ctx, CreateOptions{Project: "demo", Ref: f.base})
+	moved, err := f.svc.Create(ctx, sandbox.CreateOptions{Project: "demo", Ref: f.base})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Contains(pool, moved.ID) {
+	if !slices.Contains(inPool, moved.ID) {
 		t.Fatalf("create --ref made %s instead of moving a pool entry", moved.ID)
 	}
 	f.checkWorktree(t, moved, f.base)
@@ -156,11 +201,11 @@ func TestPoolClaimsReadySandboxes(t *testing.T) {
 	}
 
 	// Empty pool: a create makes its sandbox as before, without an error.
-	fresh, err := f.svc.Create(ctx, CreateOptions{Project: "demo"})
+	fresh, err := f.svc.Create(ctx, sandbox.CreateOptions{Project: "demo"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.Contains(pool, fresh.ID) {
+	if slices.Contains(inPool, fresh.ID) {
 		t.Fatal("the pool was empty, yet create claimed")
 	}
 	f.checkWorktree(t, fresh, f.near)
@@ -183,13 +228,13 @@ func TestPoolMoveOrFresh(t *testing.T) {
 	ctx := context.Background()
 	f := newPoolFixture(t, map[string]string{"XMODE_POOL_SIZE": "1"})
 	f.maintain(t)
-	pool := f.ready(t)
-	sess, err := f.svc.Create(ctx, CreateOptions{Project: "demo", Ref: "far"})
+	inPool := f.ready(t)
+	sess, err := f.svc.Create(ctx, sandbox.CreateOptions{Project: "demo", Ref: "far"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if slices.Contains(pool, sess.ID) || !slices.Equal(f.ready(t), pool) {
-		t.Fatalf("a ref whose every file differs moved pool entry %s (pool %v → %v)", sess.ID, pool, f.ready(t))
+	if slices.Contains(inPool, sess.ID) || !slices.Equal(f.ready(t), inPool) {
+		t.Fatalf("a ref whose every file differs moved pool entry %s (pool %v → %v)", sess.ID, inPool, f.ready(t))
 	}
 	f.checkWorktree(t, sess, f.far)
 }
@@ -211,7 +256,7 @@ func TestMaintainPools(t *testing.T) {
 	if rep := f.maintain(t); rep.Filled != 2 || rep.Retired != 2 || strings.Count(f.log.String(), "behind its machine") != 2 {
 		t.Fatalf("after a refresh: filled %d, retired %d; want 2 and 2, behind the machine:\n%s", rep.Filled, rep.Retired, &f.log)
 	}
-	es, _ := f.svc.Store.PoolEntries(ctx, "demo")
+	es, _ := f.svc.Pools().Entries(ctx, "demo")
 	for _, e := range es {
 		if slices.Contains(first, e.SessionID) || e.Commit != head {
 			t.Fatalf("entry %s at %s after the refresh, want new entries at %s", e.SessionID, e.Commit, head)
@@ -234,8 +279,7 @@ func TestMaintainPools(t *testing.T) {
 
 	// An entry whose maker died is taken over and removed.
 	dead := "2147483:1@" + strings.SplitN(proc.Self(), "@", 2)[1] + "/x"
-	if _, err := f.svc.Store.ReservePool(ctx, store.NewPoolEntry{Project: "demo", Commit: "dead", Engine: "host", Shape: "x",
-		Size: 1, Owner: dead, Now: time.Now()}); err != nil {
+	if err := pool.ReserveOne(ctx, f.svc.Pools(), "demo", "dead", dead); err != nil {
 		t.Fatal(err)
 	}
 	if rep := f.maintain(t); rep.Retired != 1 {
@@ -260,7 +304,7 @@ func TestMaintainPools(t *testing.T) {
 	}
 
 	// Drained (machine rm): nothing of the pool is left.
-	if n, err := f.svc.DrainPool(ctx, "demo", nil); err != nil || n != 1 {
+	if n, err := f.svc.Pools().Drain(ctx, "demo", nil); err != nil || n != 1 {
 		t.Fatalf("drain: %d %v", n, err)
 	}
 	if _, err := f.svc.Machines().Remove(ctx, "demo"); err != nil {
@@ -271,35 +315,37 @@ func TestMaintainPools(t *testing.T) {
 	}
 }
 
-// A create claims only what it would have made: every setting that shapes
-// a docker sandbox is in its shape; its owner and lifetime are not.
-func TestShape(t *testing.T) {
-	shape := func(env map[string]string) string {
-		all := map[string]string{"XMODE_STORAGE_ROOT": "/srv/x", "HOME": "/h", "XMODE_SANDBOX_ENGINE": "docker", "XMODE_RUNNER_MODE": "cloud_worker"}
-		for k, v := range env {
-			all[k] = v
-		}
-		cfg, err := config.Load(func(k string) string { return all[k] }, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return Shape(cfg, "docker", nil)
+// A session whose work runs in the Codex cloud has no sandbox here: its
+// create from a machine claims nothing (no provider to ask for a shape)
+// and gets a worktree of the machine as without a pool.
+func TestCloudCreateClaimsNothing(t *testing.T) {
+	f := newPoolFixture(t, map[string]string{"XMODE_POOL_SIZE": "1", "XMODE_RUNNER_MODE": "cloud_subscription"})
+	sess, err := f.svc.Create(context.Background(), sandbox.CreateOptions{Project: "demo"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	base := shape(nil)
-	if s := shape(map[string]string{"XMODE_USER": "bob", "XMODE_SANDBOX_TTL": "5m", "XMODE_POOL_SIZE": "3"}); s != base {
-		t.Fatal("owner, lifetime or pool size changed the shape")
+	if sess.Engine != "cloud" {
+		t.Fatalf("a cloud_subscription session on engine %q", sess.Engine)
 	}
-	for k, v := range map[string]string{
-		"XMODE_SANDBOX_IMAGE": "other:1", "XMODE_SANDBOX_NETWORK": "bridge", "XMODE_SANDBOX_MEMORY": "1g",
-		"XMODE_SANDBOX_STORAGE_VOLUME": "vol", "XMODE_SANDBOX_RUNTIME": "runsc", "XMODE_SANDBOX_DOCKER_HOST": "tcp://127.0.0.1:2375",
-		"XMODE_SANDBOX_CPUS": "2", // the default, but set: bind mode applies it
-	} {
-		if shape(map[string]string{k: v}) == base {
-			t.Errorf("%s=%s does not change the shape", k, v)
-		}
+	f.checkWorktree(t, sess, f.near)
+}
+
+// An entry a live process is making survives a drain, and `machine rm`
+// refuses the machine until it is made or gone.
+func TestRemoveWaitsForAnEntryBeingMade(t *testing.T) {
+	ctx := context.Background()
+	f := newPoolFixture(t, nil)
+	if err := pool.ReserveOne(ctx, f.svc.Pools(), "demo", f.near, reaper.NewHolder()); err != nil {
+		t.Fatal(err)
 	}
-	cfg, _ := config.Load(func(k string) string { return map[string]string{"XMODE_STORAGE_ROOT": "/srv/x", "HOME": "/h"}[k] }, nil)
-	if Shape(cfg, "host", nil) == base {
-		t.Fatal("a host sandbox has a docker sandbox's shape")
+	if n, err := f.svc.Pools().Drain(ctx, "demo", nil); err != nil || n != 0 {
+		t.Fatalf("drain took %d entries (%v), want none: a live process is making it", n, err)
+	}
+	_, err := f.svc.Machines().Remove(ctx, "demo")
+	if fail.KindOf(err) != fail.Refused || !strings.Contains(fmt.Sprint(err), "still has 1 pool entries") {
+		t.Fatalf("remove with an entry being made: %v, want refused", err)
+	}
+	if _, err := os.Stat(filepath.Join(f.svc.Guard.Root, "project_machines", "demo", "repo", ".git")); err != nil {
+		t.Fatalf("a refused remove removed the machine: %v", err)
 	}
 }

@@ -1,0 +1,46 @@
+package pool_test
+
+import (
+	"testing"
+
+	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/pool"
+	_ "github.com/xmode/xmode/providers/docker" // the docker engine (opening it contacts no daemon)
+)
+
+// A pool entry is claimed only by a create of its shape. The shape is the
+// hash of what the provider lists (engine.Shape), and must stay what it
+// was when the pool hashed its own list of docker settings: entries made
+// before an upgrade stay claimable, and a reaper of another version does
+// not retire them as made for other settings.
+func TestShapeIsStable(t *testing.T) {
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{nil, "2095f2c1e5601d5d"},
+		{map[string]string{"XMODE_SANDBOX_ENGINE": "docker", "XMODE_RUNNER_MODE": "cloud_worker"}, "dead5a711b972140"},
+		{map[string]string{"XMODE_SANDBOX_ENGINE": "docker", "XMODE_RUNNER_MODE": "cloud_worker",
+			"XMODE_SANDBOX_STORAGE_VOLUME": "vol", "XMODE_SANDBOX_MEMORY": "1g"}, "f4ceb4253ba42720"},
+		{map[string]string{"XMODE_SANDBOX_ENGINE": "docker", "XMODE_RUNNER_MODE": "cloud_worker",
+			"XMODE_SANDBOX_DOCKER_HOST": "tcp://127.0.0.1:2375", "XMODE_SANDBOX_IMAGE": "other:1"}, "a1e1c165e65b1f8d"},
+	} {
+		all := map[string]string{"XMODE_STORAGE_ROOT": "/srv/x", "HOME": "/h"}
+		for k, v := range c.env {
+			all[k] = v
+		}
+		cfg, err := config.Load(func(k string) string { return all[k] }, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		provider, err := engine.For(cfg.RunnerMode, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pool.Shape(provider); got != c.want {
+			t.Errorf("%v (%s engine): shape %s, want %s", c.env, provider.Name(), got, c.want)
+		}
+		engine.Close(provider)
+	}
+}
