@@ -39,7 +39,7 @@ docs/codex-cloud.md.`,
 
 // cloudEnd is how the loop ends a session: the reaper's teardown.
 func cloudEnd(svc *sandbox.Service) codexcloud.EndFunc {
-	return codexcloud.Teardown(&reaper.Reaper{Cfg: svc.Cfg, Store: svc.Store, Guard: svc.Guard, Log: svc.Log})
+	return codexcloud.Teardown(&reaper.Reaper{Cfg: svc.Cfg, Store: svc.Store, Guard: svc.Guard, Log: svc.Log, Now: svc.Clock})
 }
 
 func (a *App) newCloudSubmit() *cobra.Command {
@@ -88,7 +88,7 @@ EXIT STATUS
 			if err != nil {
 				return err
 			}
-			sub := &codexcloud.Submitter{Store: svc.Store, Client: codexcloud.NewCLI(svc.Cfg), End: cloudEnd(svc)}
+			sub := &codexcloud.Submitter{Store: svc.Store, Client: codexcloud.NewCLI(svc.Cfg), End: cloudEnd(svc), Now: svc.Clock}
 			task, err := sub.Submit(cmd.Context(), sess, o)
 			if err != nil {
 				return err
@@ -150,7 +150,7 @@ EXIT STATUS
 				logTo = a.Err
 			}
 			p := &codexcloud.Poller{Store: svc.Store, Client: codexcloud.NewCLI(svc.Cfg),
-				Capturer: codexcloud.ChangeRequests{Changes: changesOf(svc)}, End: cloudEnd(svc), StaleAfter: svc.Cfg.CloudStaleAfter}
+				Capturer: codexcloud.ChangeRequests{Changes: changesOf(svc)}, End: cloudEnd(svc), StaleAfter: svc.Cfg.CloudStaleAfter, Now: svc.Clock}
 			if verbose && !a.quiet {
 				// Its lines quote task titles and codex's errors.
 				p.Log = termsafe.NewWriter(logTo)
@@ -311,7 +311,7 @@ func (a *App) newCloudShow() *cobra.Command {
 			if a.json {
 				return a.printJSON(t)
 			}
-			now := time.Now()
+			now := clock()
 			when := func(at *time.Time) string {
 				if at == nil {
 					return "never"

@@ -114,7 +114,7 @@ func (a *App) newMachineList() *cobra.Command {
 				}
 				return nil
 			}
-			now := time.Now()
+			now := clock()
 			t := newTable(a.Out, "PROJECT", "REF", "COMMIT", "FETCHED", "SESSIONS", "REPO")
 			for _, v := range views {
 				t.row(v.Project, clean(v.DefaultRef), shortSHA(v.HeadCommit), ago(v.LastFetchAt, now), fmt.Sprint(v.OpenSessions), clean(v.Repo))
@@ -145,7 +145,7 @@ func (a *App) newMachineShow() *cobra.Command {
 			if a.json {
 				return a.printJSON(v)
 			}
-			now := time.Now()
+			now := clock()
 			kv := newTable(a.Out)
 			kv.row("Project:", v.Project)
 			kv.row("Repo:", clean(v.Repo))

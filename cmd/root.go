@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/fatih/color"
 	"github.com/mattn/go-isatty"
@@ -31,6 +32,16 @@ import (
 
 // Version is set at build time with -ldflags "-X github.com/xmode/xmode/cmd.Version=…".
 var Version = "dev"
+
+// clock is where the commands, and the services they open, read the time
+// of day: time.Now, except in tests (SetClock).
+var clock = time.Now
+
+// SetClock makes the commands and their services read the time from now.
+// A hook for tests only (cmd/xmode's test binary moves time forward so that
+// TTLs and expiry are tested without sleeping): no flag or variable of
+// xmode's sets it. Call it before Main.
+func SetClock(now func() time.Time) { clock = now }
 
 // App carries the streams and global flags every command shares.
 type App struct {
@@ -271,7 +282,7 @@ func (a *App) service(ctx context.Context, overrides map[string]config.Flag) (*s
 		return nil, err
 	}
 	a.st = st
-	svc := &sandbox.Service{Cfg: cfg, Store: st, Guard: fsguard.Guard{Root: cfg.StorageRoot}}
+	svc := &sandbox.Service{Cfg: cfg, Store: st, Guard: fsguard.Guard{Root: cfg.StorageRoot}, Clock: clock}
 	if !a.json && !a.quiet && isTerminal(a.Err) {
 		svc.Progress = a.Err
 	}

@@ -218,7 +218,7 @@ func (a *App) newRunList() *cobra.Command {
 				}
 				return nil
 			}
-			now := time.Now()
+			now := clock()
 			t := newTable(a.Out, "RUN", "STATUS", "EXIT", "CR", "CREATED", "OBJECTIVE")
 			for _, r := range runs {
 				exit := "-"

@@ -68,7 +68,7 @@ cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=c
 			}
 			fmt.Fprintln(a.Out, sess.ID)
 			a.info("created %s: %s at %s (%s), worktree %s, %s",
-				sess.ID, sess.Repo, sess.Ref, shortSHA(sess.BaseCommit), sess.WorktreePath, left(sess, time.Now()))
+				sess.ID, sess.Repo, sess.Ref, shortSHA(sess.BaseCommit), sess.WorktreePath, left(sess, clock()))
 			if a.verbose {
 				a.info("xmode: created in %s", time.Since(start).Round(time.Millisecond))
 			}
@@ -379,7 +379,7 @@ func (a *App) newList() *cobra.Command {
 				}
 				return nil
 			}
-			now := time.Now()
+			now := clock()
 			t := newTable(a.Out, "ID", "STATUS", "USER", "ENGINE", "REPO", "REF", "SIZE", "CREATED", "EXPIRES")
 			for _, s := range sessions {
 				t.row(s.ID, a.status(s), clean(s.User), s.Engine, clean(repoLabel(s)), clean(truncate(s.Ref, 24)), size(s.WorktreeBytes), ago(s.CreatedAt, now), left(s, now))
@@ -422,7 +422,7 @@ With --json, the session object (contract §3) with its steps under "steps".` + 
 					Steps []stepView `json:"steps"`
 				}{s, viewSteps(svc, steps)})
 			}
-			now := time.Now()
+			now := clock()
 			kv := newTable(a.Out)
 			kv.row("ID:", s.ID)
 			kv.row("Status:", a.status(s))
@@ -495,7 +495,7 @@ func (a *App) newExtend() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := svc.Store.Extend(cmd.Context(), s.ID, time.Now().Add(d)); err != nil {
+			if err := svc.Store.Extend(cmd.Context(), s.ID, clock().Add(d)); err != nil {
 				return err
 			}
 			if s, err = svc.Store.Get(cmd.Context(), s.ID); err != nil {
@@ -505,7 +505,7 @@ func (a *App) newExtend() *cobra.Command {
 				return a.printJSON(s)
 			}
 			fmt.Fprintln(a.Out, s.ID)
-			a.info("%s now expires at %s (in %s)", s.ID, s.ExpiresAt.Local().Format(time.DateTime), human(time.Until(s.ExpiresAt).Round(time.Minute)))
+			a.info("%s now expires at %s (in %s)", s.ID, s.ExpiresAt.Local().Format(time.DateTime), human(s.ExpiresAt.Sub(clock()).Round(time.Minute)))
 			return nil
 		},
 	}
@@ -532,7 +532,7 @@ func (a *App) status(s *store.Session) string {
 	}
 	switch s.Status {
 	case store.StatusOpen:
-		if s.Expired(time.Now()) {
+		if s.Expired(clock()) {
 			return a.paint(color.FgYellow, "open (expired)")
 		}
 		return a.paint(color.FgGreen, label)

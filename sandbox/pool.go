@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
@@ -187,7 +186,7 @@ func (s *Service) moveClaimed(ctx context.Context, sess *store.Session, commit s
 	if err := s.Machines().MoveWorktree(ctx, sess.Project, record, sess.WorktreePath, commit); err != nil {
 		return err
 	}
-	return s.Store.Provisioned(ctx, sess.ID, commit, sess.ContainerID, sess.MountMode, sess.Image, sess.Volumes, time.Now().Add(s.Cfg.TTL))
+	return s.Store.Provisioned(ctx, sess.ID, commit, sess.ContainerID, sess.MountMode, sess.Image, sess.Volumes, s.Now().Add(s.Cfg.TTL))
 }
 
 // moveIsFaster says whether moving an entry at from to want beats making a
@@ -302,7 +301,7 @@ func (s *Service) MaintainPools(ctx context.Context, o PoolOptions) (*PoolReport
 	}
 	running := s.running(ctx, provider, engineName, shape, entries, rep)
 
-	now := time.Now()
+	now := s.Now()
 	for _, e := range entries {
 		why := ""
 		switch {
@@ -435,7 +434,7 @@ func (s *Service) fill(ctx context.Context, r *reaper.Reaper, provider engine.Pr
 	reserved, err := s.Store.ReservePool(ctx, store.NewPoolEntry{
 		Project: m.Project, Repo: m.Repo, Ref: m.DefaultRef, Commit: m.HeadCommit,
 		Engine: engineName, Shape: shape, MountMode: engine.MountMode(provider), Image: image,
-		Size: size, Owner: r.Holder(), Now: time.Now(),
+		Size: size, Owner: r.Holder(), Now: s.Now(),
 	})
 	if err != nil {
 		rep.fail("", err)
@@ -505,7 +504,7 @@ func (s *Service) fillOne(ctx context.Context, r *reaper.Reaper, provider engine
 	if err != nil {
 		return err
 	}
-	return s.Store.PoolEntryReady(ctx, e.SessionID, r.Holder(), co.Commit, files, time.Now())
+	return s.Store.PoolEntryReady(ctx, e.SessionID, r.Holder(), co.Commit, files, s.Now())
 }
 
 // DrainPool retires every entry of a project's pool (before `machine rm`):
