@@ -142,7 +142,11 @@ func TestReapKilledMidPassConverges(t *testing.T) {
 		}
 		c.Process.Signal(syscall.SIGKILL)
 		c.Wait()
-		t.Logf("kill %d: %d → %d worktrees", kill, before, reapWorktrees(root))
+		after := reapWorktrees(root)
+		t.Logf("kill %d: %d → %d worktrees", kill, before, after)
+		if kill == 1 && (after == 0 || after == before) {
+			t.Fatalf("the first kill did not land mid-pass (%d → %d worktrees): nothing here was killed mid-pass", before, after)
+		}
 	}
 	out, errOut, code := reapRun(t, root, nil, "reap", "-v")
 	if code != 0 || errOut != "" {
