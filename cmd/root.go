@@ -33,6 +33,16 @@ import (
 // Version is set at build time with -ldflags "-X github.com/xmode/xmode/cmd.Version=…".
 var Version = "dev"
 
+// clock is where the commands, and the services they open, read the time
+// of day: time.Now, except in tests (SetClock).
+var clock = time.Now
+
+// SetClock makes the commands and their services read the time from now.
+// A hook for tests only (cmd/xmode's test binary moves time forward so that
+// TTLs and expiry are tested without sleeping): no flag or variable of
+// xmode's sets it. Call it before Main.
+func SetClock(now func() time.Time) { clock = now }
+
 // App carries the streams and global flags every command shares.
 type App struct {
 	In       io.Reader
@@ -333,7 +343,7 @@ func (a *App) service(ctx context.Context, overrides map[string]config.Flag) (*s
 		return nil, err
 	}
 	a.st = st
-	svc := &sandbox.Service{Cfg: cfg, Store: st, Guard: fsguard.Guard{Root: cfg.StorageRoot}}
+	svc := &sandbox.Service{Cfg: cfg, Store: st, Guard: fsguard.Guard{Root: cfg.StorageRoot}, Clock: clock}
 	if !a.json && !a.quiet && isTerminal(a.Err) {
 		svc.Progress = a.Err
 	}
@@ -375,7 +385,7 @@ func findSession(ctx context.Context, st *store.Store, ref string, want sessionW
 		return nil, err
 	}
 	if want == openSession {
-		if err := store.CheckOpen(sess, time.Now()); err != nil {
+		if err := store.CheckOpen(sess, clock()); err != nil {
 			return nil, err
 		}
 	}
