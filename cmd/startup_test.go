@@ -7,11 +7,12 @@ import (
 )
 
 // Every command line builds the command tree before it runs, so what that
-// costs, every command pays: `xmode --version` stays within a budget of
-// allocations. Registering the completion functions on every flag took
-// three times the budget; only cobra's completion request needs them.
+// costs, every command pays: `xmode --version` and a command's help stay
+// within a budget of allocations. Registering the completion functions on
+// every flag (only cobra's completion request needs them) took 2,090, and
+// building every command for every line 641.
 func TestStartupAllocationBudget(t *testing.T) {
-	const budget = 1000
+	const budget = 500
 	for _, args := range [][]string{{"--version"}, {"sandbox", "exec", "--help"}} {
 		n := testing.AllocsPerRun(10, func() {
 			a := &App{Out: io.Discard, Err: io.Discard, Env: func(string) string { return "" }}
