@@ -65,11 +65,11 @@ func buildHelper(b testing.TB, name string) string {
 }
 
 // installCopy copies a binary the linker just wrote to dst, as `make
-// install` does, and the benchmarks run the copy: the linker writes its
-// output through a memory mapping, and while those pages stay cached a
-// process started from that file took ~15% more CPU (~20% for `--version`)
-// than one started from a copy of the same bytes, on this project's VM.
-// What users run is an installed copy.
+// install` does, and the benchmarks run the copy: while the linker's pages
+// stay cached, a process started from its output took ~15% more CPU (~20%
+// for `--version`) than one started from a copy of the same bytes, on this
+// project's VM (probably because the linker writes through a memory
+// mapping). What users run is an installed copy.
 func installCopy(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
