@@ -16,7 +16,6 @@ import (
 	"sort"
 	"strings"
 	"syscall"
-	"time"
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
@@ -466,7 +465,7 @@ func (s *Service) DeleteFile(ctx context.Context, sess *store.Session, rel strin
 // message in stderr.log) and is returned with its Result. change: it
 // changes the worktree, which a sync-mode sandbox is then given.
 func (s *Service) fileStep(ctx context.Context, sess *store.Session, req evidence.FileRequest, change bool, do func(wt *os.File) (*evidence.FileOutcome, error)) (*evidence.Result, error) {
-	if err := store.CheckOpen(sess, time.Now()); err != nil {
+	if err := store.CheckOpen(sess, s.Now()); err != nil {
 		return nil, err
 	}
 	wt, err := s.Guard.CheckWorktree(sess.RunID, sess.WorktreePath)
@@ -480,7 +479,7 @@ func (s *Service) fileStep(ctx context.Context, sess *store.Session, req evidenc
 	defer engine.Close(provider)
 	name := "file-" + req.Op
 	step, err := evidence.Begin(ctx, s.Store, s.Guard, evidence.Request{
-		Session: sess, Name: name, Argv: []string{name, req.Path}, Env: []string{}, MaxLogBytes: s.Cfg.EvidenceMaxBytes, File: &req,
+		Session: sess, Name: name, Argv: []string{name, req.Path}, Env: []string{}, MaxLogBytes: s.Cfg.EvidenceMaxBytes, File: &req, Now: s.Clock,
 	})
 	if err != nil {
 		return nil, err
