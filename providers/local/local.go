@@ -66,6 +66,7 @@ var (
 	_ engine.Provider      = (*Provider)(nil)
 	_ engine.StepContainer = (*Provider)(nil)
 	_ engine.HostRunner    = (*Provider)(nil)
+	_ engine.StepSignaler  = (*Provider)(nil)
 )
 
 // Name returns "host".
