@@ -262,6 +262,13 @@ func (p *Provider) exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 		go p.resizeExec(context.WithoutCancel(ctx), execID, size, req.Resize)
 	}
 	s := &step{p: p, ctx: ctx, containerID: ci.ID, initPid: ci.State.Pid, execID: execID, tag: tag, req: req, started: started}
+	if req.Started != nil {
+		// Only once the runtime runs the step's wrapper can the kill
+		// helper find it by its tag (a few exec inspects, for a caller
+		// that asked: sandbox.ExecDetached).
+		s.waitStarted(context.WithoutCancel(ctx))
+		req.Started()
+	}
 	st, err := s.run(hr)
 	if err == nil && sb.MountMode != MountSync && sb.Worktree != "" {
 		// The step's processes are gone: nothing can race this.
