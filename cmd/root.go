@@ -259,8 +259,8 @@ with evidence for every step that outlives the sandbox.` + exitStatusHelp,
 		Example: `  xmode sandbox create --repo .
   xmode sandbox list`})
 	sb.AddCommand(a.newCreate(), a.newExec(), a.newStop(), a.newList(), a.newShow(), a.newExtend(), a.newReap("reap"),
-		a.newShell(), a.newLogs(), a.newCp(), a.newDiff())
-	root.AddCommand(sb, a.newMachine(), a.newConfig(), a.newDoctor(), a.newVersion(), a.newReap("reap"), a.newCompletion())
+		a.newShell(), a.newLogs(), a.newCp(), a.newDiff(), a.newKill())
+	root.AddCommand(sb, a.newMachine(), a.newConfig(), a.newDoctor(), a.newVersion(), a.newReap("reap"), a.newCompletion(), a.newSupervise())
 	root.AddCommand(a.newCR(), a.newAgent(), a.newPipeline(), a.newRunCmd(), a.newCloud(), a.newExamples())
 	a.completions(root)
 	return root
