@@ -230,8 +230,8 @@ EXIT STATUS
   signal N (130 for Ctrl-C; 137 with oom_killed when the memory limit killed
   it); 126 not executable; 127 not found; 125 when xmode failed before the
   command could start (bad flag, unknown session, session not open, engine
-  unreachable). With --detach: 0 once the step is recorded and started (its
-  status is in its result), 125 when it could not be.` + stepPipeExitHelp,
+  unreachable). With --detach: 0 once the step runs (how it ends is in its
+  result), 125 when xmode could not start it.` + stepPipeExitHelp,
 		Example: `  xmode sandbox exec sbx_7k2m9q4x -- make test
   xmode sandbox exec 7k2m --timeout 10m --name unit -- go test ./...
   xmode sandbox exec 7k2m --env GOFLAGS=-mod=mod --env HOME -- go build ./...
