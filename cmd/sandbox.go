@@ -230,8 +230,9 @@ EXIT STATUS
   signal N (130 for Ctrl-C; 137 with oom_killed when the memory limit killed
   it); 126 not executable; 127 not found; 125 when xmode failed before the
   command could start (bad flag, unknown session, session not open, engine
-  unreachable). With --detach: 0 once the step runs (how it ends is in its
-  result), 125 when xmode could not start it.` + stepPipeExitHelp,
+  unreachable). With --detach: 0 once the step runs, or has ended (a
+  command not found: its result says 127), 125 when xmode could not start
+  it.` + stepPipeExitHelp,
 		Example: `  xmode sandbox exec sbx_7k2m9q4x -- make test
   xmode sandbox exec 7k2m --timeout 10m --name unit -- go test ./...
   xmode sandbox exec 7k2m --env GOFLAGS=-mod=mod --env HOME -- go build ./...
@@ -317,14 +318,19 @@ func (a *App) execDetached(ctx context.Context, o execOptions) error {
 	if err != nil {
 		return err
 	}
+	row, err := svc.Step(ctx, sess, seq)
+	if err != nil {
+		return err
+	}
 	if a.json {
-		row, err := svc.Step(ctx, sess, seq)
-		if err != nil {
-			return err
-		}
 		return a.printJSON(svc.ViewStep(row))
 	}
 	fmt.Fprintln(a.Out, seq)
+	if row.State != sandbox.StepRunning {
+		// It could not start (127, 126), or it was that quick.
+		a.info("xmode: step %d (%s) has ended already: %s; `xmode sandbox logs %s %d --all` shows what it printed", seq, row.Name, stepExit(row), sess.ID, seq)
+		return nil
+	}
 	a.info("xmode: step %d runs in the background: `xmode sandbox logs %s %d --follow` follows it, `xmode sandbox kill %s %d` ends it", seq, sess.ID, seq, sess.ID, seq)
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
 	"syscall"
 	"time"
@@ -205,6 +206,27 @@ func SupervisorFiles() (handover io.ReadCloser, report io.WriteCloser) {
 	syscall.CloseOnExec(3)
 	syscall.CloseOnExec(4)
 	return os.NewFile(3, "handover"), os.NewFile(4, "report")
+}
+
+// SuperviseIfAsked makes a test binary a background step's supervisor when
+// ExecDetached started it as one (os.Args[1] is SupervisorCommand) and
+// exits when the step has ended; otherwise it returns at once. ExecDetached
+// starts this very binary, so a test binary that calls it (in-process, not
+// through xmode's cmd, whose hidden command does this) calls
+// SuperviseIfAsked first in its TestMain. TERM or INT end the step as
+// --timeout would.
+func SuperviseIfAsked() {
+	if len(os.Args) < 2 || os.Args[1] != SupervisorCommand {
+		return
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	handover, report := SupervisorFiles()
+	err := Supervise(ctx, handover, report)
+	stop()
+	if err != nil {
+		os.Exit(1)
+	}
+	os.Exit(0)
 }
 
 // Supervise is a background step's supervisor (the hidden command

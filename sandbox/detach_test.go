@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,16 +21,7 @@ import (
 // ExecDetached starts it again as one (cmd does the same through its
 // hidden command).
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == SupervisorCommand {
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-		handover, report := SupervisorFiles()
-		err := Supervise(ctx, handover, report)
-		stop()
-		if err != nil {
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	SuperviseIfAsked()
 	os.Exit(m.Run())
 }
 
