@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -29,10 +30,9 @@ import (
 // in the server's scope and calls the service the CLI calls. Never a
 // review tool: an agent does not approve its own change request.
 //
-// Background steps come with the CLI's (issue 21, item 4): execIn gains
-// `background` (the handler then calls Service.ExecDetached and returns
-// the step running), and a step_kill tool calls Service.KillStep; step_status
-// and step_logs already read any step, running or not.
+// A background sandbox_exec is the CLI's `sandbox exec --detach`
+// (Service.ExecDetached); step_status and step_logs read any step, running
+// or not, and step_kill is `sandbox kill` (Service.KillStep).
 
 // Caps on what a reply carries; the evidence keeps everything.
 const (
@@ -89,7 +89,7 @@ func (s *Server) addTools() {
 		Description: `Stop a sandbox: its container and worktree go, its evidence and change requests stay. Only when the user no longer needs it. A step still running (another call's) makes it refuse unless force is set, which ends that step.`,
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)}}, s.sandboxStop)
 	add(s, &mcp.Tool{Name: "sandbox_exec", Title: "Run a command in a sandbox",
-		Description: `Run one command in the sandbox's worktree and wait for it: give command (a shell string, run by /bin/sh -c in the sandbox: pipes, &&, globs work) or argv (no shell). Returns the exit code, the step number and stdout and stderr — each cut to its first 16 KiB and last 48 KiB when longer (the whole output is in the step's evidence: step_logs). A non-zero exit is a result, not an error. The command runs in the sandbox's engine only: in a docker sandbox, a hardened container; with the host engine, on the user's machine as the user. timeout_seconds bounds it (default 600); a cancelled call ends the step's processes as Ctrl-C would. env names variables of the server's environment to pass in (their values are masked in what is recorded and returned).`,
+		Description: `Run one command in the sandbox's worktree and wait for it: give command (a shell string, run by /bin/sh -c in the sandbox: pipes, &&, globs work) or argv (no shell). Returns the exit code, the step number and stdout and stderr — each cut to its first 16 KiB and last 48 KiB when longer (the whole output is in the step's evidence: step_logs). A non-zero exit is a result, not an error. The command runs in the sandbox's engine only: in a docker sandbox, a hardened container; with the host engine, on the user's machine as the user. timeout_seconds bounds it (default 600); a cancelled call ends the step's processes as Ctrl-C would. With background set, the call returns the step number at once while the command goes on (a server, a watcher, a long build): read it with step_status and step_logs, end it with step_kill; it has no timeout unless you give one and ends at the latest with the sandbox; later steps reach a server it starts on localhost. env names variables of the server's environment to pass in (their values are masked in what is recorded and returned).`,
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(true)}}, s.sandboxExec)
 	add(s, &mcp.Tool{Name: "step_status", Title: "A step's status",
 		Description: `The status of one step of a sandbox (a command or a file operation, by its number): running or finished, exit code, duration, how many bytes of output each stream has, and where its evidence is.`,
@@ -97,6 +97,9 @@ func (s *Server) addTools() {
 	add(s, &mcp.Tool{Name: "step_logs", Title: "A step's output",
 		Description: `Read a step's recorded output (stdout or stderr), also while it runs: its last tail bytes (default 16 KiB), or from a byte offset (to read on where an earlier call stopped: next_offset). At most 1 MiB per call.`,
 		Annotations: readOnly}, s.stepLogs)
+	add(s, &mcp.Tool{Name: "step_kill", Title: "End a running step",
+		Description: `End a running step of a sandbox — a background step (sandbox_exec with background) or a long one another call is waiting for — as Ctrl-C or a timeout end one: signal (TERM by default; INT, HUP, QUIT, KILL) to its processes, KILL to what is left after a grace period. Returns once its end is recorded, with its status (143 for TERM, 137 when KILL was needed). A step that is not running is refused.`,
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)}}, s.stepKill)
 	add(s, &mcp.Tool{Name: "file_read", Title: "Read a file",
 		Description: `Read a text file of the sandbox's worktree: all of it, or lines start_line to end_line (1-based). At most 1 MiB per call: a longer read stops at a line and next_line says where to go on. Paths are relative to the worktree; links are not followed and .git is not readable (use git through sandbox_exec).`,
 		Annotations: readOnly}, s.fileRead)
@@ -250,15 +253,25 @@ func clientRoot(ctx context.Context, ss *mcp.ServerSession) string {
 }
 
 func (s *Server) followAlong(id string) []string {
-	x := "xmode"
-	if s.o.StorageRootArg != "" {
-		x += " --storage-root " + shellQuote(s.o.StorageRootArg)
-	}
+	x := s.xmodeCommand()
 	return []string{
 		x + " sandbox logs " + id + " --follow   # each step as it runs",
 		x + " sandbox diff " + id + "            # what changed so far",
 		x + " sandbox shell " + id + "           # a shell in the sandbox",
 	}
+}
+
+// xmodeCommand is an xmode command line for the user, with the server's
+// --storage-root when it is not the default.
+func (s *Server) xmodeCommand(args ...string) string {
+	x := "xmode"
+	if s.o.StorageRootArg != "" {
+		x += " --storage-root " + shellQuote(s.o.StorageRootArg)
+	}
+	for _, a := range args {
+		x += " " + shellQuote(a)
+	}
+	return x
 }
 
 func shellQuote(s string) string {
@@ -307,11 +320,14 @@ type stepView struct {
 	TimedOut   bool     `json:"timed_out,omitempty"`
 	StartedAt  string   `json:"started_at"`
 	DurationMS *int64   `json:"duration_ms"`
+	Background bool     `json:"background,omitempty" jsonschema:"started with sandbox_exec's background"`
+	StoppedBy  string   `json:"stopped_by,omitempty" jsonschema:"what ended it early: sandbox kill (step_kill) or sandbox stop"`
+	LostReason string   `json:"lost_reason,omitempty" jsonschema:"why a lost step's end is unknown"`
 }
 
 func viewStep(r store.StepRow) stepView {
 	v := stepView{Step: r.Seq, Name: r.Name, Argv: r.Argv, State: r.State, ExitCode: r.ExitCode, Signal: r.Signal,
-		TimedOut: r.TimedOut, StartedAt: stamp(r.StartedAt)}
+		TimedOut: r.TimedOut, StartedAt: stamp(r.StartedAt), Background: r.Detached, StoppedBy: r.StoppedBy, LostReason: r.LostReason}
 	if v.Argv == nil {
 		v.Argv = []string{}
 	}
@@ -375,8 +391,7 @@ func (s *Server) sandboxStop(ctx context.Context, _ *mcp.CallToolRequest, in sto
 
 // --- steps
 
-// execIn is sandbox_exec's input. (Background steps add `background` here:
-// see the note at the top of this file.)
+// execIn is sandbox_exec's input.
 type execIn struct {
 	Session        string   `json:"session" jsonschema:"the sandbox's ID"`
 	Command        string   `json:"command,omitempty" jsonschema:"a shell command line, run by /bin/sh -c in the sandbox (give this or argv)"`
@@ -385,21 +400,26 @@ type execIn struct {
 	TimeoutSeconds int      `json:"timeout_seconds,omitempty" jsonschema:"end the command after this many seconds (default 600)"`
 	Env            []string `json:"env,omitempty" jsonschema:"names of variables of the server's environment to pass to the command (names only: their values are taken from the server and masked in the output)"`
 	Name           string   `json:"name,omitempty" jsonschema:"the step's name (letters, digits, . _ -); default: from the command's words"`
+	Background     bool     `json:"background,omitempty" jsonschema:"return the step number at once and let the command run on (a server, a watcher): step_status, step_logs and step_kill follow it; no timeout unless timeout_seconds is given"`
 }
 
 // execOut is how a step ended, with its output cut to OutputCap a stream.
 type execOut struct {
-	Step        int    `json:"step" jsonschema:"the step's number in the sandbox (step_status, step_logs)"`
-	Name        string `json:"name"`
-	ExitCode    int    `json:"exit_code"`
-	Signal      string `json:"signal,omitempty"`
-	TimedOut    bool   `json:"timed_out,omitempty"`
-	OOMKilled   bool   `json:"oom_killed,omitempty"`
-	DurationMS  int64  `json:"duration_ms"`
-	Stdout      string `json:"stdout"`
-	Stderr      string `json:"stderr"`
-	StdoutBytes int64  `json:"stdout_bytes"`
-	StderrBytes int64  `json:"stderr_bytes"`
+	Step     int    `json:"step" jsonschema:"the step's number in the sandbox (step_status, step_logs)"`
+	Name     string `json:"name"`
+	State    string `json:"state" jsonschema:"finished, or running for a background step"`
+	ExitCode *int   `json:"exit_code" jsonschema:"the command's exit status; null while a background step runs"`
+	// Background: the step runs on; FollowAlong is how the user watches it.
+	Background  bool     `json:"background,omitempty"`
+	FollowAlong []string `json:"follow_along,omitempty" jsonschema:"for a background step: the command the user follows it with"`
+	Signal      string   `json:"signal,omitempty"`
+	TimedOut    bool     `json:"timed_out,omitempty"`
+	OOMKilled   bool     `json:"oom_killed,omitempty"`
+	DurationMS  int64    `json:"duration_ms"`
+	Stdout      string   `json:"stdout"`
+	Stderr      string   `json:"stderr"`
+	StdoutBytes int64    `json:"stdout_bytes"`
+	StderrBytes int64    `json:"stderr_bytes"`
 	// Cut: a stream was longer than OutputCap; its whole log is in the evidence.
 	Cut        bool   `json:"cut" jsonschema:"a stream was longer than output_cap: the middle is left out here (read it with step_logs)"`
 	OutputCap  int    `json:"output_cap"`
@@ -412,7 +432,32 @@ func (s *Server) sandboxExec(ctx context.Context, req *mcp.CallToolRequest, in e
 	if err != nil {
 		return nil, execOut{}, err
 	}
+	if in.Background {
+		return s.startStep(ctx, sess, o)
+	}
 	return s.runStep(ctx, req, sess, o)
+}
+
+// startStep starts a background step and returns it running.
+func (s *Server) startStep(ctx context.Context, sess *store.Session, o sandbox.ExecOptions) (*mcp.CallToolResult, execOut, error) {
+	seq, err := s.o.Sandbox.ExecDetached(ctx, sess, o)
+	if err != nil {
+		return nil, execOut{}, err
+	}
+	row, err := s.o.Sandbox.Step(ctx, sess, seq)
+	if err != nil {
+		return nil, execOut{}, err
+	}
+	v := s.o.Sandbox.ViewStep(row)
+	out := execOut{Step: seq, Name: row.Name, State: row.State, ExitCode: row.ExitCode, Background: true, OutputCap: OutputCap,
+		StdoutPath: v.StdoutPath, StderrPath: v.StderrPath, Signal: row.Signal, TimedOut: row.TimedOut,
+		FollowAlong: []string{s.xmodeCommand("sandbox", "logs", sess.ID, strconv.Itoa(seq), "--follow")}}
+	if v.DurationMS != nil {
+		out.DurationMS = *v.DurationMS
+	}
+	text := fmt.Sprintf("step %d (%s) runs in the background (%s): step_status and step_logs (session %s, step %d) read it, step_kill ends it; the user follows it with: %s\n",
+		seq, row.Name, row.State, sess.ID, seq, out.FollowAlong[0])
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, out, nil
 }
 
 // execOptions checks sandbox_exec's input and makes the step's options.
@@ -449,8 +494,11 @@ func (s *Server) execOptions(ctx context.Context, in execIn) (*store.Session, sa
 	switch {
 	case in.TimeoutSeconds < 0 || in.TimeoutSeconds > 7*24*3600:
 		return nil, o, fail.Usagef("timeout_seconds %d: give 1 to 604800 (default 600)", in.TimeoutSeconds)
-	case in.TimeoutSeconds == 0:
+	case in.TimeoutSeconds == 0 && !in.Background:
 		o.Timeout = DefaultTimeout
+	case in.TimeoutSeconds == 0:
+		// A background step (a server) runs until it is ended or the
+		// sandbox is.
 	default:
 		o.Timeout = time.Duration(in.TimeoutSeconds) * time.Second
 	}
@@ -496,7 +544,7 @@ func (s *Server) runStep(ctx context.Context, req *mcp.CallToolRequest, sess *st
 		return nil, execOut{}, err
 	}
 	out := execOut{
-		Step: res.Seq, Name: res.Name, ExitCode: res.ExitCode, Signal: res.Signal, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled,
+		Step: res.Seq, Name: res.Name, State: "finished", ExitCode: ptr(res.ExitCode), Signal: res.Signal, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled,
 		DurationMS: res.DurationMS, OutputCap: OutputCap, StdoutPath: res.StdoutPath, StderrPath: res.StderrPath,
 	}
 	var cut1, cut2 bool
@@ -504,7 +552,7 @@ func (s *Server) runStep(ctx context.Context, req *mcp.CallToolRequest, sess *st
 	out.Stderr, out.StderrBytes, cut2 = s.capped(sess, res, evidence.StderrFile)
 	out.Cut = cut1 || cut2
 	var text strings.Builder
-	fmt.Fprintf(&text, "step %d (%s): exit %d", out.Step, out.Name, out.ExitCode)
+	fmt.Fprintf(&text, "step %d (%s): exit %d", out.Step, out.Name, res.ExitCode)
 	switch {
 	case out.TimedOut:
 		text.WriteString(" (timed out)")
@@ -639,6 +687,37 @@ func (s *Server) stepStatus(ctx context.Context, _ *mcp.CallToolRequest, in step
 		}
 	}
 	return nil, out, nil
+}
+
+type killIn struct {
+	Session string `json:"session" jsonschema:"the sandbox's ID"`
+	Step    int    `json:"step" jsonschema:"the running step's number"`
+	Signal  string `json:"signal,omitempty" jsonschema:"TERM (default), INT, HUP, QUIT or KILL"`
+}
+
+// killSignals are the signals step_kill sends: those `sandbox kill` takes
+// that end a process.
+var killSignals = map[string]syscall.Signal{
+	"TERM": syscall.SIGTERM, "INT": syscall.SIGINT, "HUP": syscall.SIGHUP, "QUIT": syscall.SIGQUIT, "KILL": syscall.SIGKILL,
+}
+
+func (s *Server) stepKill(ctx context.Context, req *mcp.CallToolRequest, in killIn) (*mcp.CallToolResult, stepStatusOut, error) {
+	name := strings.TrimPrefix(strings.ToUpper(in.Signal), "SIG")
+	if name == "" {
+		name = "TERM"
+	}
+	sig, ok := killSignals[name]
+	if !ok {
+		return nil, stepStatusOut{}, fail.Usagef("signal %q: give TERM (the default), INT, HUP, QUIT or KILL", in.Signal)
+	}
+	sess, _, err := s.step(ctx, in.Session, in.Step)
+	if err != nil {
+		return nil, stepStatusOut{}, err
+	}
+	if err := s.o.Sandbox.KillStep(ctx, sess, in.Step, sig); err != nil {
+		return nil, stepStatusOut{}, err
+	}
+	return s.stepStatus(ctx, req, stepIn{Session: in.Session, Step: in.Step})
 }
 
 type logsIn struct {

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -233,7 +234,7 @@ func str(v map[string]any, path ...string) string {
 }
 
 var mcpTools = []string{"cr_create", "cr_show", "file_delete", "file_edit", "file_list", "file_read", "file_write",
-	"sandbox_create", "sandbox_diff", "sandbox_exec", "sandbox_list", "sandbox_show", "sandbox_stop", "step_logs", "step_status"}
+	"sandbox_create", "sandbox_diff", "sandbox_exec", "sandbox_list", "sandbox_show", "sandbox_stop", "step_kill", "step_logs", "step_status"}
 
 // Every tool, over stdio and over HTTP: a session from create to change
 // request, recorded as MCP's, whose change request verifies and applies.
@@ -923,5 +924,102 @@ func TestMCPHostileInput(t *testing.T) {
 	}
 	if warn := str(ok(t, dcs, "sandbox_show", map[string]any{"session": did}), "session", "engine"); warn != "docker" {
 		t.Fatalf("engine %s", warn)
+	}
+}
+
+// A background step: sandbox_exec returns it running at once; step_status
+// and step_logs read it while it runs, a later step reaches it, step_kill
+// ends its processes (TERM: 143) and the step is recorded as killed;
+// sandbox_stop ends another and records it stopped.
+func TestMCPBackgroundSteps(t *testing.T) {
+	t.Parallel()
+	r := newMCPRig(t)
+	cs := r.stdio(nil, nil)
+	created := ok(t, cs, "sandbox_create", map[string]any{"repository": r.repo})
+	id, wt := str(created, "session", "id"), str(created, "session", "worktree")
+
+	// A server of a kind: it answers each request file the later steps
+	// drop in its inbox, until it is ended.
+	bg := ok(t, cs, "sandbox_exec", map[string]any{"session": id, "background": true, "name": "server",
+		"command": "mkdir -p inbox; echo $$ > srv.pid; echo ready; while :; do for f in inbox/*.req; do [ -e \"$f\" ] && { echo \"answer to $(cat \"$f\")\" > \"$f.out\"; echo \"served $f\"; rm \"$f\"; }; done; sleep 0.02; done"})
+	if str(bg, "step") != "1" || str(bg, "state") != "running" || str(bg, "exit_code") != "" || str(bg, "background") != "true" ||
+		!strings.Contains(str(bg, "follow_along"), "sandbox logs "+id+" 1 --follow") {
+		t.Fatalf("a background sandbox_exec: %v", bg)
+	}
+	srv := waitPids(t, filepath.Join(wt, "srv.pid"))[0]
+	t.Cleanup(func() { syscall.Kill(srv, syscall.SIGKILL) })
+
+	// Status and logs while it runs.
+	deadline := time.Now().Add(60 * time.Second)
+	var lg map[string]any
+	for {
+		lg = ok(t, cs, "step_logs", map[string]any{"session": id, "step": 1, "offset": 0})
+		if str(lg, "content") == "ready\n" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if str(lg, "content") != "ready\n" || str(lg, "state") != "running" || str(lg, "eof") != "false" {
+		t.Fatalf("step_logs of the running step: %v", lg)
+	}
+	st := ok(t, cs, "step_status", map[string]any{"session": id, "step": 1})
+	if str(st, "state") != "running" || str(st, "running") != "true" || str(st, "exit_code") != "" || str(st, "background") != "true" || str(st, "stdout_bytes") != "6" {
+		t.Fatalf("step_status of the running step: %v", st)
+	}
+	// A later step is served by it, and its logs go on from where the last
+	// read stopped.
+	ex := ok(t, cs, "sandbox_exec", map[string]any{"session": id,
+		"timeout_seconds": 60, "command": "echo hello > inbox/q.tmp && mv inbox/q.tmp inbox/q.req; while [ ! -e inbox/q.req.out ]; do sleep 0.02; done; cat inbox/q.req.out"})
+	if str(ex, "stdout") != "answer to hello\n" || str(ex, "step") != "2" {
+		t.Fatalf("a later step served by the background one: %v", ex)
+	}
+	var more map[string]any
+	for {
+		more = ok(t, cs, "step_logs", map[string]any{"session": id, "step": 1, "offset": lg["next_offset"]})
+		if str(more, "content") != "" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if str(more, "content") != "served inbox/q.req\n" || str(more, "offset") != "6" {
+		t.Fatalf("step_logs from next_offset: %v", more)
+	}
+	if tail := ok(t, cs, "step_logs", map[string]any{"session": id, "step": 1, "tail": 7}); str(tail, "content") != "/q.req\n" {
+		t.Fatalf("step_logs tail: %v", tail)
+	}
+
+	// Kill: a bad signal and a step that is not running are refused.
+	toolErr(t, cs, "step_kill", map[string]any{"session": id, "step": 1, "signal": "STOP"}, "invalid input: signal \"STOP\"")
+	toolErr(t, cs, "step_kill", map[string]any{"session": id, "step": 2}, "refused: step 2 (")
+	toolErr(t, cs, "step_kill", map[string]any{"session": id, "step": 9}, "not found")
+	k := ok(t, cs, "step_kill", map[string]any{"session": id, "step": 1})
+	if str(k, "state") != "finished" || str(k, "exit_code") != "143" || str(k, "stopped_by") != "sandbox kill" || str(k, "running") != "false" {
+		t.Fatalf("step_kill: %v", k)
+	}
+	waitGone(t, srv, "the killed background step's shell")
+	if st := ok(t, cs, "step_status", map[string]any{"session": id, "step": 1}); str(st, "state") != "finished" || str(st, "exit_code") != "143" || str(st, "stopped_by") != "sandbox kill" {
+		t.Fatalf("step_status after step_kill: %v", st)
+	}
+	if end := ok(t, cs, "step_logs", map[string]any{"session": id, "step": 1, "offset": 0}); str(end, "eof") != "true" {
+		t.Fatalf("step_logs of the killed step: %v", end)
+	}
+	toolErr(t, cs, "step_kill", map[string]any{"session": id, "step": 1}, "is not running (finished: exit 143)")
+
+	// sandbox_stop ends a background step (no force needed) and records it.
+	ok(t, cs, "sandbox_exec", map[string]any{"session": id, "background": true, "command": "echo $$ > long.pid; exec sleep 300"})
+	long := waitPids(t, filepath.Join(wt, "long.pid"))[0]
+	t.Cleanup(func() { syscall.Kill(long, syscall.SIGKILL) })
+	ok(t, cs, "sandbox_stop", map[string]any{"session": id})
+	waitGone(t, long, "the background step of a stopped sandbox")
+	var shown struct {
+		Steps []struct {
+			Seq       int    `json:"seq"`
+			State     string `json:"state"`
+			StoppedBy string `json:"stopped_by"`
+		} `json:"steps"`
+	}
+	json.Unmarshal([]byte(r.cliOut(nil, "sandbox", "show", id, "--json")), &shown)
+	if n := len(shown.Steps); n != 3 || shown.Steps[2].State == "running" || shown.Steps[2].StoppedBy != "sandbox stop" {
+		t.Fatalf("the background step of a stopped sandbox: %+v", shown.Steps)
 	}
 }
