@@ -175,7 +175,11 @@ func (s *Server) sandboxCreate(ctx context.Context, req *mcp.CallToolRequest, in
 	if len(in.Title) > 200 || strings.ContainsAny(in.Title, "\x00\n\r") {
 		return nil, createOut{}, fail.Usagef("title: one line of at most 200 bytes")
 	}
-	repo, err := s.repository(ctx, req.Session, in.Repository)
+	if req.Session != nil && wantsRoots(req, in.Repository) {
+		// Ask for the client's roots first; the call comes again with them.
+		return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{rootsRequest: &mcp.ListRootsParams{}}}, createOut{}, nil
+	}
+	repo, err := s.repository(req, in.Repository)
 	if err != nil {
 		return nil, createOut{}, err
 	}
@@ -207,13 +211,16 @@ func (s *Server) sandboxCreate(ctx context.Context, req *mcp.CallToolRequest, in
 // repository is the repository a create checks out: as given (a relative
 // path is taken from the client's root, else the server's directory), else
 // the client's first file:// root, else the server's working directory.
-func (s *Server) repository(ctx context.Context, ss *mcp.ServerSession, given string) (string, error) {
+func (s *Server) repository(req *mcp.CallToolRequest, given string) (string, error) {
 	if strings.ContainsRune(given, 0) {
 		return "", fail.Usagef("repository: holds a NUL byte")
 	}
 	base := s.o.WorkDir
-	if root := clientRoot(ctx, ss); root != "" {
+	if root := clientRoot(req); root != "" {
 		base = root
+	}
+	if err := checkTransport(given); err != nil {
+		return "", err
 	}
 	switch {
 	case given == "":
@@ -226,21 +233,52 @@ func (s *Server) repository(ctx context.Context, ss *mcp.ServerSession, given st
 	return filepath.Join(base, given), nil
 }
 
-// clientRoot is the directory of the client's first file:// root (MCP
-// roots), "" when it has none or does not answer within a few seconds.
-func clientRoot(ctx context.Context, ss *mcp.ServerSession) string {
-	if ss == nil {
+// checkTransport refuses a repository git would reach through a program
+// on this machine: a remote helper (TRANSPORT::ADDRESS runs
+// git-remote-TRANSPORT) or a URL scheme other than git's own transports,
+// which runs git-remote-SCHEME the same way. A client's word must not pick
+// a program to run on the host; the user's CLI may.
+func checkTransport(repo string) error {
+	if strings.Contains(repo, "::") {
+		return fail.Usagef("repository %q names a git remote helper (TRANSPORT::), which would run a program on the user's machine: give a path or an https://, ssh:// or git:// URL", repo)
+	}
+	if scheme, _, ok := strings.Cut(repo, "://"); ok {
+		switch strings.ToLower(scheme) {
+		case "https", "http", "ssh", "git", "file", "git+ssh", "ssh+git":
+		default:
+			return fail.Usagef("repository %q: %s:// is not a transport of git's own (it would run git-remote-%s on the user's machine): give a path or an https://, ssh:// or git:// URL", repo, scheme, scheme)
+		}
+	}
+	return nil
+}
+
+// rootsRequest is the id of sandbox_create's request for the client's
+// roots (multi round-trip: the SDK asks a client of an older protocol
+// directly and calls the tool again with the answer).
+const rootsRequest = "roots"
+
+// wantsRoots: sandbox_create needs the client's roots to find the
+// repository (none or a relative one given), the client has roots, and has
+// not yet said what they are.
+func wantsRoots(req *mcp.CallToolRequest, given string) bool {
+	if given != "" && (filepath.IsAbs(given) || strings.Contains(given, ":")) {
+		return false
+	}
+	if p := req.Session.InitializeParams(); p == nil || p.Capabilities == nil || p.Capabilities.RootsV2 == nil {
+		return false
+	}
+	_, answered := req.Params.InputResponses[rootsRequest]
+	return !answered
+}
+
+// clientRoot is the first file:// root the client gave in answer to
+// rootsRequest, "" when none.
+func clientRoot(req *mcp.CallToolRequest) string {
+	if req == nil || req.Params == nil {
 		return ""
 	}
-	// Only a client that said it has roots is asked (RootsV2: the SDK sets
-	// it from the "roots" capability).
-	if p := ss.InitializeParams(); p == nil || p.Capabilities == nil || p.Capabilities.RootsV2 == nil {
-		return ""
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	res, err := ss.ListRoots(ctx, nil)
-	if err != nil {
+	res, ok := req.Params.InputResponses[rootsRequest].(*mcp.ListRootsResult)
+	if !ok || res == nil {
 		return ""
 	}
 	for _, r := range res.Roots {

@@ -260,7 +260,7 @@ func everyTool(t *testing.T, r *mcpRig, cs *mcp.ClientSession) {
 	ctx := context.Background()
 	init := cs.InitializeResult()
 	if init == nil || !strings.Contains(init.Instructions, "sandbox_create") || !strings.Contains(init.Instructions, "cr_create") ||
-		!strings.Contains(init.Instructions, "follow_along") {
+		!strings.Contains(init.Instructions, "follow_along") || !strings.Contains(init.Instructions, "step_kill") {
 		t.Fatalf("instructions: %+v", init)
 	}
 	tools, err := cs.ListTools(ctx, nil)
@@ -1021,5 +1021,62 @@ func TestMCPBackgroundSteps(t *testing.T) {
 	json.Unmarshal([]byte(r.cliOut(nil, "sandbox", "show", id, "--json")), &shown)
 	if n := len(shown.Steps); n != 3 || shown.Steps[2].State == "running" || shown.Steps[2].StoppedBy != "sandbox stop" {
 		t.Fatalf("the background step of a stopped sandbox: %+v", shown.Steps)
+	}
+}
+
+// sandbox_create: the repository defaults to the client's root, else the
+// server's working directory; uncommitted changes left out are a warning;
+// a repository that would make git run a program on this machine (a remote
+// helper) is refused; an MCP session counts against the user's quota.
+func TestMCPCreate(t *testing.T) {
+	t.Parallel()
+	r := newMCPRig(t, "XMODE_SANDBOX_MAX_OPEN=2")
+	// The server runs in r.repo (cli's Dir); the client's root is another
+	// repository.
+	other := filepath.Join(r.dir, "other")
+	if err := makeRepo(other); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(other, "README"), []byte("changed, not committed\n"), 0o644)
+	client := mcp.NewClient(&mcp.Implementation{Name: "rooted", Version: "2"}, nil)
+	client.AddRoots(&mcp.Root{URI: "file://" + other, Name: "other"})
+	c := r.cli(nil, "mcp")
+	c.Stderr = &testLog{t: t, prefix: "server: "}
+	rooted, err := client.Connect(context.Background(), &mcp.CommandTransport{Command: c}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rooted.Close() })
+	made := ok(t, rooted, "sandbox_create", nil)
+	if str(made, "session", "repository") != other {
+		t.Fatalf("a client with a root: the sandbox is of %s, want %s", str(made, "session", "repository"), other)
+	}
+	if w := str(made, "warnings"); !strings.Contains(w, "uncommitted") {
+		t.Fatalf("uncommitted changes left out are not a warning: %s", w)
+	}
+	cs := r.stdio(nil, nil)
+	plain := ok(t, cs, "sandbox_create", nil)
+	if str(plain, "session", "repository") != r.repo || strings.Contains(str(plain, "warnings"), "uncommitted") {
+		t.Fatalf("a client without roots: %v", plain)
+	}
+	// The third open session is over XMODE_SANDBOX_MAX_OPEN=2.
+	toolErr(t, cs, "sandbox_create", nil, "refused")
+
+	// A remote helper runs git-remote-NAME from PATH: planted here, it must
+	// never run.
+	bin := filepath.Join(r.dir, "bin")
+	os.MkdirAll(bin, 0o755)
+	marker := filepath.Join(r.dir, "helper-ran")
+	os.WriteFile(filepath.Join(bin, "git-remote-pwn"), []byte("#!/bin/sh\ntouch "+marker+"\nexit 1\n"), 0o755)
+	hs := r.stdio(nil, []string{"PATH=" + bin + ":" + os.Getenv("PATH"), "XMODE_SANDBOX_MAX_OPEN=0"})
+	for repo, want := range map[string]string{
+		"pwn::anything":          "remote helper",
+		"pwn://host/x":           "not a transport of git's own",
+		"ext::sh -c touch% /tmp": "remote helper",
+	} {
+		toolErr(t, hs, "sandbox_create", map[string]any{"repository": repo}, want)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("a repository named by the client ran a program on this machine")
 	}
 }
