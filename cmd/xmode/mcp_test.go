@@ -888,6 +888,17 @@ func TestMCPHostileInput(t *testing.T) {
 		c.args["session"] = id
 		toolErr(t, cs, c.tool, c.args, c.want)
 	}
+	// The diff and a change request of a worktree holding those links and
+	// the FIFO record the links as links, never what they point to, and do
+	// not block on the FIFO.
+	df := ok(t, cs, "sandbox_diff", map[string]any{"session": id})
+	if p := str(df, "patch"); !strings.Contains(p, "new file mode 120000") || strings.Contains(p, "+outside") {
+		t.Fatalf("sandbox_diff of planted links: %s", p)
+	}
+	cr := ok(t, cs, "cr_create", map[string]any{"session": id, "title": "links"})
+	if p := str(ok(t, cs, "cr_show", map[string]any{"change_request": str(cr, "id"), "patch": true}), "patch"); strings.Contains(p, "+outside") {
+		t.Fatalf("a change request followed a planted link: %s", p)
+	}
 	// Deleting the links removes the links, never what they point to.
 	ok(t, cs, "file_delete", map[string]any{"session": id, "path": "out"})
 	ok(t, cs, "file_delete", map[string]any{"session": id, "path": "outdir", "recursive": true})
