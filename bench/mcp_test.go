@@ -88,7 +88,9 @@ func BenchmarkMCPFiles(b *testing.B) {
 	b.ResetTimer()
 	cpu0 := procCPU(b, proc.Pid)
 	med := sideBySide(rounds(b),
-		func() { callOK(b, cs, "file_write", map[string]any{"session": id, "path": "data/f.txt", "content": content}) },
+		func() {
+			callOK(b, cs, "file_write", map[string]any{"session": id, "path": "data/f.txt", "content": content})
+		},
 		func() {
 			if out := callOK(b, cs, "file_read", map[string]any{"session": id, "path": "data/f.txt"}); len(out["content"].(string)) != len(content) {
 				b.Fatalf("file_read read %d bytes", len(out["content"].(string)))
