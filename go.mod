@@ -81,3 +81,9 @@ replace github.com/distribution/reference => ./third_party/distribution-referenc
 // go-digest v1.0.0 likewise (the Docker SDK and distribution/reference
 // link it).
 replace github.com/opencontainers/go-digest => ./third_party/go-digest
+
+// jsonschema-go v0.4.3 (the MCP SDK's schemas) with its field tables and
+// its one regular expression built on first use instead of at start-up,
+// where they cost every command ~80 KB and 0.2 ms: see
+// docs/architecture.md, "Dependencies".
+replace github.com/google/jsonschema-go => ./third_party/jsonschema-go
