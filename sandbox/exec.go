@@ -90,7 +90,7 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	}
 	secrets, recordEnv := s.secrets(o)
 
-	if err := store.CheckOpen(sess, time.Now()); err != nil {
+	if err := store.CheckOpen(sess, s.Now()); err != nil {
 		return nil, err
 	}
 	worktree, err := s.Guard.CheckWorktree(sess.RunID, sess.WorktreePath)
@@ -117,7 +117,7 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	// derived from it too.
 	step, err := evidence.Begin(ctx, s.Store, s.Guard, evidence.Request{
 		Session: sess, Name: o.Name, Argv: secrets.Strings(o.Argv), Env: recordEnv, Workdir: rel, Timeout: o.Timeout,
-		Tag: tag, MaxLogBytes: s.Cfg.EvidenceMaxBytes, TTY: o.TTY, Detached: o.detached,
+		Tag: tag, MaxLogBytes: s.Cfg.EvidenceMaxBytes, TTY: o.TTY, Detached: o.detached, Now: s.Clock,
 	})
 	if err != nil {
 		return nil, err
@@ -220,8 +220,8 @@ func (s *Service) heartbeat(ctx context.Context, runID string, seq int) (stop fu
 			select {
 			case <-ctx.Done():
 				return
-			case now := <-t.C:
-				_ = s.Store.Heartbeat(ctx, runID, seq, now)
+			case <-t.C:
+				_ = s.Store.Heartbeat(ctx, runID, seq, s.Now())
 			}
 		}
 	}()
