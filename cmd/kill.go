@@ -122,7 +122,7 @@ func (a *App) newSupervise() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			handover, report := sandbox.SupervisorFiles()
 			stepRunning.Store(true)
-			return sandbox.Supervise(cmd.Context(), handover, report)
+			return sandbox.Supervise(cmd.Context(), handover, report, clock)
 		},
 	}
 }

@@ -99,7 +99,7 @@ func (s *Service) ExecDetached(ctx context.Context, sess *store.Session, o ExecO
 	if _, err := o.environment(); err != nil {
 		return 0, err
 	}
-	if err := store.CheckOpen(sess, time.Now()); err != nil {
+	if err := store.CheckOpen(sess, s.Now()); err != nil {
 		return 0, err
 	}
 	h := handover{Cfg: s.Cfg, SessionID: sess.ID, Argv: o.Argv, Env: o.Env, Lookup: map[string]string{}, SecretEnv: o.SecretEnv,
@@ -221,7 +221,7 @@ func SuperviseIfAsked() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	handover, report := SupervisorFiles()
-	err := Supervise(ctx, handover, report)
+	err := Supervise(ctx, handover, report, nil)
 	stop()
 	if err != nil {
 		os.Exit(1)
@@ -235,8 +235,9 @@ func SuperviseIfAsked() {
 // number on report once the step is recorded — or why it could not be —
 // and returns when the step has ended. A cancelled ctx (a signal to the
 // supervisor, with an engine.Interrupt cause) ends the step as Ctrl-C
-// would.
-func Supervise(ctx context.Context, handoverR io.ReadCloser, report io.WriteCloser) (err error) {
+// would. now is the clock its Service records by (nil: time.Now): the
+// caller's, so that the step's heartbeats agree with the reaper's.
+func Supervise(ctx context.Context, handoverR io.ReadCloser, report io.WriteCloser, now func() time.Time) (err error) {
 	reported := false
 	say := func(r startReport) {
 		if !reported {
@@ -268,7 +269,7 @@ func Supervise(ctx context.Context, handoverR io.ReadCloser, report io.WriteClos
 		return err
 	}
 	defer st.Close()
-	svc := &Service{Cfg: h.Cfg, Store: st, Guard: fsguard.Guard{Root: h.Cfg.StorageRoot}}
+	svc := &Service{Cfg: h.Cfg, Store: st, Guard: fsguard.Guard{Root: h.Cfg.StorageRoot}, Clock: now}
 	sess, err := st.Get(ctx, h.SessionID)
 	if err != nil {
 		return err

@@ -135,7 +135,7 @@ func (s *Service) KillStep(ctx context.Context, sess *store.Session, seq int, si
 	if err := engine.SignalStep(ctx, provider, sess.Sandbox(), row.Tag, sig, grace); err != nil {
 		return err
 	}
-	stale := func() time.Time { return time.Now().Add(-reaper.DefaultStaleAfter) }
+	stale := func() time.Time { return s.Now().Add(-reaper.DefaultStaleAfter) }
 	deadline := time.Now().Add(killRecordWait)
 	for {
 		if row, err = s.Store.Step(ctx, row.RunID, row.Seq); err != nil {
@@ -147,7 +147,7 @@ func (s *Service) KillStep(ctx context.Context, sess *store.Session, seq int, si
 		if row.Gone(stale()) {
 			// Nobody will record its end: what its xmode would have said,
 			// the reaper says.
-			_, err := s.Store.LoseStep(ctx, row.RunID, row.Seq, time.Now(),
+			_, err := s.Store.LoseStep(ctx, row.RunID, row.Seq, s.Now(),
 				"its xmode was gone (last heartbeat "+row.Heartbeat.Format(time.RFC3339)+"); `sandbox kill` ended its processes")
 			return err
 		}

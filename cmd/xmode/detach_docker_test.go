@@ -81,6 +81,10 @@ func TestDockerBackgroundServer(t *testing.T) {
 	if res.ExitCode != 143 || res.StoppedBy != "sandbox stop" || !res.Detached {
 		t.Fatalf("the stopped server's result.json: %+v", res)
 	}
+	dkJSON(t, x(0, "logs", s.ID, "web2", "--json"), &web)
+	if web.State != "finished" || web.StoppedBy != "sandbox stop" || !web.Detached {
+		t.Fatalf("the stopped server's row: %+v", web)
+	}
 	if !dkGone(t, cli, s.ContainerID) {
 		t.Fatal("the stopped session's container is still there")
 	}
@@ -89,7 +93,8 @@ func TestDockerBackgroundServer(t *testing.T) {
 // sandboxStep is the part of a step's JSON (docs/reference.md, "Step")
 // these tests read.
 type sandboxStep struct {
-	Seq      int    `json:"seq"`
-	State    string `json:"state"`
-	Detached bool   `json:"detached"`
+	Seq       int    `json:"seq"`
+	State     string `json:"state"`
+	Detached  bool   `json:"detached"`
+	StoppedBy string `json:"stopped_by"`
 }

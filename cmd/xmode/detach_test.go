@@ -3,7 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"database/sql"
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -101,7 +101,9 @@ func TestKilledSupervisorLeavesNothing(t *testing.T) {
 
 // A background step that does not end keeps no expired session alive: the
 // reaper tears the session down, which ends the step, where a step in the
-// foreground would have held it.
+// foreground would have held it. Time passes on the test clock, which the
+// step's supervisor reads too: its heartbeats stay fresh, so the step ends
+// as the teardown ended it (finished, 143), not as one whose xmode is gone.
 func TestExpiryEndsBackgroundStep(t *testing.T) {
 	t.Parallel()
 	root, id := newSession(t)
@@ -110,7 +112,12 @@ func TestExpiryEndsBackgroundStep(t *testing.T) {
 	}
 	srv, _ := strconv.Atoi(waitFile(t, filepath.Join(root, "runs", "*", "worktree", "srv.pid")))
 	t.Cleanup(func() { syscall.Kill(srv, syscall.SIGKILL) })
-	expire(t, root, id)
+	advanceClock(t, root, 3*time.Hour) // past its TTL (2h)
+	// The supervisor beats on the moved clock before the reaper looks.
+	waitFor(t, "the supervisor's heartbeat on the moved clock", func() bool {
+		row := stepRow(t, root, id, 1)
+		return row.Heartbeat.After(time.Now().Add(2 * time.Hour))
+	})
 	out, err := xmode(t, root, "-v", "reap").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), id+" destroyed (expired)") {
 		t.Fatalf("reap of an expired session with a background step: %v\n%s", err, out)
@@ -120,17 +127,38 @@ func TestExpiryEndsBackgroundStep(t *testing.T) {
 	if res.ExitCode != 143 {
 		t.Errorf("the background step's result: %+v; want 143 (TERM)", res)
 	}
+	if row := stepRow(t, root, id, 1); row.State != "finished" {
+		t.Errorf("the background step of an expired session is %s (%s); want finished", row.State, row.LostReason)
+	}
 }
 
-// expire moves a session's expiry into the past, in its store.
-func expire(t *testing.T, root, id string) {
+// stepRow is step seq of session id as root's store records it.
+func stepRow(t *testing.T, root, id string, seq int) store.StepRow {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(root, store.FileName)+"?_pragma=busy_timeout(10000)")
+	st, err := store.Open(context.Background(), root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	if _, err := db.Exec(`UPDATE sessions SET expires_at = ? WHERE id = ?`, time.Now().Add(-time.Second).UnixMilli(), id); err != nil {
+	defer st.Close()
+	sess, err := st.Get(context.Background(), id)
+	if err != nil {
 		t.Fatal(err)
+	}
+	row, err := st.Step(context.Background(), sess.RunID, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return row
+}
+
+// waitFor polls cond until it holds, for 20s at most.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 20s for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
