@@ -1091,3 +1091,44 @@ func TestMCPCreate(t *testing.T) {
 		t.Fatal("a repository named by the client ran a program on this machine")
 	}
 }
+
+// Over HTTP a request past the body limit (100 MB of file content) is
+// refused with a client error and the server serves on.
+func TestMCPHTTPOversizedRequest(t *testing.T) {
+	t.Parallel()
+	r := newMCPRig(t)
+	endpoint, token := r.httpServer(nil)
+	cs := r.httpClient(endpoint, token, nil)
+	id := str(ok(t, cs, "sandbox_create", map[string]any{"repository": r.repo}), "session", "id")
+	body := io.MultiReader(strings.NewReader(`{"jsonrpc":"2.0","id":50,"method":"tools/call","params":{"name":"file_write","arguments":{"session":"`+id+`","path":"big","content":"`),
+		io.LimitReader(repeatReader('a'), 100<<20), strings.NewReader(`"}}}`))
+	req, _ := http.NewRequest("POST", endpoint, body)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	res, err := http.DefaultClient.Do(req)
+	if err == nil {
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode < 400 || res.StatusCode >= 500 {
+			t.Fatalf("a 100 MB request: %s; want a client error", res.Status)
+		}
+	} // else: the server closed the connection on it, which is a refusal too
+	if _, err := os.Stat(filepath.Join(r.root, "runs")); err == nil {
+		if m, _ := filepath.Glob(filepath.Join(r.root, "runs", "*", "worktree", "big")); len(m) > 0 {
+			t.Fatalf("the oversized write reached the worktree: %v", m)
+		}
+	}
+	ok(t, cs, "sandbox_exec", map[string]any{"session": id, "command": "true"})
+}
+
+// repeatReader reads as the byte it is, endlessly.
+type repeatReader byte
+
+func (b repeatReader) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(b)
+	}
+	return len(p), nil
+}
