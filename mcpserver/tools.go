@@ -570,9 +570,11 @@ func (s *Server) runStep(ctx context.Context, req *mcp.CallToolRequest, sess *st
 		cancel(&engine.Interrupt{Signal: syscall.SIGINT})
 	})
 	defer stop()
-	var outBytes, errBytes atomic.Int64
-	o.LiveStdout, o.LiveStderr = countingWriter{&outBytes}, countingWriter{&errBytes}
 	if token := req.Params.GetProgressToken(); token != nil {
+		// What the step prints is counted for the client's progress only:
+		// a live copy costs each step a goroutine a stream.
+		var outBytes, errBytes atomic.Int64
+		o.LiveStdout, o.LiveStderr = countingWriter{&outBytes}, countingWriter{&errBytes}
 		done := make(chan struct{})
 		defer close(done)
 		go s.progress(ctx, req.Session, token, &outBytes, &errBytes, done)
