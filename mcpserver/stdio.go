@@ -136,17 +136,19 @@ func decodeLine(line []byte, tooLong bool, maxLine int) (jsonrpc.Message, []byte
 		return nil, reply(jsonrpc.CodeInvalidRequest, idOf(line), "the message is longer than %d bytes, the most xmode mcp reads: file contents beyond %d MiB go in with a command in the sandbox, or `xmode sandbox cp`", maxLine, maxLine>>20)
 	}
 	trimmed := bytes.TrimSpace(line)
-	if !json.Valid(trimmed) {
-		return nil, reply(jsonrpc.CodeParseError, nil, "parse error: the line is not JSON (one JSON-RPC 2.0 message per line)")
-	}
 	if trimmed[0] == '[' {
 		return nil, reply(jsonrpc.CodeInvalidRequest, nil, "JSON-RPC batches are not supported: send one message per line")
 	}
 	msg, err := jsonrpc.DecodeMessage(trimmed)
-	if err != nil {
-		return nil, reply(jsonrpc.CodeInvalidRequest, idOf(trimmed), "invalid request: %v", err)
+	if err == nil {
+		return msg, nil
 	}
-	return msg, nil
+	// Only a line that is no message is checked for being JSON at all: a
+	// pass over every message's bytes saved (a file_write's content).
+	if !json.Valid(trimmed) {
+		return nil, reply(jsonrpc.CodeParseError, nil, "parse error: the line is not JSON (one JSON-RPC 2.0 message per line)")
+	}
+	return nil, reply(jsonrpc.CodeInvalidRequest, idOf(trimmed), "invalid request: %v", err)
 }
 
 // idOf is the "id" of a JSON object as it is written, read from the

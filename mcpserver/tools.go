@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/xmode/xmode/changes"
@@ -68,6 +70,85 @@ func add[In, Out any](s *Server, t *mcp.Tool, h func(context.Context, *mcp.CallT
 	})
 }
 
+// addRaw registers a tool as add does, but decodes its arguments and
+// encodes its output itself, for the tools that carry a file's content:
+// the SDK's own pass over them (the whole input and output decoded into
+// maps, validated against the schema and encoded again) is several more
+// passes over every byte of it. The schemas the client sees are the same,
+// inferred from In and Out; the input is checked by decoding it into In
+// strictly (an object, every required field, no unknown one, each of its
+// type); the output is xmode's own types, encoded as they are.
+func addRaw[In, Out any](s *Server, t *mcp.Tool, h func(context.Context, *mcp.CallToolRequest, In) (*mcp.CallToolResult, Out, error)) {
+	in, err := jsonschema.For[In](nil)
+	if err != nil {
+		panic(fmt.Sprintf("tool %s: input schema: %v", t.Name, err))
+	}
+	out, err := jsonschema.For[Out](nil)
+	if err != nil {
+		panic(fmt.Sprintf("tool %s: output schema: %v", t.Name, err))
+	}
+	t.InputSchema, t.OutputSchema = in, out
+	s.mcp.AddTool(t, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		s.inflight.Add(1)
+		defer s.inflight.Done()
+		start := time.Now()
+		failed := func(err error) (*mcp.CallToolResult, error) {
+			s.logf("%s: %v (%s)", t.Name, err, time.Since(start).Round(time.Millisecond))
+			var res mcp.CallToolResult
+			res.SetError(toolError(err))
+			return &res, nil
+		}
+		v, err := decodeArgs[In](req.Params.Arguments, in.Required)
+		if err != nil {
+			return failed(err)
+		}
+		res, o, err := h(ctx, req, v)
+		if err != nil {
+			return failed(err)
+		}
+		b, err := json.Marshal(o)
+		if err != nil {
+			return failed(fmt.Errorf("encode the reply: %w", err))
+		}
+		if res == nil {
+			res = &mcp.CallToolResult{}
+		}
+		res.StructuredContent = json.RawMessage(b)
+		if res.Content == nil {
+			res.Content = []mcp.Content{&mcp.TextContent{Text: string(b)}}
+		}
+		s.logf("%s: ok (%s)", t.Name, time.Since(start).Round(time.Millisecond))
+		return res, nil
+	})
+}
+
+// decodeArgs decodes a tool's arguments into In as its schema has them:
+// an object with every field of required and no other.
+func decodeArgs[In any](args json.RawMessage, required []string) (In, error) {
+	var v In
+	if t := bytes.TrimSpace(args); len(t) == 0 || string(t) == "null" {
+		args = json.RawMessage("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(args))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return v, fail.Usagef("the arguments: %v", err)
+	}
+	if len(required) > 0 {
+		// Which fields were given: a shallow pass (values kept raw).
+		var given map[string]json.RawMessage
+		if err := json.Unmarshal(args, &given); err != nil {
+			return v, fail.Usagef("the arguments: %v", err)
+		}
+		for _, name := range required {
+			if _, ok := given[name]; !ok {
+				return v, fail.Usagef("%q is required", name)
+			}
+		}
+	}
+	return v, nil
+}
+
 // Annotations of each kind of tool.
 var (
 	readOnly = &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: ptr(false)}
@@ -100,16 +181,16 @@ func (s *Server) addTools() {
 	add(s, &mcp.Tool{Name: "step_kill", Title: "End a running step",
 		Description: `End a running step of a sandbox — a background step (sandbox_exec with background) or a long one another call is waiting for — as Ctrl-C or a timeout end one: signal (TERM by default; INT, HUP, QUIT, KILL) to its processes, KILL to what is left after a grace period. Returns once its end is recorded, with its status (143 for TERM, 137 when KILL was needed). A step that is not running is refused.`,
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)}}, s.stepKill)
-	add(s, &mcp.Tool{Name: "file_read", Title: "Read a file",
+	addRaw(s, &mcp.Tool{Name: "file_read", Title: "Read a file",
 		Description: `Read a text file of the sandbox's worktree: all of it, or lines start_line to end_line (1-based). At most 1 MiB per call: a longer read stops at a line and next_line says where to go on. Paths are relative to the worktree; links are not followed and .git is not readable (use git through sandbox_exec).`,
 		Annotations: readOnly}, s.fileRead)
 	add(s, &mcp.Tool{Name: "file_list", Title: "List files",
 		Description: `List a directory of the sandbox's worktree (path, default its top), or, with pattern, every path under it that matches a glob: * and ? within a name, ** across directories (**/*.go: every Go file). .git is never listed and links are not followed. At most 2000 entries.`,
 		Annotations: readOnly}, s.fileList)
-	add(s, &mcp.Tool{Name: "file_write", Title: "Write a file",
+	addRaw(s, &mcp.Tool{Name: "file_write", Title: "Write a file",
 		Description: `Write a whole file of the sandbox's worktree: create it (and its directories) or replace it. content is at most 8 MiB. Replaces only a regular file: a link or a directory at path is refused. To change part of a file, use file_edit.`,
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)}}, s.fileWrite)
-	add(s, &mcp.Tool{Name: "file_edit", Title: "Edit a file",
+	addRaw(s, &mcp.Tool{Name: "file_edit", Title: "Edit a file",
 		Description: `Replace exact text in a file of the sandbox's worktree: old_string must occur exactly once (copy it from file_read, whitespace included, with enough lines around it to be unique), or set replace_all to change every occurrence. A missing or ambiguous old_string changes nothing and says where it occurs.`,
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(false)}}, s.fileEdit)
 	add(s, &mcp.Tool{Name: "file_delete", Title: "Delete a file",

@@ -511,6 +511,10 @@ func TestMCPErrorsAndScope(t *testing.T) {
 		{"cr_show", map[string]any{"change_request": "cr_nosuch00"}, "not found"},
 		{"sandbox_create", map[string]any{"repository": filepath.Join(r.dir, "no-such-repo")}, "invalid input"},
 		{"sandbox_exec", map[string]any{"session": id, "command": "true", "bogus": 1}, "bogus"},
+		{"file_write", map[string]any{"session": id, "path": "x", "content": "x", "bogus": 1}, `invalid input: the arguments: json: unknown field "bogus"`},
+		{"file_write", map[string]any{"session": id, "path": "x"}, `invalid input: "content" is required`},
+		{"file_read", map[string]any{"session": id, "path": "README", "start_line": "2"}, "invalid input: the arguments: json: cannot unmarshal string"},
+		{"file_edit", map[string]any{"session": id, "path": "README", "old_string": "x"}, `"new_string" is required`},
 	} {
 		toolErr(t, cs, c.tool, c.args, c.want)
 	}
