@@ -256,11 +256,18 @@ func (s *Server) sandboxCreate(ctx context.Context, req *mcp.CallToolRequest, in
 	if len(in.Title) > 200 || strings.ContainsAny(in.Title, "\x00\n\r") {
 		return nil, createOut{}, fail.Usagef("title: one line of at most 200 bytes")
 	}
+	root := ""
 	if req.Session != nil && wantsRoots(req, in.Repository) {
-		// Ask for the client's roots first; the call comes again with them.
-		return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{rootsRequest: &mcp.ListRootsParams{}}}, createOut{}, nil
+		if multiRoundTrip(req.Session) {
+			// Ask for the client's roots first; the call comes again with
+			// them (a server may not send a request while serving one).
+			return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{rootsRequest: &mcp.ListRootsParams{}}}, createOut{}, nil
+		}
+		// An older protocol: ask directly, and do without the roots of a
+		// client that does not answer.
+		root = askRoots(ctx, req.Session)
 	}
-	repo, err := s.repository(req, in.Repository)
+	repo, err := s.repository(req, root, in.Repository)
 	if err != nil {
 		return nil, createOut{}, err
 	}
@@ -292,12 +299,15 @@ func (s *Server) sandboxCreate(ctx context.Context, req *mcp.CallToolRequest, in
 // repository is the repository a create checks out: as given (a relative
 // path is taken from the client's root, else the server's directory), else
 // the client's first file:// root, else the server's working directory.
-func (s *Server) repository(req *mcp.CallToolRequest, given string) (string, error) {
+func (s *Server) repository(req *mcp.CallToolRequest, root, given string) (string, error) {
 	if strings.ContainsRune(given, 0) {
 		return "", fail.Usagef("repository: holds a NUL byte")
 	}
 	base := s.o.WorkDir
-	if root := clientRoot(req); root != "" {
+	if root == "" {
+		root = clientRoot(req)
+	}
+	if root != "" {
 		base = root
 	}
 	if err := checkTransport(given); err != nil {
@@ -352,6 +362,25 @@ func wantsRoots(req *mcp.CallToolRequest, given string) bool {
 	return !answered
 }
 
+// multiRoundTrip: the client's protocol has a server ask for input in a
+// call's result (2026-07-28 on); before it, a server sends its request.
+func multiRoundTrip(ss *mcp.ServerSession) bool {
+	p := ss.InitializeParams()
+	return p != nil && p.ProtocolVersion >= "2026-07-28" // versions are dates: they sort as strings
+}
+
+// askRoots asks a client of an older protocol for its roots: the first
+// file:// one, "" when it has none or does not answer within a few seconds.
+func askRoots(ctx context.Context, ss *mcp.ServerSession) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, err := ss.ListRoots(ctx, nil)
+	if err != nil {
+		return ""
+	}
+	return firstFileRoot(res)
+}
+
 // clientRoot is the first file:// root the client gave in answer to
 // rootsRequest, "" when none.
 func clientRoot(req *mcp.CallToolRequest) string {
@@ -360,6 +389,14 @@ func clientRoot(req *mcp.CallToolRequest) string {
 	}
 	res, ok := req.Params.InputResponses[rootsRequest].(*mcp.ListRootsResult)
 	if !ok || res == nil {
+		return ""
+	}
+	return firstFileRoot(res)
+}
+
+// firstFileRoot is the path of the first file:// root, "" when none.
+func firstFileRoot(res *mcp.ListRootsResult) string {
+	if res == nil {
 		return ""
 	}
 	for _, r := range res.Roots {

@@ -1136,3 +1136,60 @@ func (b repeatReader) Read(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// A client of an older protocol (2025-06-18) is asked for its roots by a
+// request of the server's own while sandbox_create runs; its answer names
+// the repository.
+func TestMCPRootsOlderProtocol(t *testing.T) {
+	t.Parallel()
+	r := newMCPRig(t)
+	other := filepath.Join(r.dir, "other")
+	if err := makeRepo(other); err != nil {
+		t.Fatal(err)
+	}
+	c := r.cli(nil, "mcp")
+	in, _ := c.StdinPipe()
+	outPipe, _ := c.StdoutPipe()
+	c.Stderr = &testLog{t: t, prefix: "server: "}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Wait()
+	defer in.Close()
+	out := bufio.NewReader(outPipe)
+	read := func() map[string]any {
+		t.Helper()
+		l, err := out.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		json.Unmarshal([]byte(l), &m)
+		return m
+	}
+	io.WriteString(in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"roots":{}},"clientInfo":{"name":"old","version":"1"}}}`+"\n")
+	if m := read(); str(m, "result", "protocolVersion") != "2025-06-18" {
+		t.Fatalf("initialize: %v", m)
+	}
+	io.WriteString(in, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n")
+	io.WriteString(in, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sandbox_create","arguments":{}}}`+"\n")
+	ask := read()
+	if ask["method"] != "roots/list" || ask["id"] == nil {
+		t.Fatalf("the server did not ask for roots: %v", ask)
+	}
+	id, _ := json.Marshal(ask["id"])
+	io.WriteString(in, `{"jsonrpc":"2.0","id":`+string(id)+`,"result":{"roots":[{"uri":"file://`+other+`"}]}}`+"\n")
+	res := read()
+	if str(res, "result", "structuredContent", "session", "repository") != other {
+		t.Fatalf("sandbox_create with the client's root: %v", res)
+	}
+	// A client that fails to say its roots gets a sandbox of the server's
+	// directory, not an error.
+	io.WriteString(in, `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"sandbox_create","arguments":{}}}`+"\n")
+	ask = read()
+	id, _ = json.Marshal(ask["id"])
+	io.WriteString(in, `{"jsonrpc":"2.0","id":`+string(id)+`,"error":{"code":-32603,"message":"no roots here"}}`+"\n")
+	if res = read(); str(res, "result", "isError") == "true" || str(res, "result", "structuredContent", "session", "repository") != r.repo {
+		t.Fatalf("sandbox_create when the client fails to say its roots: %v", res)
+	}
+}
