@@ -261,7 +261,7 @@ with evidence for every step that outlives the sandbox.` + exitStatusHelp,
 	sb.AddCommand(a.newCreate(), a.newExec(), a.newStop(), a.newList(), a.newShow(), a.newExtend(), a.newReap("reap"),
 		a.newShell(), a.newLogs(), a.newCp(), a.newDiff())
 	root.AddCommand(sb, a.newMachine(), a.newConfig(), a.newDoctor(), a.newVersion(), a.newReap("reap"), a.newCompletion())
-	root.AddCommand(a.newCR(), a.newAgent(), a.newPipeline(), a.newRunCmd(), a.newCloud(), a.newExamples())
+	root.AddCommand(a.newCR(), a.newAgent(), a.newPipeline(), a.newRunCmd(), a.newCloud(), a.newExamples(), a.newUI())
 	a.completions(root)
 	return root
 }
