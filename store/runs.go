@@ -263,7 +263,9 @@ func (s *Store) RunsPage(ctx context.Context, q RunQuery) ([]*RunSummary, *RunCu
 		args = append(args, q.Status)
 	}
 	if q.User != "" {
-		base += ` AND EXISTS (SELECT 1 FROM sessions u WHERE u.run_id = r.id AND u.user = ?)`
+		// Not a correlated EXISTS: SQLite would search sessions_by_user
+		// for every run (O(runs × the user's sessions)); this is one pass.
+		base += ` AND r.id IN (SELECT run_id FROM sessions WHERE user = ?)`
 		args = append(args, q.User)
 	}
 	var out []*RunSummary
