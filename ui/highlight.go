@@ -5,6 +5,7 @@ import (
 	"html/template"
 	"io/fs"
 	"path"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -59,22 +60,41 @@ const (
 // highlight sets the HTML of every line of the page's files: their
 // tokens in classes where a lexer fits and the budget lasts, plain text
 // otherwise. Every token's text goes through the hostile-text escaping.
+// Hunks are lexed in parallel, one worker per processor: lexing is most of
+// a large page's time.
 func (h *highlighter) highlight(page *diffPage) {
 	deadline := time.Now().Add(highlightBudget)
+	type job struct {
+		lx chroma.Lexer
+		hk *hunk
+	}
+	jobs := make(chan job)
+	var wg sync.WaitGroup
+	for range max(1, runtime.GOMAXPROCS(0)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				if j.lx != nil && time.Now().Before(deadline) && h.lexHunk(j.lx, j.hk, deadline) {
+					continue
+				}
+				for _, l := range j.hk.Lines {
+					l.HTML = plainLine(l.Text)
+				}
+			}
+		}()
+	}
 	for _, f := range page.Files {
 		var lx chroma.Lexer
 		if !f.Binary {
 			lx = h.lexer(f.Path())
 		}
 		for _, hk := range f.Hunks {
-			if lx != nil && time.Now().Before(deadline) && h.lexHunk(lx, hk, deadline) {
-				continue
-			}
-			for _, l := range hk.Lines {
-				l.HTML = plainLine(l.Text)
-			}
+			jobs <- job{lx, hk}
 		}
 	}
+	close(jobs)
+	wg.Wait()
 }
 
 // plainLine is a diff line's text as escaped HTML.
