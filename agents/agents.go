@@ -114,7 +114,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 		req.Name = "agent-" + req.Kind
 	}
 	sess, cfg := req.Session, r.Svc.Cfg
-	if err := store.CheckOpen(sess, time.Now()); err != nil {
+	if err := store.CheckOpen(sess, r.Svc.Now()); err != nil {
 		return nil, err
 	}
 	// A session records the network its engine gave it: "none" only where

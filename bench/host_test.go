@@ -31,9 +31,12 @@ func makeRepo(b testing.TB, dir string, files, commits int) {
 }
 
 // BenchmarkExecOverhead: `xmode sandbox exec ID -- true` against `true`,
-// side by side. Target: at most 15 ms median overhead. Beside them run a
-// Go hello-world (what any Go binary pays here) and storefloor, which does
-// only exec's store work (what the embedded SQLite alone costs).
+// side by side, in wall time and in CPU time (rusage: user + system, the
+// step's own process included). Targets: at most 10 ms over `true`, and CPU
+// per exec at most 0.6 of the release before issue 20's start-up work.
+// Beside them run a Go hello-world (what any Go binary pays here) and
+// storefloor, which does only exec's store work (what the embedded SQLite
+// alone costs); the ratios to them are what to compare across machines.
 func BenchmarkExecOverhead(b *testing.B) {
 	bin := xmodeBin(b)
 	hello := buildHelper(b, "hello")
@@ -43,41 +46,62 @@ func BenchmarkExecOverhead(b *testing.B) {
 	env := []string{"XMODE_STORAGE_ROOT=" + filepath.Join(dir, "root")}
 	id := output(b, env, bin, "sandbox", "create", "--repo", filepath.Join(dir, "repo"), "-q")
 	truePath, _ := exec.LookPath("true")
+	ps := []proc{
+		cmdline(nil, truePath),
+		cmdline(env, bin, "sandbox", "exec", id, "--", "true"),
+		cmdline(nil, hello),
+		cmdline(nil, floor, filepath.Join(dir, "root"), id),
+	}
+	if base := baseline(); base != "" {
+		ps = append(ps, cmdline(env, base, "sandbox", "exec", id, "--", "true"))
+	}
 	b.ResetTimer()
-	med := sideBySide(rounds(b),
-		func() { run(b, nil, truePath) },
-		func() { run(b, env, bin, "sandbox", "exec", id, "--", "true") },
-		func() { run(b, nil, hello) },
-		func() { run(b, nil, floor, filepath.Join(dir, "root"), id) },
-	)
-	b.ReportMetric(ms(med[0]), "true-ms")
-	b.ReportMetric(ms(med[1]), "xmode-exec-ms")
-	b.ReportMetric(ms(med[1]-med[0]), "overhead-ms")
-	b.ReportMetric(ms(med[2]), "go-hello-ms")
-	b.ReportMetric(ms(med[3]), "store-only-ms")
-	b.ReportMetric(pageFaults(b, env, bin, "sandbox", "exec", id, "--", "true"), "xmode-exec-faults")
-	b.ReportMetric(pageFaults(b, nil, floor, filepath.Join(dir, "root"), id), "store-only-faults")
-	b.ReportMetric(pageFaults(b, nil, hello), "go-hello-faults")
+	c := sideBySideCosts(b, rounds(b), ps...)
+	tru, xm, hi, fl := c[0], c[1], c[2], c[3]
+	reportCost(b, "true", tru)
+	reportCost(b, "xmode-exec", xm)
+	reportCost(b, "go-hello", hi)
+	reportCost(b, "store-only", fl)
+	b.ReportMetric(ms(xm.wall-tru.wall), "overhead-ms")
+	b.ReportMetric(ms(xm.cpu-tru.cpu), "overhead-cpu-ms")
+	reportRatio(b, "exec/true", xm, tru)
+	reportRatio(b, "exec/hello", xm, hi)
+	reportRatio(b, "exec/storefloor", xm, fl)
+	if len(c) > 4 {
+		reportCost(b, "baseline-exec", c[4])
+		reportRatio(b, "exec/baseline", xm, c[4])
+	}
 }
 
-// BenchmarkVersion: `xmode --version` start-up. Target: under 10 ms. The
-// Go hello-world beside it is the floor of any Go binary on the machine.
+// baseline is another xmode binary (a release) that the start-up
+// benchmarks run side by side with the one built from this tree,
+// reporting the ratios to it: XMODE_BENCH_BASELINE.
+func baseline() string { return os.Getenv("XMODE_BENCH_BASELINE") }
+
+// BenchmarkVersion: `xmode --version` start-up, in wall and CPU time.
+// Target: at most 5 ms. The Go hello-world beside it is the floor of any Go
+// binary on the machine: the ratio to it is what to compare.
 func BenchmarkVersion(b *testing.B) {
 	bin := xmodeBin(b)
 	hello := buildHelper(b, "hello")
 	truePath, _ := exec.LookPath("true")
+	ps := []proc{cmdline(nil, truePath), cmdline(nil, bin, "--version"), cmdline(nil, hello)}
+	if base := baseline(); base != "" {
+		ps = append(ps, cmdline(nil, base, "--version"))
+	}
 	b.ResetTimer()
-	med := sideBySide(rounds(b),
-		func() { run(b, nil, truePath) },
-		func() { run(b, nil, bin, "--version") },
-		func() { run(b, nil, hello) },
-	)
-	b.ReportMetric(ms(med[0]), "true-ms")
-	b.ReportMetric(ms(med[1]), "version-ms")
-	b.ReportMetric(ms(med[2]), "go-hello-ms")
-	b.ReportMetric(ms(med[1]-med[2]), "over-hello-ms")
-	b.ReportMetric(pageFaults(b, nil, bin, "--version"), "version-faults")
-	b.ReportMetric(pageFaults(b, nil, hello), "go-hello-faults")
+	c := sideBySideCosts(b, rounds(b), ps...)
+	tru, v, hi := c[0], c[1], c[2]
+	reportCost(b, "true", tru)
+	reportCost(b, "version", v)
+	reportCost(b, "go-hello", hi)
+	b.ReportMetric(ms(v.wall-hi.wall), "over-hello-ms")
+	b.ReportMetric(ms(v.cpu-hi.cpu), "over-hello-cpu-ms")
+	reportRatio(b, "version/hello", v, hi)
+	if len(c) > 3 {
+		reportCost(b, "baseline-version", c[3])
+		reportRatio(b, "version/baseline", v, c[3])
+	}
 }
 
 // BenchmarkCreateVsClone: `sandbox create` from a local repository (1,700

@@ -102,7 +102,7 @@ func (s *Service) pack(ctx context.Context, sess *store.Session, sn *Snapshot, o
 	if err := s.checkSize(sn); err != nil {
 		return nil, err
 	}
-	now := time.Now().UTC().Truncate(time.Millisecond)
+	now := s.now().UTC().Truncate(time.Millisecond)
 	id := store.NewChangeID()
 	// The evidence (the store, the step files) is gathered while the patch
 	// is written and proved.
@@ -569,7 +569,7 @@ func (s *Service) Review(ctx context.Context, p *Package, decision, note string)
 			return fail.Failedf("change request %s fails verification (%s: %s): not approving it; `xmode cr verify %s` lists every problem", p.ID, pr.File, pr.Problem, p.ID)
 		}
 	}
-	return s.Store.ReviewChange(ctx, p.ID, store.Review{Decision: decision, Reviewer: s.User, Note: note, DecidedAt: time.Now().UTC()})
+	return s.Store.ReviewChange(ctx, p.ID, store.Review{Decision: decision, Reviewer: s.User, Note: note, DecidedAt: s.now().UTC()})
 }
 
 // ChangesRequested starts the note of a review that asked for changes

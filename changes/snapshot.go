@@ -20,6 +20,7 @@ import (
 	"sort"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
@@ -40,6 +41,16 @@ type Service struct {
 	// elsewhere (a remote docker daemon: sync mode) copies it back before
 	// it is read; nil reads the worktree as it is here.
 	Cfg *config.Config
+	// Now is the clock a package's and a review's times are read from
+	// (the sandbox service's); nil is time.Now.
+	Now func() time.Time
+}
+
+func (s *Service) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
 }
 
 // Snapshot is a session's worktree frozen against its base commit. Close

@@ -39,7 +39,7 @@ docs/codex-cloud.md.`,
 
 // cloudEnd is how the loop ends a session: the reaper's teardown.
 func cloudEnd(svc *sandbox.Service) codexcloud.EndFunc {
-	return codexcloud.Teardown(&reaper.Reaper{Cfg: svc.Cfg, Store: svc.Store, Guard: svc.Guard, Log: svc.Log})
+	return codexcloud.Teardown(&reaper.Reaper{Cfg: svc.Cfg, Store: svc.Store, Guard: svc.Guard, Log: svc.Log, Now: svc.Clock})
 }
 
 // cloudSubmitOptions are `cloud submit`'s session and flags.
@@ -106,7 +106,7 @@ func (a *App) runCloudSubmit(ctx context.Context, o cloudSubmitOptions) error {
 	if err != nil {
 		return err
 	}
-	sub := &codexcloud.Submitter{Store: svc.Store, Client: codexcloud.NewCLI(svc.Cfg), End: cloudEnd(svc)}
+	sub := &codexcloud.Submitter{Store: svc.Store, Client: codexcloud.NewCLI(svc.Cfg), End: cloudEnd(svc), Now: svc.Clock}
 	task, err := sub.Submit(ctx, sess, o.SubmitOptions)
 	if err != nil {
 		return err
@@ -178,7 +178,7 @@ func (a *App) runCloudPoll(ctx context.Context, o cloudPollOptions) error {
 		logTo = a.Err
 	}
 	p := &codexcloud.Poller{Store: svc.Store, Client: codexcloud.NewCLI(svc.Cfg),
-		Capturer: codexcloud.ChangeRequests{Changes: changesOf(svc)}, End: cloudEnd(svc), StaleAfter: svc.Cfg.CloudStaleAfter}
+		Capturer: codexcloud.ChangeRequests{Changes: changesOf(svc)}, End: cloudEnd(svc), StaleAfter: svc.Cfg.CloudStaleAfter, Now: svc.Clock}
 	if o.verbose && !a.quiet {
 		// Its lines quote task titles and codex's errors.
 		p.Log = termsafe.NewWriter(logTo)
@@ -348,7 +348,7 @@ func (a *App) runCloudShow(ctx context.Context, o cloudShowOptions) error {
 	if a.json {
 		return a.printJSON(t)
 	}
-	now := time.Now()
+	now := clock()
 	when := func(at *time.Time) string {
 		if at == nil {
 			return "never"

@@ -197,7 +197,7 @@ func sessionCandidates(ctx context.Context, st *store.Store, ended bool, skip []
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
+	now := clock()
 	var out []cobra.Completion
 	for _, s := range sessions {
 		if slices.Contains(skip, s.ID) {

@@ -36,7 +36,7 @@ func (a *App) changes(ctx context.Context) (*changes.Service, error) {
 
 // changesOf is the change-request service of a storage root.
 func changesOf(svc *sandbox.Service) *changes.Service {
-	return &changes.Service{Store: svc.Store, Guard: svc.Guard, MaxBytes: svc.Cfg.CRMaxBytes, User: svc.Cfg.User, Cfg: svc.Cfg}
+	return &changes.Service{Store: svc.Store, Guard: svc.Guard, MaxBytes: svc.Cfg.CRMaxBytes, User: svc.Cfg.User, Cfg: svc.Cfg, Now: svc.Clock}
 }
 
 func (a *App) warn(warnings []string) {
@@ -269,7 +269,7 @@ func (a *App) runCRList(ctx context.Context, o crListOptions) error {
 		}
 		return nil
 	}
-	now := time.Now()
+	now := clock()
 	t := newTable(a.Out, "ID", "STATUS", "RUN", "FILES", "+/-", "CREATED", "TITLE")
 	for _, c := range list {
 		t.row(c.ID, a.crStatus(c.Status), c.RunID, fmt.Sprint(c.Files), fmt.Sprintf("+%d -%d", c.Insertions, c.Deletions),
@@ -371,7 +371,7 @@ func (a *App) runCRShow(ctx context.Context, o crShowOptions) error {
 
 func (a *App) writeCR(w io.Writer, p *changes.Package, ev *changes.Evidence) error {
 	m := p.Manifest
-	now := time.Now()
+	now := clock()
 	fmt.Fprintf(w, "%s %s  %s\n", a.paint(color.Bold, p.ID), a.crStatus(p.Status), clean(m.Title))
 	kv := newTable(w)
 	kv.row("Run:", p.RunID+" (session "+p.SessionID+")")

@@ -77,7 +77,7 @@ func TestJSONErrors(t *testing.T) {
 // 128+N with what the command left.
 func TestExitCodeMapping(t *testing.T) {
 	a := &App{Out: &strings.Builder{}, Err: &strings.Builder{}, Env: func(string) string { return "" }}
-	root := a.newRoot()
+	root := a.newRoot(nil)
 	find := func(path ...string) *cobra.Command {
 		c, _, err := root.Find(path)
 		if err != nil {

@@ -168,7 +168,7 @@ func truncate(s string, n int) string {
 
 // stepTable prints a run's steps, as `sandbox show` and `run show` list them.
 func (a *App) stepTable(steps []store.StepRow) error {
-	now := time.Now()
+	now := clock()
 	t := newTable(a.Out, "STEP", "SESSION", "COMMAND", "EXIT", "DURATION")
 	for _, st := range steps {
 		t.row(fmt.Sprintf("%04d-%s", st.Seq, clean(st.Name)), st.SessionID, truncate(clean(strings.Join(st.Argv, " ")), 50), a.stepStatus(st), stepDuration(st, now))

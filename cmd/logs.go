@@ -254,7 +254,7 @@ func (a *App) follow(ctx context.Context, svc *sandbox.Service, st store.StepRow
 		if err != nil {
 			return err
 		}
-		if row.State != "running" || row.Gone(time.Now().Add(-followStale)) {
+		if row.State != "running" || row.Gone(clock().Add(-followStale)) {
 			if err := drain(); err != nil {
 				return err
 			}
@@ -374,7 +374,7 @@ func (a *App) logsTable(svc *sandbox.Service, sess *store.Session, steps []store
 		a.info("session %s has no steps yet: run one with `xmode sandbox exec %s -- CMD`", sess.ID, sess.ID)
 		return nil
 	}
-	now := time.Now()
+	now := clock()
 	t := newTable(a.Out, "STEP", "NAME", "EXIT", "DURATION", "STARTED", "COMMAND")
 	for _, s := range steps {
 		t.row(strconv.Itoa(s.Seq), clean(s.Name), a.stepStatus(s), stepDuration(s, now), ago(s.StartedAt, now), truncate(clean(strings.Join(s.Argv, " ")), 50))

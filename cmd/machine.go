@@ -130,7 +130,7 @@ func (a *App) runMachineList(ctx context.Context) error {
 		}
 		return nil
 	}
-	now := time.Now()
+	now := clock()
 	t := newTable(a.Out, "PROJECT", "REF", "COMMIT", "FETCHED", "SESSIONS", "REPO")
 	for _, v := range views {
 		t.row(v.Project, clean(v.DefaultRef), shortSHA(v.HeadCommit), ago(v.LastFetchAt, now), fmt.Sprint(v.OpenSessions), clean(v.Repo))
@@ -170,7 +170,7 @@ func (a *App) runMachineShow(ctx context.Context, o machineShowOptions) error {
 	if a.json {
 		return a.printJSON(v)
 	}
-	now := time.Now()
+	now := clock()
 	kv := newTable(a.Out)
 	kv.row("Project:", v.Project)
 	kv.row("Repo:", clean(v.Repo))

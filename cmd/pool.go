@@ -90,7 +90,7 @@ func (a *App) printPool(w io.Writer, v pool.MachineView) error {
 		return nil
 	}
 	fmt.Fprintln(w)
-	now := time.Now()
+	now := clock()
 	t := newTable(w, "POOL", "STATE", "AGE", "COMMIT", "ENGINE")
 	for _, e := range v.Pool.Entries {
 		state := e.State

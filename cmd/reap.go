@@ -87,7 +87,7 @@ func (a *App) runReap(ctx context.Context, o reapOptions) error {
 	if err != nil {
 		return err
 	}
-	r.Cfg, r.Store, r.Guard = svc.Cfg, svc.Store, svc.Guard
+	r.Cfg, r.Store, r.Guard, r.Now = svc.Cfg, svc.Store, svc.Guard, svc.Clock
 	// The action log is the output asked for: stdout, unless stdout
 	// carries the JSON summary.
 	var logTo io.Writer = a.Out

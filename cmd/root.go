@@ -33,6 +33,16 @@ import (
 // Version is set at build time with -ldflags "-X github.com/xmode/xmode/cmd.Version=…".
 var Version = "dev"
 
+// clock is where the commands, and the services they open, read the time
+// of day: time.Now, except in tests (SetClock).
+var clock = time.Now
+
+// SetClock makes the commands and their services read the time from now.
+// A hook for tests only (cmd/xmode's test binary moves time forward so that
+// TTLs and expiry are tested without sleeping): no flag or variable of
+// xmode's sets it. Call it before Main.
+func SetClock(now func() time.Time) { clock = now }
+
 // App carries the streams and global flags every command shares.
 type App struct {
 	In       io.Reader
@@ -121,7 +131,13 @@ func Main() int {
 
 // Run executes one command line and returns its exit code.
 func (a *App) Run(ctx context.Context, args []string) int {
-	root := a.newRoot()
+	root := a.newRoot(args)
+	if len(args) > 0 && (args[0] == cobra.ShellCompRequestCmd || args[0] == cobra.ShellCompNoDescRequestCmd) {
+		// Only cobra's completion request calls completion functions, and
+		// registering them visits every flag of every command: ~0.4 ms that
+		// every other command line would pay for nothing.
+		a.completions(root)
+	}
 	root.SetArgs(args)
 	root.SetIn(a.In)
 	root.SetOut(a.Out)
@@ -213,7 +229,9 @@ func (a *App) printError(err error, code int) {
 	}
 }
 
-func (a *App) newRoot() *cobra.Command {
+// newRoot builds the command tree for the command line args (nil: all of
+// it).
+func (a *App) newRoot(args []string) *cobra.Command {
 	var version bool
 	root := &cobra.Command{
 		Use:           "xmode",
@@ -255,14 +273,23 @@ with evidence for every step that outlives the sandbox.` + exitStatusHelp,
 	pf.BoolVarP(&a.quiet, "quiet", "q", false, "print only what scripts need")
 	pf.BoolVarP(&a.verbose, "verbose", "v", false, "say more: one line per action (reap), details (create)")
 
-	sb := parent(&cobra.Command{Use: "sandbox", Short: "Create, run in, inspect and stop sandboxes", Aliases: []string{"sb"},
-		Example: `  xmode sandbox create --repo .
+	reap := func() *cobra.Command { return a.newReap("reap") }
+	sandbox := func(words []string) *cobra.Command {
+		sb := parent(&cobra.Command{Use: "sandbox", Short: "Create, run in, inspect and stop sandboxes", Aliases: []string{"sb"},
+			Example: `  xmode sandbox create --repo .
   xmode sandbox list`})
-	sb.AddCommand(a.newCreate(), a.newExec(), a.newStop(), a.newList(), a.newShow(), a.newExtend(), a.newReap("reap"),
-		a.newShell(), a.newLogs(), a.newCp(), a.newDiff())
-	root.AddCommand(sb, a.newMachine(), a.newConfig(), a.newDoctor(), a.newVersion(), a.newReap("reap"), a.newCompletion())
-	root.AddCommand(a.newCR(), a.newAgent(), a.newPipeline(), a.newRunCmd(), a.newCloud(), a.newExamples(), a.newUI())
-	a.completions(root)
+		addCommands(sb, words, leaf("create", a.newCreate), leaf("exec", a.newExec), leaf("stop", a.newStop),
+			leaf("list ls", a.newList), leaf("show", a.newShow), leaf("extend", a.newExtend), leaf("reap", reap),
+			leaf("shell", a.newShell), leaf("logs", a.newLogs), leaf("cp", a.newCp), leaf("diff", a.newDiff))
+		return sb
+	}
+	// Only what the command line needs is built (see lazy.go).
+	if words := commandWords(args); words == nil || len(words) > 0 {
+		addCommands(root, words, group("sandbox sb", sandbox), leaf("machine machines", a.newMachine), leaf("config", a.newConfig),
+			leaf("doctor", a.newDoctor), leaf("version", a.newVersion), leaf("reap", reap), leaf("completion", a.newCompletion),
+			leaf("cr change-request", a.newCR), leaf("agent", a.newAgent), leaf("pipeline", a.newPipeline), leaf("run", a.newRunCmd),
+			leaf("cloud", a.newCloud), leaf("examples", a.newExamples), leaf("ui", a.newUI))
+	}
 	return root
 }
 
@@ -333,7 +360,7 @@ func (a *App) service(ctx context.Context, overrides map[string]config.Flag) (*s
 		return nil, err
 	}
 	a.st = st
-	svc := &sandbox.Service{Cfg: cfg, Store: st, Guard: fsguard.Guard{Root: cfg.StorageRoot}}
+	svc := &sandbox.Service{Cfg: cfg, Store: st, Guard: fsguard.Guard{Root: cfg.StorageRoot}, Clock: clock}
 	if !a.json && !a.quiet && isTerminal(a.Err) {
 		svc.Progress = a.Err
 	}
@@ -375,7 +402,7 @@ func findSession(ctx context.Context, st *store.Store, ref string, want sessionW
 		return nil, err
 	}
 	if want == openSession {
-		if err := store.CheckOpen(sess, time.Now()); err != nil {
+		if err := store.CheckOpen(sess, clock()); err != nil {
 			return nil, err
 		}
 	}

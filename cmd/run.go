@@ -240,7 +240,7 @@ func (a *App) runListRuns(ctx context.Context, o runListOptions) error {
 		}
 		return nil
 	}
-	now := time.Now()
+	now := clock()
 	t := newTable(a.Out, "RUN", "STATUS", "EXIT", "CR", "CREATED", "OBJECTIVE")
 	for _, r := range runs {
 		exit := "-"

@@ -86,7 +86,7 @@ func (a *App) runCreate(ctx context.Context, o createOptions) error {
 	}
 	fmt.Fprintln(a.Out, sess.ID)
 	a.info("created %s: %s at %s (%s), worktree %s, %s",
-		sess.ID, sess.Repo, sess.Ref, shortSHA(sess.BaseCommit), sess.WorktreePath, left(sess, time.Now()))
+		sess.ID, sess.Repo, sess.Ref, shortSHA(sess.BaseCommit), sess.WorktreePath, left(sess, clock()))
 	if a.verbose {
 		a.info("xmode: created in %s", time.Since(start).Round(time.Millisecond))
 	}
@@ -440,7 +440,7 @@ func (a *App) runList(ctx context.Context, o listOptions) error {
 		}
 		return nil
 	}
-	now := time.Now()
+	now := clock()
 	t := newTable(a.Out, "ID", "STATUS", "USER", "ENGINE", "REPO", "REF", "SIZE", "CREATED", "EXPIRES")
 	for _, s := range sessions {
 		t.row(s.ID, a.status(s), clean(s.User), s.Engine, clean(repoLabel(s)), clean(truncate(s.Ref, 24)), size(s.WorktreeBytes), ago(s.CreatedAt, now), left(s, now))
@@ -486,7 +486,7 @@ func (a *App) runShow(ctx context.Context, o showOptions) error {
 			Steps []stepView `json:"steps"`
 		}{s, viewSteps(svc, steps)})
 	}
-	now := time.Now()
+	now := clock()
 	kv := newTable(a.Out)
 	kv.row("ID:", s.ID)
 	kv.row("Status:", a.status(s))
@@ -578,7 +578,7 @@ func (a *App) runExtend(ctx context.Context, o extendOptions) error {
 		return a.printJSON(s)
 	}
 	fmt.Fprintln(a.Out, s.ID)
-	a.info("%s now expires at %s (in %s)", s.ID, s.ExpiresAt.Local().Format(time.DateTime), human(time.Until(s.ExpiresAt).Round(time.Minute)))
+	a.info("%s now expires at %s (in %s)", s.ID, s.ExpiresAt.Local().Format(time.DateTime), human(s.ExpiresAt.Sub(clock()).Round(time.Minute)))
 	return nil
 }
 
@@ -601,7 +601,7 @@ func (a *App) status(s *store.Session) string {
 	}
 	switch s.Status {
 	case store.StatusOpen:
-		if s.Expired(time.Now()) {
+		if s.Expired(clock()) {
 			return a.paint(color.FgYellow, "open (expired)")
 		}
 		return a.paint(color.FgGreen, label)

@@ -11,7 +11,7 @@ import (
 // itself does not link the generator.
 func Tree() *cobra.Command {
 	a := &App{Out: io.Discard, Err: io.Discard, Env: func(string) string { return "" }}
-	root := a.newRoot()
+	root := a.newRoot(nil)
 	root.DisableAutoGenTag = true
 	return root
 }

@@ -58,7 +58,7 @@ func TestEveryExitStatusSaysWhatAClosedPipeGives(t *testing.T) {
 			walk(sub)
 		}
 	}
-	walk(a.newRoot())
+	walk(a.newRoot(nil))
 	if seen < 30 {
 		t.Fatalf("only %d EXIT STATUS sections: the walk is broken", seen)
 	}

@@ -169,13 +169,24 @@ func TestCLITimeoutAndCancel(t *testing.T) {
 	}
 	waitGone(t, calls[0].PID)
 
+	// Cancelled once the call has started: the process dies, the error
+	// is the cancellation.
 	c.Timeout = 0
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(300*time.Millisecond, cancel)
+	go func() {
+		for deadline := time.Now().Add(20 * time.Second); len(f.Calls()) < 2 && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel()
+	}()
 	_, err = c.Status(ctx, task.ID)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled: %v", err)
 	}
+	if calls = f.Calls(); len(calls) != 2 || calls[1].Finish {
+		t.Fatalf("the cancelled call: %+v", calls)
+	}
+	waitGone(t, calls[1].PID)
 }
 
 func waitGone(t *testing.T, pid int) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // State is a task's state in the Result contract.
@@ -45,9 +46,11 @@ type Result struct {
 	Error string `json:"error"`
 }
 
+// Compiled on first use: a package-level regexp.MustCompile runs at every
+// start of xmode.
 var (
-	ansi       = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
-	statusLine = regexp.MustCompile(`^\[(READY|PENDING|ERROR|APPLIED)\]\s?(.*)$`)
+	ansi       = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`) })
+	statusLine = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^\[(READY|PENDING|ERROR|APPLIED)\]\s?(.*)$`) })
 )
 
 // textStates maps codex 0.171's labels. It has no "running": PENDING covers
@@ -75,7 +78,7 @@ func parseStatus(stdout []byte) (Result, bool, error) {
 	if len(lines) == 0 {
 		return Result{}, false, nil
 	}
-	m := statusLine.FindStringSubmatch(lines[0])
+	m := statusLine().FindStringSubmatch(lines[0])
 	if m == nil {
 		return Result{}, false, nil
 	}
@@ -94,7 +97,7 @@ func parseStatus(stdout []byte) (Result, bool, error) {
 // textLines splits output into trimmed, non-empty lines without colour codes.
 func textLines(b []byte) []string {
 	var out []string
-	for _, l := range strings.Split(ansi.ReplaceAllString(string(b), ""), "\n") {
+	for _, l := range strings.Split(ansi().ReplaceAllString(string(b), ""), "\n") {
 		if l = strings.TrimSpace(l); l != "" {
 			out = append(out, l)
 		}

@@ -119,6 +119,7 @@ type Step struct {
 	Stdout         io.Writer
 	Stderr         io.Writer
 	started        time.Time
+	now            func() time.Time
 }
 
 // Request is what a caller is about to run.
@@ -135,6 +136,9 @@ type Request struct {
 	MaxLogBytes int64
 	// TTY: the step ran on a terminal; stdout.log is its transcript.
 	TTY bool
+	// Now is the clock the step's times are read from (the service's, so
+	// that they agree with its expiry and leases); nil is time.Now.
+	Now func() time.Time
 }
 
 // Begin allocates the step, creates its directory, writes command.json and
@@ -148,7 +152,11 @@ func Begin(ctx context.Context, st *store.Store, g fsguard.Guard, req Request) (
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now().UTC()
+	clock := req.Now
+	if clock == nil {
+		clock = time.Now
+	}
+	now := clock().UTC()
 	rel := func(seq int) string {
 		return filepath.Join(req.Session.RunID, "steps", fmt.Sprintf("%04d-%s", seq, name))
 	}
@@ -159,7 +167,7 @@ func Begin(ctx context.Context, st *store.Store, g fsguard.Guard, req Request) (
 	if err != nil {
 		return nil, err
 	}
-	s := &Step{st: st, guard: g, runID: req.Session.RunID, rel: rel(seq), started: now, res: Result{
+	s := &Step{st: st, guard: g, runID: req.Session.RunID, rel: rel(seq), started: now, now: clock, res: Result{
 		SessionID: req.Session.ID, Seq: seq, Name: name, Argv: req.Argv, ArgvB64: store.ArgvBase64(req.Argv), StartedAt: now, Dir: dir,
 		StdoutPath: filepath.Join(dir, "stdout.log"), StderrPath: filepath.Join(dir, "stderr.log"),
 	}}
@@ -169,7 +177,7 @@ func Begin(ctx context.Context, st *store.Store, g fsguard.Guard, req Request) (
 		s.close()
 		// The row says running; nothing will run: record it as xmode's own
 		// failure (125), as far as the disk lets us.
-		_, _ = st.FinishStep(context.WithoutCancel(ctx), store.StepEnd{RunID: s.runID, Seq: seq, Finished: time.Now(), ExitCode: 125, EvidenceIncomplete: true})
+		_, _ = st.FinishStep(context.WithoutCancel(ctx), store.StepEnd{RunID: s.runID, Seq: seq, Finished: clock(), ExitCode: 125, EvidenceIncomplete: true})
 		return nil, fsguard.WriteError(g.Root, err)
 	}
 	return s, nil
@@ -278,7 +286,7 @@ func (e *Incomplete) Unwrap() error { return e.Err }
 // evidence_incomplete). The Result is returned whenever the step's status
 // is known.
 func (s *Step) Finish(ctx context.Context, status engine.Status) (*Result, error) {
-	now := time.Now().UTC()
+	now := s.now().UTC()
 	s.res.ExitCode, s.res.Signal, s.res.TimedOut, s.res.OOMKilled = status.ExitCode, status.Signal, status.TimedOut, status.OOMKilled
 	s.res.FinishedAt = now
 	s.res.DurationMS = now.Sub(s.started).Milliseconds()

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -82,14 +83,45 @@ func TestLastLines(t *testing.T) {
 	}
 }
 
+// git's stderr reaches the progress writer while git runs: the alias
+// waits on a FIFO that the test opens only once progress has its line.
 func TestProgressGetsStderrLive(t *testing.T) {
-	var progress bytes.Buffer
-	if _, err := Run(context.Background(), &progress, "", "-c", "alias.say=!echo to-progress >&2", "say"); err != nil {
+	gate := filepath.Join(t.TempDir(), "gate")
+	if err := syscall.Mkfifo(gate, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(progress.String(), "to-progress") {
-		t.Fatalf("progress got %q", progress.String())
+	progress := &lineSeen{want: "to-progress\n", seen: make(chan struct{})}
+	go func() {
+		<-progress.seen
+		if f, err := os.OpenFile(gate, os.O_WRONLY, 0); err == nil {
+			f.WriteString("go\n")
+			f.Close()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := Run(ctx, progress, "", "-c", "alias.say=!echo to-progress >&2; read x < "+gate, "say"); err != nil {
+		t.Fatalf("git ran until it was stopped: progress did not get its stderr while it ran (%v)", err)
 	}
+}
+
+// lineSeen is a writer that closes seen once it has been given want.
+type lineSeen struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	want string
+	seen chan struct{}
+}
+
+func (w *lineSeen) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	had := strings.Contains(w.buf.String(), w.want)
+	w.buf.Write(p)
+	if !had && strings.Contains(w.buf.String(), w.want) {
+		close(w.seen)
+	}
+	return len(p), nil
 }
 
 // Without a progress writer nobody can answer a prompt: git must not ask.

@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/xmode/xmode/agents"
 	"github.com/xmode/xmode/fail"
@@ -187,7 +186,7 @@ func (l *Loop) Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	if err := l.Svc.Store.FinishLoopRun(end, sess.RunID, store.LoopEnd{
-		Status: res.Status, ExitCode: res.ExitCode, CR: res.CR, Error: res.Error, Finished: time.Now(),
+		Status: res.Status, ExitCode: res.ExitCode, CR: res.CR, Error: res.Error, Finished: l.Svc.Now(),
 	}); err != nil {
 		return res, err
 	}

@@ -180,7 +180,16 @@ func TestLockOnRemovedMachine(t *testing.T) {
 		_, err := lockMachine(context.Background(), dir, "p", nil)
 		done <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	// The waiter has the lock file open (a second descriptor on it in this
+	// process): what it locks once it may is the file removed meanwhile.
+	lockPath := filepath.Join(dir, LockFile)
+	deadline := time.Now().Add(10 * time.Second)
+	for openedBy(lockPath) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never opened the lock file")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	os.RemoveAll(dir)
 	lk.unlock()
 	select {
@@ -191,6 +200,18 @@ func TestLockOnRemovedMachine(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("waiter never returned")
 	}
+}
+
+// openedBy counts this process's descriptors open on path.
+func openedBy(path string) int {
+	fds, _ := os.ReadDir("/proc/self/fd")
+	n := 0
+	for _, fd := range fds {
+		if target, err := os.Readlink("/proc/self/fd/" + fd.Name()); err == nil && target == path {
+			n++
+		}
+	}
+	return n
 }
 
 func TestCheckoutAddAndRelease(t *testing.T) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"time"
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/machines"
@@ -159,7 +158,7 @@ func (p *Pools) moveClaimed(ctx context.Context, sess *store.Session, commit str
 	if err := p.machines().MoveWorktree(ctx, sess.Project, record, sess.WorktreePath, commit); err != nil {
 		return err
 	}
-	return p.Store.Provisioned(ctx, sess.ID, commit, sess.ContainerID, sess.MountMode, sess.Image, sess.Volumes, time.Now().Add(p.Cfg.TTL))
+	return p.Store.Provisioned(ctx, sess.ID, commit, sess.ContainerID, sess.MountMode, sess.Image, sess.Volumes, p.now().Add(p.Cfg.TTL))
 }
 
 // moveIsFaster says whether moving an entry at from to want beats making a

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
@@ -43,6 +44,17 @@ type Pools struct {
 	// exactly what a create would make, so the pool asks the create's own
 	// function instead of keeping a copy of it.
 	Spec func(ctx context.Context, e *Entry, co *machines.Checkout) (engine.Spec, error)
+	// Clock is the time entries are made, claimed and aged by (the
+	// service's); nil: time.Now.
+	Clock func() time.Time
+}
+
+// now is the pools' time of day.
+func (p *Pools) now() time.Time {
+	if p.Clock != nil {
+		return p.Clock()
+	}
+	return time.Now()
 }
 
 // Size is the number of ready sandboxes the machine's pool keeps: what

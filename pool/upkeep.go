@@ -9,7 +9,6 @@ import (
 	"slices"
 	"sort"
 	"sync"
-	"time"
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fsguard"
@@ -116,7 +115,7 @@ func (p *Pools) Maintain(ctx context.Context, o Options) (*Report, error) {
 	}
 	running := p.running(ctx, provider, shape, entries, rep)
 
-	now := time.Now()
+	now := p.now()
 	for _, e := range entries {
 		why := ""
 		switch {
@@ -253,7 +252,7 @@ func (p *Pools) fill(ctx context.Context, r *reaper.Reaper, provider engine.Prov
 	reserved, err := p.reserve(ctx, newEntries{
 		Project: m.Project, Repo: m.Repo, Ref: m.DefaultRef, Commit: m.HeadCommit,
 		Engine: provider.Name(), Shape: shape, MountMode: engine.MountMode(provider), Image: image,
-		Size: size, Owner: r.Holder(), Now: time.Now(),
+		Size: size, Owner: r.Holder(), Now: p.now(),
 	})
 	if err != nil {
 		rep.fail("", err)
@@ -324,5 +323,5 @@ func (p *Pools) fillOne(ctx context.Context, r *reaper.Reaper, provider engine.P
 	if err != nil {
 		return err
 	}
-	return p.markReady(ctx, e.SessionID, r.Holder(), co.Commit, files, time.Now())
+	return p.markReady(ctx, e.SessionID, r.Holder(), co.Commit, files, p.now())
 }

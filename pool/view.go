@@ -59,7 +59,7 @@ func (p *Pools) view(ctx context.Context, mach *store.Machine) (View, error) {
 	if err != nil {
 		return v, err
 	}
-	now := time.Now()
+	now := p.now()
 	for _, e := range entries {
 		if e.State == Ready {
 			v.Ready++

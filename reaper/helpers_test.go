@@ -199,3 +199,24 @@ func want(t *testing.T, got *reaper.Summary, w reaper.Summary) {
 		t.Fatalf("summary\n got %+v\nwant %+v", g, w)
 	}
 }
+
+// testClock is a clock the test moves by hand, for the service that writes
+// heartbeats and the reaper that judges them alike.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newTestClock() *testClock { return &testClock{now: time.Now()} }
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}

@@ -170,7 +170,7 @@ func (r *Reaper) Pass(ctx context.Context, o PassOptions) (*Summary, error) {
 // sweepMachines removes the project machine directories a killed first
 // warm left: no record, nobody holding their lock.
 func (r *Reaper) sweepMachines(ctx context.Context, dry bool, sum *summer) {
-	m := &machines.Manager{Cfg: r.Cfg, Store: r.Store, Guard: r.Guard}
+	m := &machines.Manager{Cfg: r.Cfg, Store: r.Store, Guard: r.Guard, Now: r.Now}
 	removed, err := m.RemoveUnrecorded(ctx, dry)
 	for _, p := range removed {
 		verb := "removed"

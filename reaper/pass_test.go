@@ -128,21 +128,35 @@ func TestRunningStepHoldsItsSession(t *testing.T) {
 	sandbox.HeartbeatInterval = 50 * time.Millisecond
 	t.Cleanup(func() { sandbox.HeartbeatInterval = old })
 	e := newEnv(t, nil)
+	clock := newTestClock()
+	e.svc.Clock = clock.Now
 	s := e.create("")
 	r := e.reaper()
+	r.Now = clock.Now
 	r.StaleAfter = 300 * time.Millisecond
 
+	// The step runs until the test opens its gate.
+	gate := filepath.Join(e.worktree(s), "gate")
+	if err := syscall.Mkfifo(gate, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A test that failed still lets it end.
+	t.Cleanup(func() {
+		if f, err := os.OpenFile(gate, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
 	done := make(chan error, 1)
 	go func() {
 		res, err := e.svc.Exec(context.Background(), s, sandbox.ExecOptions{
-			Name: "long", Argv: []string{"sh", "-c", "sleep 1.2; echo survived > out.txt; cat out.txt"}})
+			Name: "long", Argv: []string{"sh", "-c", "read x < gate; echo survived > out.txt; cat out.txt"}})
 		if err == nil && res.ExitCode != 0 {
 			err = fmt.Errorf("exit %d", res.ExitCode)
 		}
 		done <- err
 	}()
 	waitFor(t, func() bool {
-		n, _ := e.st.LiveStep(context.Background(), s.ID, time.Now().Add(-time.Minute))
+		n, _ := e.st.LiveStep(context.Background(), s.ID, clock.Now().Add(-time.Minute))
 		return n == 1
 	})
 	e.expire(s.ID)
@@ -153,8 +167,18 @@ func TestRunningStepHoldsItsSession(t *testing.T) {
 		if got := e.get(s.ID); got.Status != store.StatusOpen || !exists(e.worktree(s)) {
 			t.Fatalf("pass %d reaped a session under a running step", i)
 		}
-		time.Sleep(200 * time.Millisecond)
+		clock.Advance(200 * time.Millisecond)
+		// the step renews its lease at the new time
+		waitFor(t, func() bool {
+			n, _ := e.st.LiveStep(context.Background(), s.ID, clock.Now().Add(-time.Millisecond))
+			return n == 1
+		})
 	}
+	go func() { // once the step reads its gate: it ends
+		if f, err := os.OpenFile(gate, os.O_WRONLY, 0); err == nil {
+			f.Close()
+		}
+	}()
 	if !strings.Contains(e.log.String(), s.ID+" kept: expired, but step 1 is still running") {
 		t.Fatalf("no log line for the kept session:\n%s", e.log)
 	}

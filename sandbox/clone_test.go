@@ -246,8 +246,10 @@ func TestCloneCancelKillsGit(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("finds git's process in /proc")
 	}
-	fakeSSH := filepath.Join(t.TempDir(), "ssh")
-	write(t, fakeSSH, "#!/bin/sh\ncat >/dev/null\n")
+	tmp := t.TempDir()
+	fakeSSH, called := filepath.Join(tmp, "ssh"), filepath.Join(tmp, "called")
+	// git starts its transport once it has made the clone's directories.
+	write(t, fakeSSH, "#!/bin/sh\ntouch "+called+"\ncat >/dev/null\n")
 	os.Chmod(fakeSSH, 0o755)
 	t.Setenv("GIT_SSH_COMMAND", fakeSSH)
 	t.Setenv("GIT_SSH_VARIANT", "ssh")
@@ -260,6 +262,14 @@ func TestCloneCancelKillsGit(t *testing.T) {
 		done <- err
 	}()
 	gitPid := waitChildNamed(t, "git")
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(called); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("git never ran its ssh")
+		}
+	}
 	cancel()
 	select {
 	case err := <-done:
@@ -288,8 +298,6 @@ func waitChildNamed(t *testing.T, name string) int {
 			for _, p := range strings.Fields(string(b)) {
 				if comm, _ := os.ReadFile("/proc/" + p + "/comm"); strings.TrimSpace(string(comm)) == name {
 					pid, _ := strconv.Atoi(p)
-					// Give git the time to create the directory.
-					time.Sleep(200 * time.Millisecond)
 					return pid
 				}
 			}

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
@@ -92,7 +91,7 @@ func (s *Service) CopyIn(ctx context.Context, sess *store.Session, src, rel stri
 	if err != nil {
 		return CopyResult{}, err
 	}
-	if err := store.CheckOpen(sess, time.Now()); err != nil {
+	if err := store.CheckOpen(sess, s.Now()); err != nil {
 		return CopyResult{}, err
 	}
 	wt, provider, err := s.copySession(sess)

@@ -79,7 +79,7 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	}
 	secrets, recordEnv := s.secrets(o)
 
-	if err := store.CheckOpen(sess, time.Now()); err != nil {
+	if err := store.CheckOpen(sess, s.Now()); err != nil {
 		return nil, err
 	}
 	worktree, err := s.Guard.CheckWorktree(sess.RunID, sess.WorktreePath)
@@ -106,7 +106,7 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	// derived from it too.
 	step, err := evidence.Begin(ctx, s.Store, s.Guard, evidence.Request{
 		Session: sess, Name: o.Name, Argv: secrets.Strings(o.Argv), Env: recordEnv, Workdir: rel, Timeout: o.Timeout,
-		Tag: tag, MaxLogBytes: s.Cfg.EvidenceMaxBytes, TTY: o.TTY,
+		Tag: tag, MaxLogBytes: s.Cfg.EvidenceMaxBytes, TTY: o.TTY, Now: s.Clock,
 	})
 	if err != nil {
 		return nil, err
@@ -202,8 +202,8 @@ func (s *Service) heartbeat(ctx context.Context, runID string, seq int) (stop fu
 			select {
 			case <-ctx.Done():
 				return
-			case now := <-t.C:
-				_ = s.Store.Heartbeat(ctx, runID, seq, now)
+			case <-t.C:
+				_ = s.Store.Heartbeat(ctx, runID, seq, s.Now())
 			}
 		}
 	}()

@@ -36,6 +36,18 @@ type Service struct {
 	// Verbose receives what a create decided and how long each part took
 	// (`-v sandbox create`); nil for none.
 	Verbose io.Writer
+	// Clock is the time the service records and checks expiry against,
+	// passed on to the reaper, the machines and the evidence; nil is
+	// time.Now. Tests move it forward so that TTLs run out without sleeping.
+	Clock func() time.Time
+}
+
+// Now is the service's clock (Clock, else time.Now).
+func (s *Service) Now() time.Time {
+	if s.Clock != nil {
+		return s.Clock()
+	}
+	return time.Now()
 }
 
 // detail says one thing a create decided, for -v.
@@ -66,13 +78,13 @@ type CreateOptions struct {
 
 // Machines is the project machines of this storage root.
 func (s *Service) Machines() *machines.Manager {
-	return &machines.Manager{Cfg: s.Cfg, Store: s.Store, Guard: s.Guard, Progress: s.Progress, PoolEntries: s.Pools().Count}
+	return &machines.Manager{Cfg: s.Cfg, Store: s.Store, Guard: s.Guard, Progress: s.Progress, PoolEntries: s.Pools().Count, Now: s.Clock}
 }
 
 // Pools is the project machines' pools of this storage root, making their
 // entries with this service's spec (what a create would make).
 func (s *Service) Pools() *pool.Pools {
-	return &pool.Pools{Cfg: s.Cfg, Store: s.Store, Guard: s.Guard, Progress: s.Progress, Log: s.Log, Notices: s.Notices,
+	return &pool.Pools{Cfg: s.Cfg, Store: s.Store, Guard: s.Guard, Progress: s.Progress, Log: s.Log, Notices: s.Notices, Clock: s.Clock,
 		Spec: func(ctx context.Context, e *pool.Entry, co *machines.Checkout) (engine.Spec, error) {
 			return s.spec(ctx, e.SessionID, e.RunID, e.Project, e.WorktreePath, e.Image, co)
 		}}
@@ -81,7 +93,7 @@ func (s *Service) Pools() *pool.Pools {
 // reaper is a Reaper for this service's store; Close it when done, as it
 // keeps the engines it opened.
 func (s *Service) reaper() *reaper.Reaper {
-	return &reaper.Reaper{Cfg: s.Cfg, Store: s.Store, Guard: s.Guard, Log: s.Log}
+	return &reaper.Reaper{Cfg: s.Cfg, Store: s.Store, Guard: s.Guard, Log: s.Log, Now: s.Clock}
 }
 
 // teardown ends a session whose provisioning failed with err.
@@ -110,7 +122,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	if err := s.Guard.CheckFree(s.Cfg.MinFree, "refusing to create a sandbox"); err != nil {
 		return nil, err
 	}
-	now := time.Now().UTC()
+	now := s.Now().UTC()
 	sess := store.Session{
 		ID: store.NewSessionID(), User: s.Cfg.User, Project: o.Project, RunnerMode: s.Cfg.RunnerMode,
 		Engine: engineName, CreatedAt: now, ExpiresAt: now.Add(s.Cfg.TTL),
@@ -213,7 +225,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		cleanup := context.WithoutCancel(ctx)
 		if o.Loop != nil {
 			_ = s.Store.FinishLoopRun(cleanup, sess.RunID, store.LoopEnd{
-				Status: store.RunFailed, ExitCode: fail.ExitCode(err), Error: err.Error(), Finished: time.Now(),
+				Status: store.RunFailed, ExitCode: fail.ExitCode(err), Error: err.Error(), Finished: s.Now(),
 			})
 		}
 		if _, terr := s.teardown(cleanup, &sess, err); terr != nil {
@@ -264,7 +276,7 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	if engineName == engine.Cloud {
 		// The Codex cloud runs this session's work: the worktree gives it a
 		// base commit (what the task's diff applies to), and no local sandbox.
-		if err := s.Store.Provisioned(ctx, sess.ID, base, "", "", "", nil, time.Now().Add(s.Cfg.TTL)); err != nil {
+		if err := s.Store.Provisioned(ctx, sess.ID, base, "", "", "", nil, s.Now().Add(s.Cfg.TTL)); err != nil {
 			return nil, err
 		}
 		return s.Store.Get(ctx, sess.ID)
@@ -297,7 +309,7 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Store.Provisioned(ctx, sess.ID, base, sb.ContainerID, sb.MountMode, sess.Image, sb.Volumes, time.Now().Add(s.Cfg.TTL)); err != nil {
+	if err := s.Store.Provisioned(ctx, sess.ID, base, sb.ContainerID, sb.MountMode, sess.Image, sb.Volumes, s.Now().Add(s.Cfg.TTL)); err != nil {
 		return nil, err
 	}
 	return s.Store.Get(ctx, sess.ID)
@@ -464,7 +476,7 @@ func (s *Service) Extend(ctx context.Context, sess *store.Session, d time.Durati
 	if err := s.Cfg.CheckTTL(d); err != nil {
 		return nil, fail.Usagef("--ttl: %v", err)
 	}
-	if err := s.Store.Extend(ctx, sess.ID, time.Now().Add(d)); err != nil {
+	if err := s.Store.Extend(ctx, sess.ID, s.Now().Add(d)); err != nil {
 		return nil, err
 	}
 	return s.Store.Get(ctx, sess.ID)

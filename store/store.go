@@ -17,7 +17,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -136,36 +135,52 @@ type migration struct {
 	sql     string
 }
 
-func migrations() ([]migration, error) {
+// migrationNames lists the embedded migrations in order, checked to be
+// numbered 1, 2, 3… without gaps: how many there are is the schema version
+// this binary knows. It reads names only, once per process: a database at
+// that version (every command but the first after an upgrade) needs nothing
+// more, and reading and copying the SQL of every migration was part of the
+// cost of every command.
+var migrationNames = sync.OnceValues(func() ([]string, error) {
 	entries, err := migrationFS.ReadDir("migrations")
 	if err != nil {
 		return nil, err
 	}
-	var ms []migration
-	for _, e := range entries {
+	names := make([]string, len(entries))
+	for i, e := range entries {
 		var v int
 		if _, err := fmt.Sscanf(e.Name(), "%04d_", &v); err != nil {
 			return nil, fmt.Errorf("migration %s: name must start with a 4-digit version", e.Name())
 		}
-		b, err := migrationFS.ReadFile("migrations/" + e.Name())
+		if v != i+1 { // ReadDir sorts by name, so by version
+			return nil, fmt.Errorf("migration %s: versions must run 1, 2, 3… without gaps", e.Name())
+		}
+		names[i] = e.Name()
+	}
+	return names, nil
+})
+
+// migrations reads every migration's SQL: only when one is to be applied.
+func migrations() ([]migration, error) {
+	names, err := migrationNames()
+	if err != nil {
+		return nil, err
+	}
+	ms := make([]migration, len(names))
+	for i, name := range names {
+		b, err := migrationFS.ReadFile("migrations/" + name)
 		if err != nil {
 			return nil, err
 		}
-		ms = append(ms, migration{version: v, name: e.Name(), sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("migration %s: versions must run 1, 2, 3… without gaps", m.name)
-		}
+		ms[i] = migration{version: i + 1, name: name, sql: string(b)}
 	}
 	return ms, nil
 }
 
 // SchemaVersion is the newest schema this binary knows.
 func SchemaVersion() int {
-	ms, _ := migrations()
-	return len(ms)
+	names, _ := migrationNames()
+	return len(names)
 }
 
 // migrate applies pending migrations in one immediate transaction, so two
@@ -173,19 +188,24 @@ func SchemaVersion() int {
 // database in a root id says was used is refused; a new one gets instance
 // as its ID, or a fresh one.
 func (s *Store) migrate(ctx context.Context, id identity, instance string) error {
-	ms, err := migrations()
+	names, err := migrationNames()
 	if err != nil {
 		return err
 	}
+	// One read decides: a current database is used as it is.
 	var have int
 	if err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&have); err != nil {
 		return fmt.Errorf("read schema version of %s: %w", s.path, err)
 	}
-	if have == len(ms) {
+	if have == len(names) {
 		return nil
 	}
-	if have > len(ms) {
-		return schemaTooNew(s.path, have, len(ms))
+	if have > len(names) {
+		return schemaTooNew(s.path, have, len(names))
+	}
+	ms, err := migrations()
+	if err != nil {
+		return err
 	}
 	// Foreign keys are off while migrations run, so one can rebuild a table
 	// others refer to (SQLite's procedure for changes ALTER TABLE cannot

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -51,6 +52,32 @@ func TestMigrateOnceAndRefuseNewerSchema(t *testing.T) {
 	_, err := Open(context.Background(), root)
 	if err == nil || !strings.Contains(err.Error(), "newer than this xmode") {
 		t.Fatalf("opening a newer schema: %v", err)
+	}
+}
+
+// Opening a database at the current schema reads its version and nothing
+// else: the migrations' SQL is read only when one is to be applied (every
+// command read and copied all of it before).
+func TestOpenCurrentStoreReadsNoMigration(t *testing.T) {
+	root := t.TempDir()
+	s := open(t, root)
+	ms, err := migrations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sqlBytes uint64
+	for _, m := range ms {
+		sqlBytes += uint64(len(m.sql))
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if err := s.migrate(context.Background(), identity{root: root}, ""); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got >= sqlBytes {
+		t.Fatalf("opening a current store allocated %d bytes, as much as the migrations' SQL (%d): it read them", got, sqlBytes)
 	}
 }
 

@@ -361,8 +361,8 @@ func TestCloudRealCodex(t *testing.T) {
 	proxy := "http://" + l.Addr().String()
 	l.Close()
 	offline := []string{"XMODE_CODEX_BIN=" + real, "HOME=" + home, "HTTPS_PROXY=" + proxy, "https_proxy=" + proxy,
-		"NO_PROXY=", "no_proxy=", "XMODE_CLOUD_STALE_AFTER=1ms"}
-	time.Sleep(5 * time.Millisecond)
+		"NO_PROXY=", "no_proxy=", "XMODE_CLOUD_STALE_AFTER=1m"}
+	advanceClock(t, r.root, 61*time.Second) // the parked task's last poll is stale
 	out, errOut, code = r.run(offline, "cloud", "poll", "--sweep")
 	if code != 0 || out != "" || errOut != "" {
 		t.Fatalf("poll, backend unreachable: exit %d\n%s\n%s", code, out, errOut)

@@ -156,7 +156,7 @@ func TestDockerTLSDaemonCLI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(10 * time.Millisecond)
+	advanceClock(t, root, time.Second)
 	var sum struct {
 		Expired           int `json:"expired"`
 		Destroyed         int `json:"destroyed"`

@@ -79,7 +79,7 @@ func dkXmode(t *testing.T, root string, env []string, args ...string) dkResult {
 	var keep []string
 	for _, kv := range c.Env {
 		k, _, _ := strings.Cut(kv, "=")
-		if (strings.HasPrefix(k, "XMODE_") && k != "XMODE_TEST_AS_MAIN" && k != "XMODE_STORAGE_ROOT") ||
+		if (strings.HasPrefix(k, "XMODE_") && k != "XMODE_TEST_AS_MAIN" && k != "XMODE_STORAGE_ROOT" && k != clockEnv) ||
 			strings.HasPrefix(k, "CODEX_") || k == "CI" {
 			continue
 		}

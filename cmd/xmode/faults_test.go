@@ -208,8 +208,10 @@ func TestFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := filepath.Join(mnt, "root")
+	clock := filepath.Join(dir, "clock") // not on the disk that fills
 	run := func(env []string, args ...string) (string, int) {
 		c := xmode(t, root, args...)
+		c.Env = append(c.Env, clockEnv+"="+clock)
 		c.Env = append(c.Env, env...)
 		out, err := c.CombinedOutput()
 		code := 0
@@ -266,7 +268,9 @@ func TestFullDisk(t *testing.T) {
 	if out, code = run(small, "sandbox", "extend", id, "--ttl", "1ms"); code != 0 {
 		t.Fatalf("extend: %d %s", code, out)
 	}
-	time.Sleep(10 * time.Millisecond)
+	if err := moveClock(clock, time.Second); err != nil {
+		t.Fatal(err)
+	}
 	if out, code = run(nil, "reap", "--json"); code != 0 || !strings.Contains(out, `"worktrees_reclaimed": 1`) {
 		t.Fatalf("reap on a full disk: exit %d\n%s", code, out)
 	}

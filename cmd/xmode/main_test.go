@@ -3,12 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
@@ -25,14 +27,73 @@ func TestMain(m *testing.M) {
 	// the inherited XMODE_TEST_AS_MAIN must not make it xmode.
 	codexcloudtest.Dispatch()
 	if os.Getenv("XMODE_TEST_AS_MAIN") == "1" {
-		os.Exit(cmd.Main())
+		os.Exit(testMain())
 	}
 	testscript.Main(stopDaemon{m}, map[string]func(){
-		"xmode": func() { os.Exit(cmd.Main()) },
+		"xmode": func() { os.Exit(testMain()) },
 		// The Codex CLI stand-in (codexcloudtest) and its control command.
 		"codex":     func() { os.Exit(codexcloudtest.Main()) },
 		"fakecodex": func() { os.Exit(codexcloudtest.Ctl()) },
 	})
+}
+
+// testMain is xmode's main, on the test clock.
+func testMain() int {
+	if file := os.Getenv(clockEnv); file != "" {
+		cmd.SetClock(func() time.Time { return time.Now().Add(clockOffset(file)) })
+	}
+	return cmd.Main()
+}
+
+// clockEnv names the file that says how far a test has moved xmode's clock
+// ahead of the wall clock (a Go duration; no file: not at all), so that
+// TTLs and expiry are tested without sleeping. Only this test binary reads
+// it (through cmd.SetClock): the xmode binary has no such setting. Scripts
+// move it with `advance`, Go tests with advanceClock; every xmode started
+// after (or running during) the move sees it.
+const clockEnv = "XMODE_TEST_CLOCK"
+
+// clockOffset reads the clock file on every call, so that a command still
+// running (a step, a watching poller) moves on with the test's clock.
+func clockOffset(file string) time.Duration {
+	b, err := os.ReadFile(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0
+	}
+	if err != nil {
+		panic(fmt.Sprintf("the test clock: %v", err))
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(string(b)))
+	if err != nil {
+		panic(fmt.Sprintf("the test clock %s: %v", file, err))
+	}
+	return d
+}
+
+// moveClock moves the clock of file ahead by d. The file is replaced, never
+// rewritten in place, so that a reader sees the old offset or the new.
+func moveClock(file string, d time.Duration) error {
+	if d <= 0 {
+		return fmt.Errorf("the clock only moves forward (%s)", d)
+	}
+	tmp := file + ".new"
+	if err := os.WriteFile(tmp, []byte((clockOffset(file)+d).String()+"\n"), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, file)
+}
+
+// advance DURATION moves the clock of every xmode this script runs ahead
+// by DURATION (a Go duration: 2h, 90s), as if that much time had passed.
+func advance(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: advance DURATION")
+	}
+	d, err := time.ParseDuration(args[0])
+	if err != nil {
+		ts.Fatalf("advance: %v", err)
+	}
+	ts.Check(moveClock(ts.Getenv(clockEnv), d))
 }
 
 // stopDaemon runs the tests, then stops the second (TLS) docker daemon if a
@@ -57,7 +118,7 @@ func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata/script",
 		Setup:               setupScript,
-		Cmds:                map[string]func(*testscript.TestScript, bool, []string){"capture": capture, "exits": exits},
+		Cmds:                map[string]func(*testscript.TestScript, bool, []string){"capture": capture, "exits": exits, "advance": advance, "await": await},
 		RequireExplicitExec: true,
 	})
 }
@@ -68,6 +129,7 @@ func TestScripts(t *testing.T) {
 func setupScript(env *testscript.Env) error {
 	work := env.WorkDir
 	env.Setenv("XMODE_STORAGE_ROOT", filepath.Join(work, "root"))
+	env.Setenv(clockEnv, filepath.Join(work, ".clock"))
 	env.Setenv("HOME", filepath.Join(work, "home"))
 	env.Setenv("XMODE_USER", "tester")
 	env.Setenv(codexcloudtest.DirEnv, filepath.Join(work, "fakecodex"))
@@ -169,6 +231,67 @@ func exits(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	if got != want {
 		ts.Fatalf("exit code %d, want %d", got, want)
+	}
+}
+
+// await [-timeout D] PROG [ARG...] runs a program until it succeeds (exit
+// 0), for at most D (default 20s): scripts wait for an event (a file, a
+// row, a call) with it instead of sleeping. Its last output is kept for
+// stdout/stderr checks like exec's.
+func await(ts *testscript.TestScript, neg bool, args []string) {
+	timeout := 20 * time.Second
+	if len(args) > 1 && args[0] == "-timeout" {
+		d, err := time.ParseDuration(args[1])
+		if err != nil {
+			ts.Fatalf("await: -timeout: %v", err)
+		}
+		timeout, args = d, args[2:]
+	}
+	if neg || len(args) < 1 {
+		ts.Fatalf("usage: await [-timeout D] PROG [ARG...]")
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		err := ts.Exec(args[0], args[1:]...)
+		if err == nil {
+			return
+		}
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			ts.Fatalf("await: %v", err)
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("await: %s did not succeed within %s (last: %v)", strings.Join(args, " "), timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestClockIsTestOnly: the clock file is read by this test binary alone;
+// no source of xmode's names it, so the xmode binary cannot be moved in
+// time by its environment.
+func TestClockIsTestOnly(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "node_modules" || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), clockEnv) {
+			t.Errorf("%s names %s: only the tests may move xmode's clock", path, clockEnv)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

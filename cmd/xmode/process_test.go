@@ -16,8 +16,18 @@ import (
 func xmode(t *testing.T, root string, args ...string) *exec.Cmd {
 	t.Helper()
 	c := exec.Command(os.Args[0], args...)
-	c.Env = append(os.Environ(), "XMODE_TEST_AS_MAIN=1", "XMODE_STORAGE_ROOT="+root, "NO_COLOR=1", "GORACE=atexit_sleep_ms=0")
+	c.Env = append(os.Environ(), "XMODE_TEST_AS_MAIN=1", "XMODE_STORAGE_ROOT="+root, "NO_COLOR=1", "GORACE=atexit_sleep_ms=0",
+		clockEnv+"="+root+".clock")
 	return c
+}
+
+// advanceClock moves the clock of the xmode processes on root ahead by d
+// (as if that much time had passed), for TTLs without sleeping.
+func advanceClock(t *testing.T, root string, d time.Duration) {
+	t.Helper()
+	if err := moveClock(root+".clock", d); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func newSession(t *testing.T) (root, id string) {

@@ -100,7 +100,7 @@ func TestReapKilledMidPassConverges(t *testing.T) {
 	repo := filepath.Join(dir, "repo")
 	reapBigRepo(t, repo, 300)
 	root := filepath.Join(dir, "root")
-	env := []string{"XMODE_SANDBOX_MAX_OPEN=0", "XMODE_SANDBOX_TTL=1s"}
+	env := []string{"XMODE_SANDBOX_MAX_OPEN=0", "XMODE_SANDBOX_TTL=1h"}
 	const n = 10
 	reapMust(t, root, nil, "sandbox", "list") // the database exists before the creates race
 	var wg sync.WaitGroup
@@ -121,7 +121,7 @@ func TestReapKilledMidPassConverges(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	time.Sleep(time.Second) // they expire
+	advanceClock(t, root, 2*time.Hour) // they expire
 
 	for kill := 1; kill <= 2; kill++ {
 		before := reapWorktrees(root)
@@ -142,7 +142,11 @@ func TestReapKilledMidPassConverges(t *testing.T) {
 		}
 		c.Process.Signal(syscall.SIGKILL)
 		c.Wait()
-		t.Logf("kill %d: %d → %d worktrees", kill, before, reapWorktrees(root))
+		after := reapWorktrees(root)
+		t.Logf("kill %d: %d → %d worktrees", kill, before, after)
+		if kill == 1 && (after == 0 || after == before) {
+			t.Fatalf("the first kill did not land mid-pass (%d → %d worktrees): nothing here was killed mid-pass", before, after)
+		}
 	}
 	out, errOut, code := reapRun(t, root, nil, "reap", "-v")
 	if code != 0 || errOut != "" {
@@ -187,25 +191,38 @@ func TestCreateKilledThenReapConverges(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	repo := filepath.Join(dir, "repo")
-	reapBigRepo(t, repo, 1000)
+	reapBigRepo(t, repo, 10)
 	root := filepath.Join(dir, "root")
 	reapMust(t, root, nil, "sandbox", "list") // the database exists
-	c := reapCmd(t, root, "sandbox", "create", "--repo", repo, "-q")
+	// The repository is reached over "ssh" that runs git-upload-pack here:
+	// the create's ls-remote is answered, its clone never is, so the kill
+	// lands while the clone runs, however fast this machine is.
+	ssh, cloning := filepath.Join(dir, "ssh"), filepath.Join(dir, "cloning")
+	script := "#!/bin/sh\nif mkdir " + filepath.Join(dir, "served") + " 2>/dev/null; then\n  for cmd; do :; done\n  exec sh -c \"$cmd\"\nfi\ntouch " + cloning + "\nexec cat >/dev/null\n"
+	if err := os.WriteFile(ssh, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := reapCmd(t, root, "sandbox", "create", "--repo", "ssh://localhost"+repo, "-q")
+	c.Env = append(c.Env, "GIT_SSH_COMMAND="+ssh, "GIT_SSH_VARIANT=ssh")
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		if m, _ := filepath.Glob(filepath.Join(root, "runs", "*", "worktree")); len(m) > 0 {
-			break
+	for _, err := os.Stat(cloning); err != nil; _, err = os.Stat(cloning) {
+		if time.Now().After(deadline) {
+			c.Process.Kill()
+			c.Wait()
+			t.Fatalf("the create never started its clone\n%s", stderr.String())
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 	c.Process.Signal(syscall.SIGKILL)
 	c.Wait()
 	list := reapMust(t, root, nil, "sandbox", "list", "--all", "--json")
 	if !strings.Contains(list, `"status": "provisioning"`) {
-		t.Skipf("the create finished before it could be killed: %s", list)
+		t.Fatalf("the create killed while cloning is not provisioning: %s", list)
 	}
 	id := list[strings.Index(list, `"id": "`)+7:]
 	id = id[:strings.IndexByte(id, '"')]
@@ -348,7 +365,7 @@ func TestReapDockerCLI(t *testing.T) {
 		t.Fatal("no container for the session")
 	}
 	reapMust(t, root, env, "sandbox", "extend", id, "--ttl", "1ms")
-	time.Sleep(10 * time.Millisecond)
+	advanceClock(t, root, time.Second)
 
 	px.Stop()
 	out, errOut, code := reapRun(t, root, env, "reap", "--json")

@@ -92,6 +92,25 @@ func (term *terminal) waitFor(re string) {
 	term.t.Fatalf("the terminal never showed %q; it shows:\n%q", re, term.screen())
 }
 
+// retype types s until the screen shows re (once more than before): for
+// what takes effect after the keys were typed, as a window size xmode
+// passes on when its SIGWINCH arrives.
+func (term *terminal) retype(s, re string) {
+	term.t.Helper()
+	rx := regexp.MustCompile(re)
+	before := len(rx.FindAllStringIndex(term.screen(), -1))
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		term.typeIn(s)
+		for try := time.Now().Add(time.Second); time.Now().Before(try); time.Sleep(20 * time.Millisecond) {
+			if len(rx.FindAllStringIndex(term.screen(), -1)) > before {
+				return
+			}
+		}
+	}
+	term.t.Fatalf("the terminal never showed %q; it shows:\n%q", re, term.screen())
+}
+
 // exit waits for xmode to end and returns its exit code.
 func (term *terminal) exit() int {
 	term.t.Helper()
@@ -127,20 +146,17 @@ func shellSession(t *testing.T, root, id string, env []string) {
 		t.Fatal(err)
 	}
 	// SIGWINCH reaches xmode, which passes the size on (docker: through
-	// the API); give it a moment, then ask again.
-	time.Sleep(300 * time.Millisecond)
-	term.typeIn("stty size\r")
-	term.waitFor(`40 120`)
-	// Ctrl-C goes to the process inside, not to xmode: sleep dies, the
-	// shell and the session go on.
-	term.typeIn("sleep 30; echo slept\r")
-	time.Sleep(300 * time.Millisecond)
+	// the API) when the signal arrives: ask until the shell sees it.
+	term.retype("stty size\r", `40 120`)
+	// Ctrl-C goes to the process inside, not to xmode: a command that
+	// traps SIGINT says it got it (once it is ready for it), the shell and
+	// the session go on.
+	term.typeIn(`sh -c 'trap "echo got-int-$((2*4)); exit 7" INT; echo ready-$((3*3)); while :; do sleep 0.1; done'; echo status-$?` + "\r")
+	term.waitFor(`ready-9`)
 	term.typeIn("\x03")
+	term.waitFor(`got-int-8\r?\n(.|\n)*status-7`)
 	term.typeIn("echo after-$((2+3))\r")
 	term.waitFor(`after-5`)
-	if strings.Contains(term.screen(), "\nslept") {
-		t.Fatalf("Ctrl-C did not reach sleep:\n%q", term.screen())
-	}
 	term.typeIn("exit 3\r")
 	if code := term.exit(); code != 3 {
 		t.Fatalf("shell exit 3: xmode exited %d\n%q", code, term.screen())
@@ -198,8 +214,14 @@ func TestExecInteractiveFromATerminal(t *testing.T) {
 	root, id := newSession(t)
 	term := startTerminal(t, xmode(t, root, "sandbox", "exec", "-i", id, "--", "sh", "-i"), 24, 80)
 	term.waitFor(`add -t to give it one`)
+	// What is typed reaches the shell and its output comes back: an
+	// interactive shell ($- has i), not stopped, with no terminal, leading
+	// a session of its own.
 	term.typeIn("echo hi-$((1+1))\n")
 	term.waitFor(`hi-2`)
+	term.typeIn(`case $- in *i*) echo interactive-$((1+1));; esac; test -t 0 || echo no-tty-$((1+2)); ` +
+		`read -r _ _ _ _ _ sid _ < /proc/$$/stat; [ "$sid" = $$ ] && echo own-session-$((2+2))` + "\n")
+	term.waitFor(`interactive-2\r?\n(.|\n)*no-tty-3\r?\n(.|\n)*own-session-4`)
 	term.typeIn("exit 4\n")
 	if code := term.exit(); code != 4 {
 		t.Fatalf("exec -i -- sh -i: exit %d, want 4\n%q", code, term.screen())
@@ -233,7 +255,14 @@ func TestExecSecondInterruptKills(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	c.Process.Signal(syscall.SIGINT)
-	time.Sleep(500 * time.Millisecond)
+	// the first Ctrl-C was taken: xmode says what the second does
+	for i := 0; !strings.Contains(stderr.String(), "press Ctrl-C again"); i++ {
+		if i > 500 {
+			c.Process.Kill()
+			t.Fatalf("the first Ctrl-C was not taken: %s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	start := time.Now()
 	c.Process.Signal(syscall.SIGINT)
 	err := c.Wait()
@@ -353,7 +382,7 @@ func TestProgressOnlyOnATerminal(t *testing.T) {
 			t.Fatalf("create: %v", err)
 		}
 	}
-	time.Sleep(20 * time.Millisecond)
+	advanceClock(t, root, time.Second)
 	term = startTerminal(t, xmode(t, root, "reap"), 24, 100)
 	if code := term.exit(); code != 0 {
 		t.Fatalf("reap: exit %d\n%q", code, term.screen())

@@ -639,15 +639,15 @@ func testCancel(t *testing.T, h Harness) {
 	a, sb := h.New(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	timer := time.AfterFunc(300*time.Millisecond, cancel)
-	defer timer.Stop()
-	req := engine.ExecRequest{Argv: []string{"sleep", "30"}}
+	out := &lineWaiter{want: "up", seen: make(chan struct{})}
+	onLine(out, cancel) // once the step runs
+	req := engine.ExecRequest{Argv: []string{"sh", "-c", "echo up; exec sleep 30"}, Stdout: out}
 	r := exec(t, ctx, a, sb, req, defaultLimit)
 	if r.err != nil {
 		t.Fatalf("Exec(%s) cancelled while running returned error %v; want the status the process died of", describe(req), r.err)
 	}
 	if r.st.ExitCode == 0 {
-		t.Errorf("Exec(%s) cancelled after 300ms: status %+v, want a non-zero status", describe(req), r.st)
+		t.Errorf("Exec(%s) cancelled while it ran: status %+v, want a non-zero status", describe(req), r.st)
 	}
 	if r.st.TimedOut {
 		t.Errorf("Exec(%s) cancelled (no timeout set): status %+v says TimedOut", describe(req), r.st)
@@ -658,21 +658,35 @@ func testCancel(t *testing.T, h Harness) {
 	t.Logf("cancelled step: %+v after %v", r.st, r.elapsed)
 }
 
-// interrupted cancels a context after d the way Ctrl-C does: with an
-// engine.Interrupt cause for SIGINT; closing hurry is the second Ctrl-C.
-func interrupted(d time.Duration) (ctx context.Context, hurry chan struct{}, stop func()) {
+// interrupted cancels a context the way Ctrl-C does once the step printed
+// ready: with an engine.Interrupt cause for SIGINT; closing hurry is the
+// second Ctrl-C.
+func interrupted(ready *lineWaiter) (ctx context.Context, hurry chan struct{}, stop func()) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	hurry = make(chan struct{})
-	timer := time.AfterFunc(d, func() { cancel(&engine.Interrupt{Signal: syscall.SIGINT, Hurry: hurry}) })
-	return ctx, hurry, func() { timer.Stop(); cancel(nil) }
+	onLine(ready, func() { cancel(&engine.Interrupt{Signal: syscall.SIGINT, Hurry: hurry}) })
+	return ctx, hurry, func() { cancel(nil) }
+}
+
+// onLine runs f once w has seen its line, unless that takes more than a
+// minute (then the step's own result says what went wrong).
+func onLine(w *lineWaiter, f func()) {
+	go func() {
+		select {
+		case <-w.seen:
+			f()
+		case <-time.After(time.Minute):
+		}
+	}()
 }
 
 // Ctrl-C reaches the step as SIGINT, as from a terminal: it dies of it, 130.
 func testInterrupt(t *testing.T, h Harness) {
 	a, sb := h.New(t)
-	ctx, _, stop := interrupted(300 * time.Millisecond)
+	out := &lineWaiter{want: "up", seen: make(chan struct{})}
+	ctx, _, stop := interrupted(out)
 	defer stop()
-	req := engine.ExecRequest{Argv: []string{"sleep", "30"}}
+	req := engine.ExecRequest{Argv: []string{"sh", "-c", "echo up; exec sleep 30"}, Stdout: out}
 	r := exec(t, ctx, a, sb, req, defaultLimit)
 	if r.err != nil {
 		t.Fatalf("Exec(%s) interrupted: error %v", describe(req), r.err)
@@ -690,10 +704,16 @@ func testInterrupt(t *testing.T, h Harness) {
 // TERM is KILLed at once, not after its (long) grace.
 func testInterruptHurried(t *testing.T, h Harness) {
 	a, sb := h.New(t)
-	ctx, hurry, stop := interrupted(300 * time.Millisecond)
+	// The step says when it is ready and when the first Ctrl-C reached it
+	// (and changed nothing); then comes the second.
+	out := &lineWaiter{want: "up", seen: make(chan struct{})}
+	ctx, hurry, stop := interrupted(out)
 	defer stop()
-	time.AfterFunc(900*time.Millisecond, func() { close(hurry) })
-	req := engine.ExecRequest{Argv: []string{"sh", "-c", `trap "" INT TERM; while :; do sleep 0.1; done`}, Grace: 30 * time.Second}
+	got := &lineWaiter{want: "got INT", seen: make(chan struct{})}
+	out.also = got
+	onLine(got, func() { close(hurry) })
+	req := engine.ExecRequest{Argv: []string{"sh", "-c", `trap "echo got INT" INT; trap "" TERM; echo up; while :; do sleep 0.1; done`},
+		Grace: 30 * time.Second, Stdout: out}
 	r := exec(t, ctx, a, sb, req, defaultLimit)
 	if r.err != nil {
 		t.Fatalf("Exec(%s) interrupted twice: error %v", describe(req), r.err)
@@ -706,18 +726,23 @@ func testInterruptHurried(t *testing.T, h Harness) {
 	}
 }
 
-// lineWaiter is a writer that tells when a line has been written.
+// lineWaiter is a writer that tells when a line has been written (and
+// passes what it gets on to also, when set).
 type lineWaiter struct {
 	syncBuffer
 	want string
 	seen chan struct{}
 	once sync.Once
+	also *lineWaiter
 }
 
 func (w *lineWaiter) Write(p []byte) (int, error) {
 	n, err := w.syncBuffer.Write(p)
 	if bytes.Contains(w.Bytes(), []byte(w.want)) {
 		w.once.Do(func() { close(w.seen) })
+	}
+	if w.also != nil {
+		w.also.Write(p)
 	}
 	return n, err
 }

@@ -64,8 +64,11 @@ func (c *Counter) Done() {
 }
 
 // gitLine is one of git's progress lines: "Receiving objects:  45% (45/100), …",
-// with "remote: " before the server's phases.
-var gitLine = regexp.MustCompile(`^(?:remote: )?([A-Z][a-z]+(?: [a-z]+)*):\s+\d+% \((\d+)/(\d+)\)`)
+// with "remote: " before the server's phases. Compiled on first use: a
+// package-level regexp.MustCompile runs at every start of xmode.
+var gitLine = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^(?:remote: )?([A-Z][a-z]+(?: [a-z]+)*):\s+\d+% \((\d+)/(\d+)\)`)
+})
 
 // Git is a writer for git's --progress output (its stderr) that draws a bar
 // per phase (counting, receiving, resolving, updating files) instead of
@@ -111,7 +114,7 @@ func (g *Git) Write(p []byte) (int, error) {
 }
 
 func (g *Git) line(l string) {
-	m := gitLine.FindStringSubmatch(l)
+	m := gitLine().FindStringSubmatch(l)
 	if m == nil {
 		if strings.HasPrefix(l, "warning: ") {
 			g.finish()

@@ -75,7 +75,7 @@ func parseEndpoint(cfg *config.Config) (endpoint, error) {
 	default:
 		return ep, fail.Usagef("%s=%q: unsupported protocol %q; use unix://, tcp:// (TLS with a cert path), http:// or https://", ep.variable, ep.host, proto)
 	}
-	if v := cfg.DockerAPIVersion; v != "" && !apiVersionRE.MatchString(v) {
+	if v := cfg.DockerAPIVersion; v != "" && !apiVersionRE().MatchString(v) {
 		return ep, fail.Usagef("DOCKER_API_VERSION=%q is not an API version such as 1.41", v)
 	}
 	if useTLS {
@@ -107,7 +107,9 @@ func parseEndpoint(cfg *config.Config) (endpoint, error) {
 	return ep, nil
 }
 
-var apiVersionRE = regexp.MustCompile(`^[0-9]+\.[0-9]+$`)
+// Compiled on first use, as the other expressions here: a package-level
+// regexp.MustCompile runs at every start of xmode, docker or not.
+var apiVersionRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9]+\.[0-9]+$`) })
 
 // sourceOf is the variable a setting came from ("DOCKER_HOST" for the
 // fallback), for messages.
@@ -285,14 +287,14 @@ func (p *Provider) execAttach(ctx context.Context, execID string, tty bool) (typ
 // refRE is what a container ID or name, an exec ID and a volume name look
 // like: the daemon's own name rule. Nothing with a "/" or a leading "." gets
 // through, so no ID can turn into another API path.
-var refRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+var refRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`) })
 
 // checkRef refuses an ID or a name that is not one. The SDK puts them into
 // request paths unchecked, and the path is cleaned after: a container ID
 // "../volumes/X" read from a tampered session row would remove volume X.
 // Every ID and name is checked here before it reaches the SDK.
 func checkRef(kind, ref string) error {
-	if len(ref) > 255 || !refRE.MatchString(ref) {
+	if len(ref) > 255 || !refRE().MatchString(ref) {
 		return fail.Refusedf("%s %q is not a docker %s ID or name: refusing to send it to the daemon", kind, ref, kind)
 	}
 	return nil

@@ -401,16 +401,25 @@ func TestTimeoutKillsOnlyItsOwnStep(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, MountVolume, nil)
 	sb := e.provision()
+	// The other step runs from before the timed one starts until after it
+	// was killed: it waits on a FIFO the test writes to at the end.
+	e.ok(sb, "mkfifo gate")
+	var started syncBuffer
 	done := make(chan execResult, 1)
-	go func() { done <- e.run(sb, "sleep 2; echo survived") }()
-	time.Sleep(300 * time.Millisecond)
+	go func() {
+		done <- e.run(sb, "echo started; read x < gate; echo survived", func(r *engine.ExecRequest) { r.Stdout = &started })
+	}()
+	if !waitFor(30*time.Second, func() bool { return strings.Contains(started.String(), "started") }) {
+		t.Fatal("the first step never started")
+	}
 	r := e.run(sb, "sleep 30 & sleep 30", withTimeout(300*time.Millisecond))
 	if !r.st.TimedOut {
 		t.Errorf("timed step: %+v", r.st)
 	}
+	e.ok(sb, "echo go > gate")
 	other := <-done
-	if other.st != (engine.Status{}) || strings.TrimSpace(other.stdout) != "survived" {
-		t.Errorf("the concurrent step was hurt: %+v %q %q", other.st, other.stdout, other.stderr)
+	if other.st != (engine.Status{}) || started.String() != "started\nsurvived\n" {
+		t.Errorf("the concurrent step was hurt: %+v %q %q", other.st, started.String(), other.stderr)
 	}
 	// Nothing of the timed-out step is left, the keep-alive is.
 	if got := e.ok(sb, "ps -o comm | grep -c sleep"); got != "1" {

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/xmode/xmode/internal/testenv"
+)
+
+// initLine is one line of GODEBUG=inittrace=1: a package's initialisation.
+var initLine = regexp.MustCompile(`(?m)^init (\S+) @\S+ ms, \S+ ms clock, (\d+) bytes, \d+ allocs$`)
+
+// TestPackageInitBudget: every xmode command, `--version` and `sandbox exec`
+// included, first initialises every package linked into the binary. What
+// that allocates (each fresh page a page fault, several times dearer on the
+// VMs xmode runs on than here) stays within a budget, per package and in
+// all: a dependency's regular expressions compiled at start-up took 404 KB
+// of it (distribution/reference, now patched to compile them on first use:
+// see docs/architecture.md, "Start-up" and "Dependencies"), xmode's own
+// 16 KB in one package.
+func TestPackageInitBudget(t *testing.T) {
+	// xmode's own packages build nothing at start-up (a regexp, a table:
+	// on first use), a dependency's packages little.
+	const own, perPackage, total = 4 << 10, 48 << 10, 256 << 10
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		testenv.Skip(t, "no go command to build xmode with: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "xmode")
+	build := exec.Command(goBin, "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	run := exec.Command(bin, "--version")
+	run.Env = append(os.Environ(), "GODEBUG=inittrace=1")
+	out, err := run.CombinedOutput()
+	if err != nil {
+		t.Fatalf("xmode --version: %v\n%s", err, out)
+	}
+	inits := initLine.FindAllStringSubmatch(string(out), -1)
+	if len(inits) < 50 {
+		t.Fatalf("only %d init lines in GODEBUG=inittrace=1 output:\n%s", len(inits), out)
+	}
+	sum := 0
+	for _, m := range inits {
+		n, _ := strconv.Atoi(m[2])
+		sum += n
+		budget := perPackage
+		if strings.HasPrefix(m[1], "github.com/xmode/xmode/") {
+			budget = own
+		}
+		if n > budget {
+			t.Errorf("package %s allocates %d KB when xmode starts (budget: %d KB): compile or build it on first use", m[1], n>>10, budget>>10)
+		}
+	}
+	t.Logf("%d packages initialised, %d KB allocated", len(inits), sum>>10)
+	if sum > total {
+		t.Errorf("package initialisation allocates %d KB when xmode starts (budget: %d KB)", sum>>10, total>>10)
+	}
+}
