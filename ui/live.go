@@ -115,7 +115,7 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return
 			}
-			if v := s.stepView(cur, time.Now()); !v.Running {
+			if v := s.stepView(cur, s.now()); !v.Running {
 				if err := send(true); err == nil {
 					s.liveEnd(w, fl, cur.Seq, v.Exit, nil)
 				}

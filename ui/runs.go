@@ -196,7 +196,7 @@ func (s *Server) runPage(r *http.Request) (*view, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
+	now := s.now()
 	d.Timeline = buildTimeline(rows, now)
 	budget := int64(runPageLogs)
 	for i := len(rows) - 1; i >= 0; i-- { // the last steps' logs first
@@ -357,7 +357,7 @@ func (s *Server) stepPage(r *http.Request) (*view, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := s.stepView(row, time.Now())
+	v := s.stepView(row, s.now())
 	s.agentSummary(v)
 	lv := &logView{Stream: streamName(file), StepPath: stepPath(row)}
 	f, size, err := s.openLog(row, file)

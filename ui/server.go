@@ -81,6 +81,10 @@ func New(o Options) (*Server, error) {
 	return s, nil
 }
 
+// now is the time of day the sandbox service reads (its Clock: the
+// tests' clock under test), so ages and expiries agree with the commands.
+func (s *Server) now() time.Time { return s.o.Svc.Now() }
+
 // Token is the one-time token of the URL `xmode ui` prints.
 func (s *Server) Token() string { return s.token }
 
@@ -312,7 +316,7 @@ func (s *Server) errorPage(w http.ResponseWriter, err error) {
 func (s *Server) template(name string) (*template.Template, error) {
 	s.tmplOnce.Do(func() {
 		s.tmpl = map[string]*template.Template{}
-		base, err := template.New("").Funcs(funcs).ParseFS(embedded, "templates/layout.html")
+		base, err := template.New("").Funcs(funcs).Funcs(template.FuncMap{"ago": func(t time.Time) string { return ago(t, s.now()) }}).ParseFS(embedded, "templates/layout.html")
 		if err != nil {
 			s.tmplErr = err
 			return
@@ -346,7 +350,6 @@ var funcs = template.FuncMap{
 	"hostile":     hostile,
 	"hostileText": hostileText,
 	"first":       func(s string) template.HTML { return hostile(truncate(firstLine(s), 120)) },
-	"ago":         func(t time.Time) string { return ago(t, time.Now()) },
 	"when":        func(t time.Time) string { return t.Local().Format(time.DateTime) },
 	"whenp": func(t *time.Time) string {
 		if t == nil {

@@ -473,3 +473,40 @@ func TestLiveStream(t *testing.T) {
 	}
 	t.Fatal("the stream ended without an end event")
 }
+
+// The pages and the extend form read the time of day from the sandbox
+// service's Clock, as the commands do (cmd's clock()): a session made
+// under a clock three days ahead shows its own lifetime left, not three
+// days more, and extend counts from that clock.
+func TestPagesReadTheServiceClock(t *testing.T) {
+	f := newFixture(t)
+	ahead := time.Now().Add(72 * time.Hour)
+	f.svc.Clock = func() time.Time { return ahead }
+	s := f.session()
+	if got := s.ExpiresAt.Sub(ahead); got <= 0 || got > 24*time.Hour {
+		t.Fatalf("the session's lifetime under the clock: %v", got)
+	}
+	c := f.client()
+	resp, err := c.Get(f.base + "/sessions/" + s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	want := shortDuration(s.ExpiresAt.Sub(ahead).Round(time.Second)) + " left"
+	if !strings.Contains(string(body), want) {
+		t.Errorf("the session page does not say %q", want)
+	}
+	form := url.Values{"ttl": {"30m"}, "csrf": {f.srv.csrf}}
+	req, _ := http.NewRequest("POST", f.base+"/sessions/"+s.ID+"/extend", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", f.base)
+	if resp, err = noRedirect(c).Do(req); err != nil || resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("extend: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	after, _ := f.st.Get(context.Background(), s.ID)
+	if d := after.ExpiresAt.Sub(ahead.Add(30 * time.Minute)); d < -time.Millisecond || d > time.Millisecond {
+		t.Errorf("extend by 30m under the clock: expires %v, want %v", after.ExpiresAt, ahead.Add(30*time.Minute))
+	}
+}

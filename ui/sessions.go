@@ -26,7 +26,7 @@ type sessionsData struct {
 // sessionsPage: open sessions (with ?all=1 ended ones too), by user.
 func (s *Server) sessionsPage(r *http.Request) (*view, error) {
 	q := r.URL.Query()
-	d := &sessionsData{All: q.Get("all") == "1", User: q.Get("user"), Now: time.Now()}
+	d := &sessionsData{All: q.Get("all") == "1", User: q.Get("user"), Now: s.now()}
 	list, err := s.o.Svc.Store.List(r.Context(), store.Filter{All: d.All, User: d.User})
 	if err != nil {
 		return nil, err
@@ -66,7 +66,7 @@ func (s *Server) sessionPage(r *http.Request) (*view, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
+	now := s.now()
 	d := &sessionData{S: sess, Done: doneMessage(r.URL.Query().Get("done")), TTLValue: "1h"}
 	d.Open = sess.Status == store.StatusOpen
 	d.Expired = d.Open && sess.Expired(now)
@@ -138,7 +138,7 @@ func (s *Server) machinePage(r *http.Request) (*view, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &view{tmpl: "machine.html", title: "Machine " + project, nav: "machines", data: &machineData{views[0], time.Now()}}, nil
+	return &view{tmpl: "machine.html", title: "Machine " + project, nav: "machines", data: &machineData{views[0], s.now()}}, nil
 }
 
 type machineData struct {
