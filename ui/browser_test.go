@@ -163,7 +163,7 @@ func (b *browser) keepScreenshot() {
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
 	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
 		b.t.Logf("no screenshot: %v", err)
 		return
@@ -219,7 +219,7 @@ func TestBrowserReview(t *testing.T) {
   - name: build
     run: |
       for i in 1 2 3; do
-        read x < `+gate+`
+        until read x < `+gate+`; do :; done
         printf '\033[32mline %s\033[0m\n' "$i"
       done
       printf 'package main\n\nfunc main() {\n\tprintln("hello")\n}\n' > main.go
@@ -267,7 +267,7 @@ func TestBrowserReview(t *testing.T) {
 		t.Errorf("the change request's page does not show the diff")
 	}
 	if *docsShot != "" {
-		shot, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(90))
+		shot, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
 		if err != nil || os.WriteFile(*docsShot, shot, 0o644) != nil {
 			t.Errorf("screenshot: %v", err)
 		}
@@ -315,7 +315,7 @@ func TestBrowserHostileTextIsInert(t *testing.T) {
   - name: hostile
     run: |
       cat `+hostile+`; echo
-      read x < `+gate+`
+      until read x < `+gate+`; do :; done
       cat `+hostile+` >&2; echo >&2
       printf 'x\n' > 'img<img src=x onerror=alert(7)>.txt'
       printf 'y\n' > "$(printf 'bidi\342\200\256txt.exe')"
@@ -422,7 +422,7 @@ func TestBrowserHostileTextIsInert(t *testing.T) {
 	inert("/runs/"+runID, script, img, `osc8`)
 	inert("/runs/"+runID+"/steps/1?stream=stderr", script, `\x1b]8;;javascript:alert(6)`)
 	inert("/crs", "objective "+script)
-	inert("/crs/"+res.CR, "objective "+script, "img<img src=x onerror=alert(7)>.txt", `bidi\u202etxt.exe`, `svg"><svg onload=alert(8)>.md`, "+"+script)
+	inert("/crs/"+res.CR, "objective "+script, "img<img src=x onerror=alert(7)>.txt", `bidi\u202etxt.exe`, `svg"><svg onload=alert(8)>.md`, "+"+script, "subject "+script, "body "+script)
 	inert("/crs/"+res.CR+"?view=split", "img<img src=x onerror=alert(7)>.txt", script)
 	inert("/sessions?all=1", "")
 	inert("/sessions/"+cs.ID, "")
