@@ -254,7 +254,7 @@ func BenchmarkUILiveLatency(b *testing.B) {
 	// Each line is the step's clock when it writes it (date prints it,
 	// the shell's printf writes it: both are in what is measured).
 	step := exec.Command(bin, "sandbox", "exec", id, "--", "sh", "-c",
-		fmt.Sprintf(`i=0; while [ $i -lt %d ]; do read x < %s; printf '%%s\n' "$(date +%%s%%N)"; i=$((i+1)); done`, lines, gate))
+		fmt.Sprintf(`i=0; while [ $i -lt %d ]; do until read x < %s; do :; done; printf '%%s\n' "$(date +%%s%%N)"; i=$((i+1)); done`, lines, gate))
 	step.Env = append(os.Environ(), env...)
 	if err := step.Start(); err != nil {
 		b.Fatal(err)

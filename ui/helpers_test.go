@@ -187,6 +187,9 @@ func fifo(t testing.TB, dir, name string) string {
 }
 
 // release writes a line to a FIFO a step reads (blocking until it does).
+// The step reads with `until read x < FIFO; do :; done`: a reader that
+// opens the FIFO while the last release still holds it open meets its end
+// of file, not a line, and must open it again.
 func release(t testing.TB, p string) {
 	t.Helper()
 	w, err := os.OpenFile(p, os.O_WRONLY, 0)

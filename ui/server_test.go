@@ -410,7 +410,7 @@ func TestLiveStream(t *testing.T) {
 	gate := fifo(t, f.dir, "gate")
 	done := make(chan int, 1)
 	go func() {
-		done <- f.exec(s, "sh", "-c", `for i in 1 2 3; do read x < `+gate+`; printf '\033[32mline %s\033[0m\n' $i; done; exit 3`)
+		done <- f.exec(s, "sh", "-c", `for i in 1 2 3; do until read x < `+gate+`; do :; done; printf '\033[32mline %s\033[0m\n' $i; done; exit 3`)
 	}()
 	var runID = s.RunID
 	waitFor(t, "the step to start", 20*time.Second, func() bool {
