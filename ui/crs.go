@@ -162,7 +162,7 @@ func (s *Server) crPage(r *http.Request) (*view, error) {
 }
 
 // diffPage reads the page of the change's patch that starts at pos, and
-// highlights it. The patch is read through the changes service, which
+// starts highlighting it. The patch is read through the changes service, which
 // refuses one whose size is not the manifest's.
 func (s *Server) diffPage(p *changes.Package, pos pagePos, per []changes.FileStat) (*diffPage, error) {
 	f, _, err := s.o.Changes.OpenFile(p, changes.PatchFile)
@@ -181,7 +181,7 @@ func (s *Server) diffPage(p *changes.Package, pos pagePos, per []changes.FileSta
 			fl.Stat = nil
 		}
 	}
-	s.hl.highlight(page)
+	s.hl.start(page) // the template waits for each hunk (hunk.Wait)
 	return page, nil
 }
 

@@ -68,6 +68,18 @@ type hunk struct {
 	Lines   []*dline
 	// Cont: this page starts in the middle of it.
 	Cont bool
+	// lexed is closed when its lines' HTML is set (highlighter.start).
+	lexed chan struct{}
+}
+
+// Wait waits until the hunk's lines are highlighted: the page's template
+// calls it as it reaches each hunk, so the top of a large change request
+// is on its way to the browser while the rest is lexed.
+func (h *hunk) Wait() string {
+	if h.lexed != nil {
+		<-h.lexed
+	}
+	return ""
 }
 
 // dline is one line of a hunk.

@@ -57,44 +57,60 @@ const (
 	maxLexSide      = 256 << 10
 )
 
-// highlight sets the HTML of every line of the page's files: their
-// tokens in classes where a lexer fits and the budget lasts, plain text
-// otherwise. Every token's text goes through the hostile-text escaping.
-// Hunks are lexed in parallel, one worker per processor: lexing is most of
-// a large page's time.
+// highlight sets the HTML of every line of the page's files, and returns
+// when all of them are set.
 func (h *highlighter) highlight(page *diffPage) {
+	h.start(page)
+	for _, f := range page.Files {
+		for _, hk := range f.Hunks {
+			hk.Wait()
+		}
+	}
+}
+
+// start sets the HTML of every line of the page's files in the background,
+// closing each hunk's lexed as its lines are done (hunk.Wait): their tokens
+// in classes where a lexer fits and the budget lasts, plain text otherwise.
+// Every token's text goes through the hostile-text escaping. Hunks are lexed
+// in file order, one worker per processor: lexing is most of a large page's
+// time, and the page's top is rendered meanwhile.
+func (h *highlighter) start(page *diffPage) {
 	deadline := time.Now().Add(highlightBudget)
 	type job struct {
 		lx chroma.Lexer
 		hk *hunk
 	}
-	jobs := make(chan job)
-	var wg sync.WaitGroup
-	for range max(1, runtime.GOMAXPROCS(0)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range jobs {
-				if j.lx != nil && time.Now().Before(deadline) && h.lexHunk(j.lx, j.hk, deadline) {
-					continue
-				}
-				for _, l := range j.hk.Lines {
-					l.HTML = plainLine(l.Text)
-				}
-			}
-		}()
-	}
+	var jobs []job
 	for _, f := range page.Files {
 		var lx chroma.Lexer
-		if !f.Binary {
+		if !f.Binary && len(f.Hunks) > 0 {
 			lx = h.lexer(f.Path())
 		}
 		for _, hk := range f.Hunks {
-			jobs <- job{lx, hk}
+			hk.lexed = make(chan struct{})
+			jobs = append(jobs, job{lx, hk})
 		}
 	}
-	close(jobs)
-	wg.Wait()
+	if len(jobs) == 0 {
+		return
+	}
+	next := make(chan job, len(jobs))
+	for _, j := range jobs {
+		next <- j
+	}
+	close(next)
+	for range min(len(jobs), max(1, runtime.GOMAXPROCS(0))) {
+		go func() {
+			for j := range next {
+				if j.lx == nil || !time.Now().Before(deadline) || !h.lexHunk(j.lx, j.hk, deadline) {
+					for _, l := range j.hk.Lines {
+						l.HTML = plainLine(l.Text)
+					}
+				}
+				close(j.hk.lexed)
+			}
+		}()
+	}
 }
 
 // plainLine is a diff line's text as escaped HTML.
