@@ -235,6 +235,20 @@ func TestBrowserReview(t *testing.T) {
 		return err == nil && len(steps) == 1
 	})
 
+	// Without the token, the browser gets nothing: every page is refused.
+	for _, path := range []string{"/runs", "/runs/" + run.ID, "/runs/" + run.ID + "/steps/1?stream=stdout", "/crs", "/sessions", "/static/app.js"} {
+		resp, err := chromedp.Run(b.ctx, chromedp.NavigateResponse(f.base+path))
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		if text := eval[string](b, "document.body.innerText"); resp.Status != 401 || strings.Contains(text, "Greet in colour") || strings.Contains(text, run.ID) {
+			t.Errorf("%s without the token: %d %q", path, resp.Status, text)
+		}
+	}
+	b.do("open the runs page with the wrong token", chromedp.Navigate(f.base+"/?token=0123"))
+	if text := eval[string](b, "document.body.innerText"); strings.Contains(text, run.ID) || !strings.Contains(text, "wrong token") {
+		t.Errorf("with a wrong token: %q", text)
+	}
 	b.do("open the runs page with the token", chromedp.Navigate(f.base+"/?token="+f.srv.Token()),
 		chromedp.WaitVisible(`a[href="/runs/`+run.ID+`"]`))
 	if u := eval[string](b, "location.href"); u != f.base+"/runs" {
