@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xmode/xmode/pool"
 	"github.com/xmode/xmode/store"
 )
 
@@ -150,5 +151,38 @@ func TestRunPage(t *testing.T) {
 	}
 	if n := strings.Count(tl, "exit 0 · "); n != 2 {
 		t.Errorf("the timeline says exit 0 · duration %d times, want 2:\n%s", n, tl)
+	}
+}
+
+// The machines pages: a project machine warmed from the repository, with
+// a pool of one ready entry, as `machine list` and `machine show` show it.
+func TestMachinesPages(t *testing.T) {
+	f := newFixture(t)
+	f.cfg.ProjectMachines = true
+	ctx := context.Background()
+	if _, _, err := f.svc.Machines().Warm(ctx, "demo", f.repo, ""); err != nil {
+		t.Fatalf("warm: %v", err)
+	}
+	if err := f.st.SetPoolSize(ctx, "demo", 1); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := f.svc.Pools().Maintain(ctx, pool.Options{Project: "demo"}); err != nil || rep.Err != nil || rep.Filled != 1 {
+		t.Fatalf("fill the pool: %+v %v", rep, err)
+	}
+	views, err := f.svc.Pools().Views(ctx, "demo")
+	if err != nil || len(views) != 1 || len(views[0].Pool.Entries) != 1 {
+		t.Fatalf("the machine's view: %+v %v", views, err)
+	}
+	c := f.client()
+	code, body := get(t, c, f.base+"/machines")
+	if code != http.StatusOK || !strings.Contains(body, `<a href="/machines/demo"><bdi>demo</bdi></a>`) || !strings.Contains(body, "1 ready of 1") {
+		t.Errorf("the machines page: %d\n%s", code, body)
+	}
+	code, body = get(t, c, f.base+"/machines/demo")
+	if code != http.StatusOK || !strings.Contains(body, views[0].Pool.Entries[0].SessionID) || !strings.Contains(body, views[0].HeadCommit[:12]) {
+		t.Errorf("the machine page: %d\n%s", code, body)
+	}
+	if code, _ := get(t, c, f.base+"/machines/nope"); code != http.StatusNotFound {
+		t.Errorf("a machine that is not there: %d", code)
 	}
 }
