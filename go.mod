@@ -79,3 +79,8 @@ replace github.com/distribution/reference => ./third_party/distribution-referenc
 // go-digest v1.0.0 likewise (the Docker SDK and distribution/reference
 // link it).
 replace github.com/opencontainers/go-digest => ./third_party/go-digest
+
+// regexp2 v2.2.1 (chroma's, for the web UI's highlighting) with its Unicode
+// tables built on first use instead of at start-up, where they cost every
+// command 37 KB: see docs/architecture.md, "Dependencies".
+replace github.com/dlclark/regexp2/v2 => ./third_party/regexp2

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"unicode"
 	"unicode/utf8"
 )
@@ -73,7 +74,24 @@ var (
 	NotNewLineClass = getCharSetFromOldString([]rune{0x0a, 0x0b}, true)
 )
 
-var unicodeCategories = func() map[string]*unicode.RangeTable {
+// unicodeTables holds the Unicode categories, scripts and properties by
+// name and the alias tables, built the first time a pattern names one
+// rather than when the package is initialised (xmode's patch: building
+// them cost every program that links regexp2 37 KB at start-up).
+var unicodeTables struct {
+	once                          sync.Once
+	categories                    map[string]*unicode.RangeTable
+	supportedPropertyAliases      map[string]string
+	supportedPropertyValueAliases map[string]map[string]string
+	barePropertyValueAliases      map[string]string
+}
+
+func buildUnicodeTables() {
+	t := &unicodeTables
+	t.supportedPropertyAliases = newUnicodeSupportedPropertyAliases()
+	t.supportedPropertyValueAliases = newUnicodeSupportedPropertyValueAliases()
+	t.barePropertyValueAliases = newUnicodeBarePropertyValueAliases()
+
 	retVal := make(map[string]*unicode.RangeTable)
 	for k, v := range unicode.Scripts {
 		retVal[k] = v
@@ -88,11 +106,32 @@ var unicodeCategories = func() map[string]*unicode.RangeTable {
 	for k, v := range unicode.Properties {
 		retVal[k] = v
 	}
-	for k, v := range unicodeAliasCategories {
+	for k, v := range newUnicodeAliasCategories() {
 		retVal[k] = v
 	}
-	return retVal
-}()
+	t.categories = retVal
+}
+
+// unicodeCategories is every Unicode category, script and property by name.
+func unicodeCategories() map[string]*unicode.RangeTable {
+	unicodeTables.once.Do(buildUnicodeTables)
+	return unicodeTables.categories
+}
+
+func unicodeSupportedPropertyAliases() map[string]string {
+	unicodeTables.once.Do(buildUnicodeTables)
+	return unicodeTables.supportedPropertyAliases
+}
+
+func unicodeSupportedPropertyValueAliases() map[string]map[string]string {
+	unicodeTables.once.Do(buildUnicodeTables)
+	return unicodeTables.supportedPropertyValueAliases
+}
+
+func unicodeBarePropertyValueAliases() map[string]string {
+	unicodeTables.once.Do(buildUnicodeTables)
+	return unicodeTables.barePropertyValueAliases
+}
 
 func getCharSetFromCategoryString(negateSet bool, negateCat bool, cats ...string) func() *CharSet {
 	if negateCat && negateSet {
@@ -386,7 +425,7 @@ func (c *CharSet) charInCategories(ch rune) bool {
 			} else if ct.Negate {
 				return true
 			}
-		} else if unicode.Is(unicodeCategories[ct.Cat], ch) {
+		} else if unicode.Is(unicodeCategories()[ct.Cat], ch) {
 			// if we're in this unicode category then we're done
 			// if negate=true on this category then we "failed" our test
 			// otherwise we're good that we found it
@@ -411,7 +450,7 @@ func (c Category) String() string {
 		}
 		return "\\w"
 	}
-	if _, ok := unicodeCategories[c.Cat]; ok {
+	if _, ok := unicodeCategories()[c.Cat]; ok {
 
 		if c.Negate {
 			return "\\P{" + c.Cat + "}"
@@ -652,26 +691,26 @@ func normalizeUnicodeCategoryAlias(catName string) string {
 }
 
 func canonicalUnicodeCatName(catName string) (string, bool) {
-	if _, ok := unicodeCategories[catName]; ok {
+	if _, ok := unicodeCategories()[catName]; ok {
 		return catName, true
 	}
 
 	normalized := normalizeUnicodeCategoryAlias(catName)
-	if canonical, ok := unicodeSupportedPropertyAliases[normalized]; ok {
+	if canonical, ok := unicodeSupportedPropertyAliases()[normalized]; ok {
 		return canonical, true
 	}
-	if canonical, ok := unicodeBarePropertyValueAliases[normalized]; ok {
+	if canonical, ok := unicodeBarePropertyValueAliases()[normalized]; ok {
 		return canonical, true
 	}
 
 	if eq := strings.IndexRune(catName, '='); eq >= 0 {
 		propName := catName[:eq]
 		valueName := catName[eq+1:]
-		prop, ok := unicodeSupportedPropertyAliases[normalizeUnicodeCategoryAlias(propName)]
+		prop, ok := unicodeSupportedPropertyAliases()[normalizeUnicodeCategoryAlias(propName)]
 		if !ok {
 			return "", false
 		}
-		values := unicodeSupportedPropertyValueAliases[prop]
+		values := unicodeSupportedPropertyValueAliases()[prop]
 		if values == nil {
 			return "", false
 		}
@@ -680,7 +719,7 @@ func canonicalUnicodeCatName(catName string) (string, bool) {
 			return "", false
 		}
 		canonical := prop + "=" + value
-		if _, ok := unicodeCategories[canonical]; ok {
+		if _, ok := unicodeCategories()[canonical]; ok {
 			return canonical, true
 		}
 	}
