@@ -84,3 +84,7 @@ replace github.com/opencontainers/go-digest => ./third_party/go-digest
 // tables built on first use instead of at start-up, where they cost every
 // command 37 KB: see docs/architecture.md, "Dependencies".
 replace github.com/dlclark/regexp2/v2 => ./third_party/regexp2
+
+// chroma v2.27.0's engine (its root package only: xmode ui embeds its own
+// lexers) with its token type and serialisation maps built on first use.
+replace github.com/alecthomas/chroma/v2 => ./third_party/chroma

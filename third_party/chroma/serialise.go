@@ -57,33 +57,35 @@ import (
 var (
 	// ErrNotSerialisable is returned if a lexer contains Rules that cannot be serialised.
 	ErrNotSerialisable = fmt.Errorf("not serialisable")
-	emitterTemplates   = func() map[string]SerialisableEmitter {
-		out := map[string]SerialisableEmitter{}
-		for _, emitter := range []SerialisableEmitter{
-			&byGroupsEmitter{},
-			&usingSelfEmitter{},
-			TokenType(0),
-			&usingEmitter{},
-			&usingByGroup{},
-		} {
-			out[emitter.EmitterKind()] = emitter
-		}
-		return out
-	}()
-	mutatorTemplates = func() map[string]SerialisableMutator {
-		out := map[string]SerialisableMutator{}
-		for _, mutator := range []SerialisableMutator{
-			&includeMutator{},
-			&combinedMutator{},
-			&multiMutator{},
-			&pushMutator{},
-			&popMutator{},
-		} {
-			out[mutator.MutatorKind()] = mutator
-		}
-		return out
-	}()
 )
+
+func newEmitterTemplates() map[string]SerialisableEmitter {
+	out := map[string]SerialisableEmitter{}
+	for _, emitter := range []SerialisableEmitter{
+		&byGroupsEmitter{},
+		&usingSelfEmitter{},
+		TokenType(0),
+		&usingEmitter{},
+		&usingByGroup{},
+	} {
+		out[emitter.EmitterKind()] = emitter
+	}
+	return out
+}
+
+func newMutatorTemplates() map[string]SerialisableMutator {
+	out := map[string]SerialisableMutator{}
+	for _, mutator := range []SerialisableMutator{
+		&includeMutator{},
+		&combinedMutator{},
+		&multiMutator{},
+		&pushMutator{},
+		&popMutator{},
+	} {
+		out[mutator.MutatorKind()] = mutator
+	}
+	return out
+}
 
 // fastUnmarshalConfig unmarshals only the Config from a serialised lexer.
 func fastUnmarshalConfig(from fs.FS, path string) (*Config, error) {
@@ -278,7 +280,7 @@ func marshalMutator(e *xml.Encoder, mutator Mutator) error {
 
 func unmarshalMutator(d *xml.Decoder, start xml.StartElement) (Mutator, error) {
 	kind := start.Name.Local
-	mutator, ok := mutatorTemplates[kind]
+	mutator, ok := mutatorTemplates()[kind]
 	if !ok {
 		return nil, fmt.Errorf("unknown mutator %q: %w", kind, ErrNotSerialisable)
 	}
@@ -304,7 +306,7 @@ func marshalEmitter(e *xml.Encoder, emitter Emitter) error {
 
 func unmarshalEmitter(d *xml.Decoder, start xml.StartElement) (Emitter, error) {
 	kind := start.Name.Local
-	mutator, ok := emitterTemplates[kind]
+	mutator, ok := emitterTemplates()[kind]
 	if !ok {
 		return nil, fmt.Errorf("unknown emitter %q: %w", kind, ErrNotSerialisable)
 	}
