@@ -464,3 +464,20 @@ func (s *Service) MissingPaths(ctx context.Context, sess *store.Session, paths [
 	}
 	return missing
 }
+
+// Extend pushes an open session's expiry to now + d: what `sandbox extend`
+// and the web UI's extend do. A lifetime over XMODE_SANDBOX_MAX_TTL is a
+// usage error; a session that is not open, or that a reaper has claimed,
+// is refused.
+func (s *Service) Extend(ctx context.Context, sess *store.Session, d time.Duration) (*store.Session, error) {
+	if d <= 0 {
+		return nil, fail.Usagef("--ttl %s: give a positive duration, e.g. 2h", d)
+	}
+	if err := s.Cfg.CheckTTL(d); err != nil {
+		return nil, fail.Usagef("--ttl: %v", err)
+	}
+	if err := s.Store.Extend(ctx, sess.ID, s.Now().Add(d)); err != nil {
+		return nil, err
+	}
+	return s.Store.Get(ctx, sess.ID)
+}
