@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
@@ -58,6 +59,20 @@ func (s *Service) detail(format string, args ...any) {
 }
 
 // took is how long since start, for detail.
+// seedStatCache records the files of a checkout xmode just made, before
+// any step ran, in the run's stat cache (changes.SeedStatCache), so that
+// the first diff reads only what changed since. Only a cache: a failure is
+// reported with -v and changes nothing else.
+func (s *Service) seedStatCache(ctx context.Context, runID, commit string) {
+	start := time.Now()
+	n, err := changes.SeedStatCache(ctx, s.Guard, runID, commit)
+	if err != nil {
+		s.detail("stat cache not seeded (the first diff reads every file): %v", err)
+		return
+	}
+	s.detail("stat cache: %d files of the checkout recorded (%s)", n, took(start))
+}
+
 func took(start time.Time) string { return time.Since(start).Round(time.Millisecond).String() }
 
 // CreateOptions are `sandbox create`'s inputs, flags already merged into Cfg.
@@ -276,6 +291,9 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	if engineName == engine.Cloud {
 		// The Codex cloud runs this session's work: the worktree gives it a
 		// base commit (what the task's diff applies to), and no local sandbox.
+		if newRun {
+			s.seedStatCache(ctx, sess.RunID, base)
+		}
 		if err := s.Store.Provisioned(ctx, sess.ID, base, "", "", "", nil, s.Now().Add(s.Cfg.TTL)); err != nil {
 			return nil, err
 		}
@@ -308,6 +326,11 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	}
 	if err != nil {
 		return nil, err
+	}
+	if newRun {
+		// After Provision: a provider may give the worktree to the sandbox
+		// user, which changes every file's ctime.
+		s.seedStatCache(ctx, sess.RunID, base)
 	}
 	if err := s.Store.Provisioned(ctx, sess.ID, base, sb.ContainerID, sb.MountMode, sess.Image, sb.Volumes, s.Now().Add(s.Cfg.TTL)); err != nil {
 		return nil, err
