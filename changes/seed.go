@@ -6,68 +6,88 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
+	"sort"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/gitcli"
 	"github.com/xmode/xmode/gitread"
 )
 
-// SeedStatCache fills the run's stat cache (statCache) from the checkout
-// of commit that xmode just made in the run's worktree, before any step
-// ran in it (a create, a pool entry made or moved): each regular file of
-// commit's tree is recorded with its lstat data and its blob's ID, so that
-// the first `sandbox diff` reads only the files whose lstat data changed
-// since — what git's index does for `git status` after a clone. It replaces
-// the cache the run had.
+// Seeded is what Seed recorded: the regular files of the base tree, and
+// those of them the stat cache now holds.
+type Seeded struct {
+	Files, Recorded int
+}
+
+// Seed prepares the run's object store for the first snapshot of a
+// checkout xmode just made, before any step ran in it (a create, a pool
+// entry made or moved): the base commit and its trees are copied into the
+// store and flattened into the base cache, as the first snapshot would,
+// and each regular file of the base tree is recorded in the stat cache
+// (statCache) with its lstat data and its blob's ID, so that the first
+// `sandbox diff` reads only the files whose lstat data changed since —
+// what git's index does for `git status` after a clone. It replaces the
+// stat cache the run had.
 //
 // Nothing the sandbox wrote is trusted, because nothing it wrote exists
-// yet: the IDs come from the base commit's tree (git ls-tree, run by xmode
-// on the checkout it made), never from the sandbox's index, and a later
-// change to a file changes its ctime, which no process can set. A file is
-// recorded only when its bytes must be its blob's (docs/change-requests.md,
-// "Trust model"): its blob's size, and no attribute that makes git's
-// checkout rewrite a file within its size (filter, ident,
-// working-tree-encoding; end-of-line conversion only adds bytes). And only
-// when its ctime and mtime are older than a file made after the lstat of
-// every file: a step's later change to a file then gets a later ctime even
-// on a filesystem with a coarse clock.
+// yet: the IDs come from the base commit's tree (read and checked like a
+// snapshot's, never from the sandbox's index), and a later change to a
+// file changes its ctime, which no process can set. A file is recorded
+// only when its bytes must be its blob's (docs/change-requests.md, "Trust
+// model"): its blob's size, and no attribute that makes git's checkout
+// rewrite a file within its size (filter, ident, working-tree-encoding;
+// end-of-line conversion only adds bytes). And only when its ctime and
+// mtime are older than a file made after the lstat of every file: a
+// step's later change to a file then gets a later ctime even on a
+// filesystem with a coarse clock.
 //
 // Only a cache: a file left out is read by the first diff, as before.
-func SeedStatCache(ctx context.Context, g fsguard.Guard, runID, commit string) (int, error) {
-	dir, err := g.Worktree(runID)
+func (s *Service) Seed(ctx context.Context, runID, commit string) (Seeded, error) {
+	base, err := gitread.ParseHash(commit)
 	if err != nil {
-		return 0, err
+		return Seeded{}, fmt.Errorf("seed the stat cache of %s: commit %q: %w", runID, commit, err)
 	}
-	if _, err := gitread.ParseHash(commit); err != nil {
-		return 0, fmt.Errorf("seed the stat cache of %s: commit %q: %w", runID, commit, err)
-	}
-	files, err := checkedOut(ctx, dir, commit)
+	dir, err := s.Guard.Worktree(runID)
 	if err != nil {
-		return 0, fmt.Errorf("seed the stat cache of %s: %w", runID, err)
+		return Seeded{}, err
 	}
 	wt, err := openWorktree(dir)
 	if err != nil {
-		return 0, err
+		return Seeded{}, err
 	}
 	defer wt.Close()
 	var wst unix.Stat_t
 	if err := unix.Fstat(int(wt.Fd()), &wst); err != nil {
-		return 0, err
+		return Seeded{}, err
+	}
+	dirs, err := locateGitDirs(ctx, s.Store, s.Guard, runID, wt)
+	if err != nil {
+		return Seeded{}, err
+	}
+	defer dirs.Close()
+	st, err := openStore(s.Guard, runID)
+	if err != nil {
+		return Seeded{}, err
+	}
+	defer st.Close()
+	obj, done := s.openObjects(ctx, st, dirs)
+	defer done()
+	baseFiles, err := s.baseTree(obj, &Snapshot{SessionID: runID, Base: base})
+	if err != nil {
+		return Seeded{}, err
+	}
+	files, err := checkedOut(ctx, dir, dirs, obj, baseFiles)
+	if err != nil {
+		return Seeded{}, fmt.Errorf("seed the stat cache of %s: %w", runID, err)
 	}
 	entries, err := lstatAll(wt, files)
 	if err != nil {
-		return 0, fmt.Errorf("seed the stat cache of %s: %w", runID, err)
+		return Seeded{}, fmt.Errorf("seed the stat cache of %s: %w", runID, err)
 	}
-	st, err := openStore(g, runID)
-	if err != nil {
-		return 0, err
-	}
-	defer st.Close()
-	return st.writeSeed(entries, uint64(wst.Dev))
+	n, err := st.writeSeed(entries, uint64(wst.Dev))
+	return Seeded{Files: len(files), Recorded: n}, err
 }
 
 // seedFile is a regular file of the base tree and its blob.
@@ -77,62 +97,69 @@ type seedFile struct {
 	size int64
 }
 
-// checkedOut lists the regular files of commit whose checkout in dir must
-// hold their blob's bytes when they are as large: git ls-tree gives each
-// blob's ID and size, git check-attr the attributes the checkout saw (the
-// same configuration: gitcli.Run's), and a path with a filter, ident or
-// working-tree-encoding attribute is left out.
-func checkedOut(ctx context.Context, dir, commit string) ([]seedFile, error) {
-	// The worktree may already belong to the sandbox user (docker gives
-	// it to them): git is told it is safe, as the checkout that made it was.
-	safe := []string{"-c", "safe.directory=" + dir}
-	var tree bytes.Buffer
-	if err := gitcli.RunIO(ctx, dir, nil, &tree, append(safe, "ls-tree", "-r", "-l", "-z", "--full-tree", "--end-of-options", commit)...); err != nil {
-		return nil, err
-	}
-	var files []seedFile
-	var paths bytes.Buffer
-	for _, rec := range strings.Split(tree.String(), "\x00") {
-		meta, p, ok := strings.Cut(rec, "\t")
-		if !ok {
-			continue
+// attrsThatRewrite are the attributes under which git's checkout may write
+// other bytes than the blob's, as many of them.
+var attrsThatRewrite = []string{"filter", "ident", "working-tree-encoding"}
+
+// checkedOut lists the regular files of the base (path → entry) whose
+// checkout in dir must hold their blob's bytes when they are as large,
+// each with its blob's size (from its header). When the base has a
+// .gitattributes or the repository an info/attributes — the only places
+// an attribute can come from under gitcli's configuration — git
+// check-attr says which paths have a filter, ident or
+// working-tree-encoding attribute, and those are left out.
+func checkedOut(ctx context.Context, dir string, dirs *gitDirs, obj *objects, base map[string]TreeEntry) ([]seedFile, error) {
+	files := make([]seedFile, 0, len(base))
+	attrs := false
+	for p, e := range base {
+		if p == ".gitattributes" || strings.HasSuffix(p, "/.gitattributes") {
+			attrs = true
 		}
-		f := strings.Fields(meta) // mode type id size
-		if len(f) != 4 || (f[0] != "100644" && f[0] != "100755") || f[1] != "blob" {
+		if e.Mode != gitread.ModeFile && e.Mode != gitread.ModeExec {
 			continue // symlinks, submodules: not regular files
 		}
-		h, err := gitread.ParseHash(f[2])
+		size, err := obj.size(e.Hash)
 		if err != nil {
-			return nil, fmt.Errorf("git ls-tree: %q: %w", rec, err)
+			return nil, err
 		}
-		size, err := strconv.ParseInt(f[3], 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("git ls-tree: %q: %w", rec, err)
+		files = append(files, seedFile{path: p, hash: e.Hash, size: size})
+	}
+	// By path: each directory's files come together, for lstatAll.
+	sort.Slice(files, func(i, j int) bool { return files[i].path < files[j].path })
+	if dirs.common != nil {
+		if _, err := dirs.common.Lstat("info/attributes"); err == nil {
+			attrs = true
 		}
-		files = append(files, seedFile{path: p, hash: h, size: size})
-		paths.WriteString(p)
+	}
+	if !attrs || len(files) == 0 {
+		return files, nil
+	}
+	var paths bytes.Buffer
+	for _, f := range files {
+		paths.WriteString(f.path)
 		paths.WriteByte(0)
 	}
-	if len(files) == 0 {
-		return nil, nil
-	}
-	// check-attr answers each path, in order, for each attribute asked.
-	attrNames := []string{"filter", "ident", "working-tree-encoding"}
-	var attrs bytes.Buffer
-	if err := gitcli.RunIO(ctx, dir, &paths, &attrs, append(append(safe, "check-attr", "--stdin", "-z"), attrNames...)...); err != nil {
+	// The worktree may already belong to the sandbox user (docker gives
+	// it to them): git is told it is safe, as the checkout that made it was.
+	var out bytes.Buffer
+	args := append([]string{"-c", "safe.directory=" + dir, "check-attr", "--stdin", "-z"}, attrsThatRewrite...)
+	if err := gitcli.RunIO(ctx, dir, &paths, &out, args...); err != nil {
 		return nil, err
 	}
-	rec := strings.Split(attrs.String(), "\x00")
-	if len(rec) != 3*len(attrNames)*len(files)+1 {
+	// check-attr answers each path, in order, for each attribute asked:
+	// path NUL attribute NUL value NUL.
+	rec := strings.Split(out.String(), "\x00")
+	k := len(attrsThatRewrite)
+	if len(rec) != 3*k*len(files)+1 {
 		return nil, fmt.Errorf("git check-attr: %d fields for %d paths", len(rec)-1, len(files))
 	}
 	kept := files[:0]
 	for i, f := range files {
 		rewrites := false
-		for j := range attrNames {
-			r := rec[3*(len(attrNames)*i+j):]
-			if r[0] != f.path || r[1] != attrNames[j] {
-				return nil, fmt.Errorf("git check-attr: %q %q where %q %q was expected", r[0], r[1], f.path, attrNames[j])
+		for j, name := range attrsThatRewrite {
+			r := rec[3*(k*i+j):]
+			if r[0] != f.path || r[1] != name {
+				return nil, fmt.Errorf("git check-attr: %q %q where %q %q was expected", r[0], r[1], f.path, name)
 			}
 			if r[2] != "unspecified" && r[2] != "unset" {
 				rewrites = true

@@ -58,21 +58,23 @@ func (s *Service) detail(format string, args ...any) {
 	}
 }
 
-// took is how long since start, for detail.
-// seedStatCache records the files of a checkout xmode just made, before
-// any step ran, in the run's stat cache (changes.SeedStatCache), so that
-// the first diff reads only what changed since. Only a cache: a failure is
+// seed prepares the run's object store for the first diff of a checkout
+// xmode just made, before any step ran in it (changes.Service.Seed): the
+// base's trees, and the checkout's files in the stat cache, so that the
+// first diff reads only what changed since. Only a cache: a failure is
 // reported with -v and changes nothing else.
-func (s *Service) seedStatCache(ctx context.Context, runID, commit string) {
+func (s *Service) seed(ctx context.Context, runID, commit string) {
 	start := time.Now()
-	n, err := changes.SeedStatCache(ctx, s.Guard, runID, commit)
+	cr := &changes.Service{Store: s.Store, Guard: s.Guard, MaxBytes: s.Cfg.CRMaxBytes}
+	n, err := cr.Seed(ctx, runID, commit)
 	if err != nil {
 		s.detail("stat cache not seeded (the first diff reads every file): %v", err)
 		return
 	}
-	s.detail("stat cache: %d files of the checkout recorded (%s)", n, took(start))
+	s.detail("stat cache: %d of the checkout's %d files recorded (%s)", n.Recorded, n.Files, took(start))
 }
 
+// took is how long since start, for detail.
 func took(start time.Time) string { return time.Since(start).Round(time.Millisecond).String() }
 
 // CreateOptions are `sandbox create`'s inputs, flags already merged into Cfg.
@@ -102,7 +104,9 @@ func (s *Service) Pools() *pool.Pools {
 	return &pool.Pools{Cfg: s.Cfg, Store: s.Store, Guard: s.Guard, Progress: s.Progress, Log: s.Log, Notices: s.Notices, Clock: s.Clock,
 		Spec: func(ctx context.Context, e *pool.Entry, co *machines.Checkout) (engine.Spec, error) {
 			return s.spec(ctx, e.SessionID, e.RunID, e.Project, e.WorktreePath, e.Image, co)
-		}}
+		},
+		Seed: s.seed,
+	}
 }
 
 // reaper is a Reaper for this service's store; Close it when done, as it
@@ -292,7 +296,7 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 		// The Codex cloud runs this session's work: the worktree gives it a
 		// base commit (what the task's diff applies to), and no local sandbox.
 		if newRun {
-			s.seedStatCache(ctx, sess.RunID, base)
+			s.seed(ctx, sess.RunID, base)
 		}
 		if err := s.Store.Provisioned(ctx, sess.ID, base, "", "", "", nil, s.Now().Add(s.Cfg.TTL)); err != nil {
 			return nil, err
@@ -330,7 +334,7 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	if newRun {
 		// After Provision: a provider may give the worktree to the sandbox
 		// user, which changes every file's ctime.
-		s.seedStatCache(ctx, sess.RunID, base)
+		s.seed(ctx, sess.RunID, base)
 	}
 	if err := s.Store.Provisioned(ctx, sess.ID, base, sb.ContainerID, sb.MountMode, sess.Image, sb.Volumes, s.Now().Add(s.Cfg.TTL)); err != nil {
 		return nil, err
