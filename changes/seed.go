@@ -8,6 +8,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -259,27 +260,53 @@ func (s *dirStack) open(dir string) *os.File {
 	return s.files[len(s.files)-1]
 }
 
+// maxSeedWait bounds how long writeSeed waits for the filesystem's clock
+// to pass the newest file of a checkout (one tick of it, a few ms, on a
+// local filesystem).
+const maxSeedWait = 100 * time.Millisecond
+
 // writeSeed writes entries as the stat cache, keeping only those whose
-// ctime and mtime are older than the cache file itself, made after every
-// lstat: a file written in the same tick of the filesystem's clock as the
-// lstat could change again within it unseen. wtDev is the worktree's
-// device: on another filesystem than the store's, the clocks are not
-// compared, and only files older than racyMargin are kept.
+// ctime and mtime are older than a file made in the store after every
+// lstat: a file changed in the same tick of the filesystem's clock as the
+// lstat would keep its ctime, so it is recorded only once that tick has
+// passed, before any step can run. When the newest file is that recent,
+// writeSeed waits (at most maxSeedWait) for the clock to move on. wtDev is
+// the worktree's device: on another filesystem than the store's, whose
+// clock may run otherwise, only files older than racyMargin are kept.
 func (s *objectStore) writeSeed(entries map[string]*statEntry, wtDev uint64) (int, error) {
+	var newest int64
+	for _, e := range entries {
+		newest = max(newest, e.Ctime, e.Mtime)
+	}
 	tmp := statCacheName + ".tmp"
-	_ = s.root.Remove(tmp) // made now, so its times are the clock's now
-	f, err := s.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	var probe unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &probe); err != nil {
-		return 0, err
-	}
-	before := min(probe.Mtim.Nano(), probe.Ctim.Nano())
-	if uint64(probe.Dev) != wtDev {
-		before -= racyMargin
+	var f *os.File
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	var before int64
+	for deadline := time.Now().Add(maxSeedWait); ; time.Sleep(time.Millisecond) {
+		if f != nil {
+			f.Close()
+		}
+		_ = s.root.Remove(tmp) // made now, so its times are the clock's now
+		var err error
+		if f, err = s.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600); err != nil {
+			return 0, err
+		}
+		var probe unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &probe); err != nil {
+			return 0, err
+		}
+		before = min(probe.Mtim.Nano(), probe.Ctim.Nano())
+		if uint64(probe.Dev) != wtDev {
+			before -= racyMargin
+			break
+		}
+		if newest < before || time.Now().After(deadline) {
+			break
+		}
 	}
 	kept := 0
 	data := encodeStatCache(entries, func(e *statEntry) bool {
@@ -292,7 +319,9 @@ func (s *objectStore) writeSeed(entries map[string]*statEntry, wtDev uint64) (in
 	if _, err := f.Write(data); err != nil {
 		return 0, err
 	}
-	if err := f.Close(); err != nil {
+	err := f.Close()
+	f = nil
+	if err != nil {
 		return 0, err
 	}
 	return kept, s.root.Rename(tmp, statCacheName)
