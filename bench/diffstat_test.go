@@ -20,6 +20,8 @@ import (
 // first, the first diff after the create (the run's object store put back
 // as the create left it before each round: what the create seeded), and
 // warm, a diff after another (xmode's stat cache and object store warm).
+// With XMODE_BENCH_BASELINE, an older xmode's first and warm diffs beside
+// them.
 func BenchmarkSandboxDiffStat(b *testing.B) {
 	b.Run("small", func(b *testing.B) {
 		benchDiffStat(b, sessionFixture(b, func(repo string) { makeRepo(b, repo, 1700, 100) }, smallChanges))
@@ -47,29 +49,43 @@ func benchDiffStat(b *testing.B, f *session) {
 	}
 	gitSide := cmdline(nil, "sh", "-c", "git -C "+f.worktree+" status --porcelain > /dev/null && git -C "+f.worktree+" diff --stat "+base+" > /dev/null")
 	xmode := cmdline(f.env, f.bin, "sandbox", "diff", f.id, "--stat")
-	var gitW, gitC, firstW, firstC, warmW, warmC []float64
+	// XMODE_BENCH_BASELINE (an older xmode) diffs the same session in the
+	// same rounds, from what its create would have left: no object store.
+	var old proc
+	if base := baseline(); base != "" {
+		old = cmdline(f.env, base, "sandbox", "diff", f.id, "--stat")
+	}
+	samples := map[string][]float64{}
+	add := func(name string, p proc) {
+		w, c, _ := runCost(b, p)
+		samples[name+"-ms"] = append(samples[name+"-ms"], ms(w))
+		samples[name+"-cpu-ms"] = append(samples[name+"-cpu-ms"], ms(c))
+	}
 	b.ResetTimer()
 	for range rounds(b) {
 		reset()
-		w, c, _ := runCost(b, gitSide)
-		gitW, gitC = append(gitW, ms(w)), append(gitC, ms(c))
-		w, c, _ = runCost(b, xmode)
-		firstW, firstC = append(firstW, ms(w)), append(firstC, ms(c))
-		w, c, _ = runCost(b, xmode)
-		warmW, warmC = append(warmW, ms(w)), append(warmC, ms(c))
+		add("git", gitSide)
+		add("first", xmode)
+		add("warm", xmode)
+		if old.argv != nil {
+			run(b, nil, "rm", "-rf", store)
+			run(b, nil, "sync")
+			add("baseline-first", old)
+			add("baseline-warm", old)
+		}
 	}
 	b.StopTimer()
-	g, gc := medianF(gitW), medianF(gitC)
-	b.ReportMetric(g, "git-ms")
-	b.ReportMetric(gc, "git-cpu-ms")
-	b.ReportMetric(medianF(firstW), "first-ms")
-	b.ReportMetric(medianF(firstC), "first-cpu-ms")
-	b.ReportMetric(medianF(warmW), "warm-ms")
-	b.ReportMetric(medianF(warmC), "warm-cpu-ms")
-	b.ReportMetric(medianF(firstW)/g, "first/git")
-	b.ReportMetric(medianF(firstC)/gc, "first/git-cpu")
-	b.ReportMetric(medianF(warmW)/g, "warm/git")
-	b.ReportMetric(medianF(warmC)/gc, "warm/git-cpu")
+	med := map[string]float64{}
+	for name, s := range samples {
+		med[name] = medianF(s)
+		b.ReportMetric(med[name], name)
+	}
+	for _, name := range []string{"first", "warm", "baseline-first", "baseline-warm"} {
+		if _, ok := med[name+"-ms"]; ok {
+			b.ReportMetric(med[name+"-ms"]/med["git-ms"], name+"/git")
+			b.ReportMetric(med[name+"-cpu-ms"]/med["git-cpu-ms"], name+"/git-cpu")
+		}
+	}
 }
 
 func medianF(s []float64) float64 {
