@@ -17,8 +17,10 @@ import (
 	"github.com/xmode/xmode/gitread"
 )
 
-// Seeded is what Seed recorded: the regular files of the base tree, and
-// those of them the stat cache now holds.
+// Seeded is what Seed recorded: Files, the regular files of the base tree
+// whose checkout must hold their blob's bytes (no attribute rewrites
+// them), and Recorded, those of them the stat cache now holds (of their
+// blob's size, older than the filesystem's clock).
 type Seeded struct {
 	Files, Recorded int
 }
