@@ -49,9 +49,13 @@ that name); or words of its name (test finds make-test, the step that
 both with --all (each on the stream it came from). A shell's transcript is
 its stdout log.
 
---follow streams a step that is still running (the last step without STEP)
-and ends when the step ends. --json prints the steps as JSON, or the step
-with its output.
+--follow streams a step that is still running — a background step
+(` + "`exec --detach`" + `) as well as another terminal's — and ends when the
+step ends, with a line on stderr saying how; it exits 0 whatever the step's
+status, as ` + "`docker logs --follow`" + ` does (its status is in
+` + "`sandbox logs SESSION STEP --json`" + `). Without STEP it follows the latest
+running step, else the last one. --json prints the steps as JSON, or the
+step with its output.
 
 Logs are read from runs/<run>/steps/<seq>-<name>/ through the storage guard:
 nothing a step planted there (a symlink, a FIFO) is followed.` + exitStatusHelp,
@@ -59,6 +63,7 @@ nothing a step planted there (a symlink, a FIFO) is followed.` + exitStatusHelp,
   xmode sandbox logs 7k2m 3              # step 3's stdout
   xmode sandbox logs 7k2m test --stderr  # the latest step named test (or make-test)
   xmode sandbox logs 7k2m --follow       # the running step, live
+  xmode sandbox logs 7k2m 4 -f --all     # step 4 (a background server), both logs
   xmode sandbox logs 7k2m --json | jq '.[] | select(.exit_code != 0)'`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) < 1 || len(args) > 2 {
@@ -108,7 +113,7 @@ func (a *App) runLogs(ctx context.Context, o logsOptions) error {
 	} else if len(steps) == 0 {
 		return fail.NotFoundf("session %s has no steps yet: run one with `xmode sandbox exec %s -- CMD`", sess.ID, sess.ID)
 	} else {
-		st = steps[len(steps)-1]
+		st = followed(steps)
 	}
 	files := []string{evidence.StdoutFile}
 	switch {
@@ -129,6 +134,18 @@ func (a *App) runLogs(ctx context.Context, o logsOptions) error {
 		}
 	}
 	return nil
+}
+
+// followed is the step `logs --follow` follows without STEP: the latest
+// that is running (a background server, while later steps came and went),
+// else the last.
+func followed(steps []store.StepRow) store.StepRow {
+	for i := len(steps) - 1; i >= 0; i-- {
+		if steps[i].State == sandbox.StepRunning {
+			return steps[i]
+		}
+	}
+	return steps[len(steps)-1]
 }
 
 // sessionSteps are the steps the session ran (a shared run has others').
@@ -261,6 +278,8 @@ func (a *App) follow(ctx context.Context, svc *sandbox.Service, st store.StepRow
 			switch {
 			case row.State == "running":
 				a.info("xmode: step %d's xmode is gone; the reaper records it as lost", row.Seq)
+			case row.StoppedBy != "":
+				a.info("xmode: step %d ended: %s (stopped by `%s`)", row.Seq, stepExit(row), row.StoppedBy)
 			default:
 				a.info("xmode: step %d ended: %s", row.Seq, stepExit(row))
 			}
@@ -287,52 +306,11 @@ func stepRow(ctx context.Context, st *store.Store, want store.StepRow) (store.St
 	return want, fail.NotFoundf("step %d of run %s is gone from the store", want.Seq, want.RunID)
 }
 
-// stepView is a step as --json shows it (logs, show): docs/reference.md,
-// "Step"; exit_code, finished_at and duration_ms are null while it runs.
-type stepView struct {
-	SessionID          string     `json:"session_id"`
-	Seq                int        `json:"seq"`
-	Name               string     `json:"name"`
-	Argv               []string   `json:"argv"`
-	State              string     `json:"state"`
-	ExitCode           *int       `json:"exit_code"`
-	Signal             string     `json:"signal"`
-	TimedOut           bool       `json:"timed_out"`
-	OOMKilled          bool       `json:"oom_killed"`
-	StartedAt          time.Time  `json:"started_at"`
-	FinishedAt         *time.Time `json:"finished_at"`
-	DurationMS         *int64     `json:"duration_ms"`
-	Dir                string     `json:"dir"`
-	StdoutPath         string     `json:"stdout_path"`
-	StderrPath         string     `json:"stderr_path"`
-	Truncated          bool       `json:"truncated"`
-	EvidenceIncomplete bool       `json:"evidence_incomplete,omitempty"`
-	LostReason         string     `json:"lost_reason,omitempty"`
-	StoppedBy          string     `json:"stopped_by,omitempty"`
-	Stdout             *string    `json:"stdout,omitempty"`
-	Stderr             *string    `json:"stderr,omitempty"`
-}
+// stepView is a step as --json shows it (logs, show, run show, exec
+// --detach): docs/reference.md, "Step".
+type stepView = sandbox.StepView
 
-func viewStep(svc *sandbox.Service, s store.StepRow) stepView {
-	v := stepView{
-		SessionID: s.SessionID, Seq: s.Seq, Name: s.Name, Argv: s.Argv, State: s.State, ExitCode: s.ExitCode,
-		Signal: s.Signal, TimedOut: s.TimedOut, OOMKilled: s.OOMKilled, StartedAt: s.StartedAt, FinishedAt: s.FinishedAt,
-		Truncated: s.Truncated, EvidenceIncomplete: s.EvidenceIncomplete, LostReason: s.LostReason,
-		StoppedBy: s.StoppedBy,
-	}
-	if v.Argv == nil {
-		v.Argv = []string{}
-	}
-	if s.FinishedAt != nil {
-		d := s.FinishedAt.Sub(s.StartedAt).Milliseconds()
-		v.DurationMS = &d
-	}
-	if dir, err := evidence.StepDir(svc.Guard, s.RunID, s.Seq, s.Name); err == nil {
-		v.Dir = dir
-		v.StdoutPath, v.StderrPath = dir+"/"+evidence.StdoutFile, dir+"/"+evidence.StderrFile
-	}
-	return v
-}
+func viewStep(svc *sandbox.Service, s store.StepRow) stepView { return svc.ViewStep(s) }
 
 func viewSteps(svc *sandbox.Service, steps []store.StepRow) []stepView {
 	out := make([]stepView, 0, len(steps))
@@ -393,7 +371,11 @@ func (a *App) stepStatus(s store.StepRow) string {
 		if s.OOMKilled {
 			text += " (oom)"
 		}
-		if s.StoppedBy != "" {
+		switch s.StoppedBy {
+		case "":
+		case store.StoppedByKill:
+			text += " (killed)"
+		default:
 			text += " (stopped)"
 		}
 		if *s.ExitCode != 0 {
@@ -402,6 +384,9 @@ func (a *App) stepStatus(s store.StepRow) string {
 		return a.paint(color.FgGreen, text)
 	case s.State == "lost":
 		return a.paint(color.FgRed, "lost")
+	}
+	if s.Detached {
+		return a.paint(color.FgCyan, "running (detached)")
 	}
 	return a.paint(color.FgCyan, "running")
 }

@@ -274,21 +274,21 @@ with evidence for every step that outlives the sandbox.` + exitStatusHelp,
 	pf.BoolVarP(&a.verbose, "verbose", "v", false, "say more: one line per action (reap), details (create)")
 
 	reap := func() *cobra.Command { return a.newReap("reap") }
-	sandbox := func(words []string) *cobra.Command {
+	sandboxGroup := func(words []string) *cobra.Command {
 		sb := parent(&cobra.Command{Use: "sandbox", Short: "Create, run in, inspect and stop sandboxes", Aliases: []string{"sb"},
 			Example: `  xmode sandbox create --repo .
   xmode sandbox list`})
 		addCommands(sb, words, leaf("create", a.newCreate), leaf("exec", a.newExec), leaf("stop", a.newStop),
 			leaf("list ls", a.newList), leaf("show", a.newShow), leaf("extend", a.newExtend), leaf("reap", reap),
-			leaf("shell", a.newShell), leaf("logs", a.newLogs), leaf("cp", a.newCp), leaf("diff", a.newDiff))
+			leaf("shell", a.newShell), leaf("logs", a.newLogs), leaf("cp", a.newCp), leaf("diff", a.newDiff), leaf("kill", a.newKill))
 		return sb
 	}
 	// Only what the command line needs is built (see lazy.go).
 	if words := commandWords(args); words == nil || len(words) > 0 {
-		addCommands(root, words, group("sandbox sb", sandbox), leaf("machine machines", a.newMachine), leaf("config", a.newConfig),
+		addCommands(root, words, group("sandbox sb", sandboxGroup), leaf("machine machines", a.newMachine), leaf("config", a.newConfig),
 			leaf("doctor", a.newDoctor), leaf("version", a.newVersion), leaf("reap", reap), leaf("completion", a.newCompletion),
 			leaf("cr change-request", a.newCR), leaf("agent", a.newAgent), leaf("pipeline", a.newPipeline), leaf("run", a.newRunCmd),
-			leaf("cloud", a.newCloud), leaf("examples", a.newExamples))
+			leaf("cloud", a.newCloud), leaf("examples", a.newExamples), leaf(sandbox.SupervisorCommand, a.newSupervise))
 	}
 	return root
 }

@@ -172,6 +172,7 @@ type execOptions struct {
 	sandbox.ExecOptions
 	session          string
 	interactive, tty bool
+	detach           bool
 }
 
 // runsImage reports whether the engine a new sandbox gets runs an image
@@ -215,17 +216,29 @@ The step is named after the command's words (make test: make-test) unless
 With --json the output goes only to the log files and the step is printed as
 JSON when it ends.
 
+--detach (-d) runs the step in the background, as ` + "`docker run -d`" + ` does: it
+prints the step's number and returns at once (with --json, the step as far as
+it is known: state running, detached true). A supervisor xmode of its own
+runs it, its output goes only to its logs, and its evidence and its
+processes are kept as any step's; a later step does not end them. Follow it
+with ` + "`sandbox logs ID STEP --follow`" + `, end it with ` + "`sandbox kill ID STEP`" + `;
+` + "`sandbox stop`" + ` ends it with the session, and so does the session's expiry
+(a background step does not keep an expired session alive).
+
 EXIT STATUS
   the command's own status; 124 when --timeout fired; 128+N when killed by
   signal N (130 for Ctrl-C; 137 with oom_killed when the memory limit killed
   it); 126 not executable; 127 not found; 125 when xmode failed before the
   command could start (bad flag, unknown session, session not open, engine
-  unreachable).` + stepPipeExitHelp,
+  unreachable). With --detach: 0 once the step runs, or has ended (a
+  command not found: its result says 127), 125 when xmode could not start
+  it.` + stepPipeExitHelp,
 		Example: `  xmode sandbox exec sbx_7k2m9q4x -- make test
   xmode sandbox exec 7k2m --timeout 10m --name unit -- go test ./...
   xmode sandbox exec 7k2m --env GOFLAGS=-mod=mod --env HOME -- go build ./...
   xmode sandbox exec 7k2m -it -- python3
-  xmode sandbox exec 7k2m --json -- make lint | jq .exit_code`,
+  xmode sandbox exec 7k2m --json -- make lint | jq .exit_code
+  xmode sandbox exec 7k2m --detach --name web -- busybox httpd -f -p 8080`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
 				return fail.Usagef("give a session and a command: xmode sandbox exec SESSION -- CMD [ARG...]")
@@ -248,10 +261,14 @@ EXIT STATUS
 	f.StringVar(&o.Workdir, "workdir", "", "directory relative to the worktree")
 	f.BoolVarP(&o.interactive, "interactive", "i", false, "pass standard input to the command")
 	f.BoolVarP(&o.tty, "tty", "t", false, "give the command a terminal (needs one here); its transcript is stdout.log")
+	f.BoolVarP(&o.detach, "detach", "d", false, "run the step in the background: print its number and return")
 	return a.setTraits(cmd, traits{exit: exitStepDocker, interrupted: "the step never started"})
 }
 
 func (a *App) runExec(ctx context.Context, o execOptions) error {
+	if o.detach {
+		return a.execDetached(ctx, o)
+	}
 	var t *userTTY
 	if o.tty {
 		var err error
@@ -283,6 +300,41 @@ func (a *App) runExec(ctx context.Context, o execOptions) error {
 	return a.stepDone(svc.Cfg, res, err, o.Timeout)
 }
 
+// execDetached is `exec --detach`: the step's number on stdout (its JSON
+// with --json) once its supervisor has recorded it.
+func (a *App) execDetached(ctx context.Context, o execOptions) error {
+	switch {
+	case o.tty:
+		return fail.Usagef("--detach and -t do not go together: a background step has no terminal")
+	case o.interactive:
+		return fail.Usagef("--detach and -i do not go together: a background step reads no input")
+	}
+	svc, sess, err := a.session(ctx, o.session, anySession)
+	if err != nil {
+		return err
+	}
+	o.LookupEnv = a.lookupEnv
+	seq, err := svc.ExecDetached(ctx, sess, o.ExecOptions)
+	if err != nil {
+		return err
+	}
+	row, err := svc.Step(ctx, sess, seq)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(svc.ViewStep(row))
+	}
+	fmt.Fprintln(a.Out, seq)
+	if row.State != sandbox.StepRunning {
+		// It could not start (127, 126), or it was that quick.
+		a.info("xmode: step %d (%s) has ended already: %s; `xmode sandbox logs %s %d --all` shows what it printed", seq, row.Name, stepExit(row), sess.ID, seq)
+		return nil
+	}
+	a.info("xmode: step %d runs in the background: `xmode sandbox logs %s %d --follow` follows it, `xmode sandbox kill %s %d` ends it", seq, sess.ID, seq, sess.ID, seq)
+	return nil
+}
+
 // stopOptions are `sandbox stop`'s sessions and flags.
 type stopOptions struct {
 	sessions []string
@@ -301,9 +353,13 @@ printed on stdout (with --json, the sessions as a JSON array); when some
 cannot be stopped the others still are, and the exit status is the first
 failure's.
 
-A session with a step running in another xmode (another terminal's
-` + "`sandbox exec`" + `) is refused with exit 4, naming the step, and left as it
-is. --force stops it anyway, as ` + "`docker rm -f`" + ` does: the step gets TERM
+Background steps (` + "`exec --detach`" + `) are the session's own, as a container's
+processes are: they are ended (TERM, KILL after 5s) and recorded
+"stopped_by": "sandbox stop", as ` + "`docker stop`" + ` ends a container's processes.
+
+A session with a step running in the foreground of another xmode (another
+terminal's ` + "`sandbox exec`" + `) is refused with exit 4, naming the step, and left
+as it is. --force stops it anyway, as ` + "`docker rm -f`" + ` does: the step gets TERM
 (KILL after 5s), its ` + "`sandbox exec`" + ` says it was stopped by ` + "`sandbox stop`" + ` and
 exits with the status the signal gave (143, or 137 when it had to be
 KILLed), and its result.json and row record "stopped_by": "sandbox stop".` + exitStatusHelp,
@@ -323,7 +379,7 @@ KILLed), and its result.json and row record "stopped_by": "sandbox stop".` + exi
 			return a.runStop(cmd.Context(), o)
 		},
 	}
-	cmd.Flags().BoolVarP(&o.force, "force", "f", false, "stop a session even while a step runs in it (the step is ended)")
+	cmd.Flags().BoolVarP(&o.force, "force", "f", false, "stop a session even while another terminal's step runs in it (the step is ended)")
 	return cmd
 }
 

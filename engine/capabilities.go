@@ -4,6 +4,10 @@ import (
 	"context"
 	"io"
 	"sort"
+	"syscall"
+	"time"
+
+	"github.com/xmode/xmode/fail"
 )
 
 // Optional capabilities, in the manner of Nomad's task drivers: a provider
@@ -203,6 +207,32 @@ func KillStep(ctx context.Context, a Provider, sb Sandbox, tag string) error {
 		return nil
 	}
 	return a.KillStep(ctx, sb, tag)
+}
+
+// StepSignaler is an engine that can end a step, found by its tag, with a
+// first signal of the caller's choosing, as Ctrl-C (SIGINT) or `--timeout`
+// (TERM) end one: that signal and CONT to the step's processes, KILL to
+// whatever is left after grace (at once when grace is 0). `sandbox kill`
+// and the MCP server's step_kill end a step this way from outside the xmode
+// that runs it. Ending a step that is already gone is not an error.
+type StepSignaler interface {
+	SignalStep(ctx context.Context, sb Sandbox, tag string, sig syscall.Signal, grace time.Duration) error
+}
+
+// SignalStep ends a step with sig first, KILL after grace (StepSignaler).
+// A provider without the capability can end a step with TERM only
+// (Provider.KillStep); another signal is refused.
+func SignalStep(ctx context.Context, a Provider, sb Sandbox, tag string, sig syscall.Signal, grace time.Duration) error {
+	if tag == "" {
+		return nil
+	}
+	if s, ok := a.(StepSignaler); ok {
+		return s.SignalStep(ctx, sb, tag, sig, grace)
+	}
+	if sig == syscall.SIGTERM {
+		return a.KillStep(ctx, sb, tag)
+	}
+	return fail.Refusedf("the %s engine ends steps with TERM only, not %s: leave out --signal", a.Name(), sig)
 }
 
 // MountModer is an engine with more than one way to give a sandbox its

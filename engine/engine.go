@@ -91,6 +91,12 @@ type ExecRequest struct {
 	// delivers the window size, the first value being the initial one.
 	TTY    bool
 	Resize <-chan WinSize
+	// Started, if set, is called once the step runs — its processes exist
+	// and carry Tag, so KillStep or SignalStep from another xmode finds
+	// them — before Exec returns; not when Exec fails before it could
+	// start it (an error). A background step reports its number then
+	// (sandbox.ExecDetached).
+	Started func()
 }
 
 // WinSize is a terminal's size in characters.

@@ -55,9 +55,12 @@ type Result struct {
 	// the status above is still the command's.
 	EvidenceIncomplete bool `json:"evidence_incomplete,omitempty"`
 	// StoppedBy names what ended the step while it ran: "sandbox stop"
-	// (`xmode sandbox stop --force` from another terminal); absent when
-	// nothing did.
+	// (`xmode sandbox stop`: a background step, or any with --force) or
+	// "sandbox kill"; absent when nothing did.
 	StoppedBy string `json:"stopped_by,omitempty"`
+	// Detached: a background step (`sandbox exec --detach`); absent
+	// otherwise.
+	Detached bool `json:"detached,omitempty"`
 	// Agent summarises an agent step's event stream (docs/agents.md,
 	// "Evidence of an agent step").
 	Agent *Agent `json:"agent,omitempty"`
@@ -99,6 +102,7 @@ type command struct {
 	Workdir   string    `json:"workdir"`
 	Engine    string    `json:"engine"`
 	TTY       bool      `json:"tty,omitempty"`
+	Detached  bool      `json:"detached,omitempty"`
 	TimeoutMS int64     `json:"timeout_ms"`
 	StartedAt time.Time `json:"started_at"`
 }
@@ -136,6 +140,8 @@ type Request struct {
 	MaxLogBytes int64
 	// TTY: the step ran on a terminal; stdout.log is its transcript.
 	TTY bool
+	// Detached: a background step, run by a supervisor xmode of its own.
+	Detached bool
 	// Now is the clock the step's times are read from (the service's, so
 	// that they agree with its expiry and leases); nil is time.Now.
 	Now func() time.Time
@@ -161,7 +167,7 @@ func Begin(ctx context.Context, st *store.Store, g fsguard.Guard, req Request) (
 		return filepath.Join(req.Session.RunID, "steps", fmt.Sprintf("%04d-%s", seq, name))
 	}
 	seq, dir, err := st.BeginStep(ctx, store.NewStep{
-		SessionID: req.Session.ID, RunID: req.Session.RunID, Name: name, Argv: req.Argv, Tag: req.Tag, Started: now,
+		SessionID: req.Session.ID, RunID: req.Session.RunID, Name: name, Argv: req.Argv, Tag: req.Tag, Detached: req.Detached, Started: now,
 		DirFor: func(seq int) string { return filepath.Join(g.RunsDir(), rel(seq)) },
 	})
 	if err != nil {
@@ -169,7 +175,7 @@ func Begin(ctx context.Context, st *store.Store, g fsguard.Guard, req Request) (
 	}
 	s := &Step{st: st, guard: g, runID: req.Session.RunID, rel: rel(seq), started: now, now: clock, res: Result{
 		SessionID: req.Session.ID, Seq: seq, Name: name, Argv: req.Argv, ArgvB64: store.ArgvBase64(req.Argv), StartedAt: now, Dir: dir,
-		StdoutPath: filepath.Join(dir, "stdout.log"), StderrPath: filepath.Join(dir, "stderr.log"),
+		StdoutPath: filepath.Join(dir, "stdout.log"), StderrPath: filepath.Join(dir, "stderr.log"), Detached: req.Detached,
 	}}
 	if err := s.open(runDir, req, now); err != nil {
 		s.stdout.close()
@@ -207,7 +213,7 @@ func (s *Step) open(runDir string, req Request, now time.Time) error {
 	}
 	if err := s.writeJSON("command.json", command{
 		SessionID: req.Session.ID, RunID: req.Session.RunID, Seq: s.res.Seq, Name: s.res.Name, Argv: req.Argv, ArgvB64: s.res.ArgvB64,
-		Env: env, Workdir: req.Workdir, Engine: req.Session.Engine, TTY: req.TTY, TimeoutMS: req.Timeout.Milliseconds(), StartedAt: now,
+		Env: env, Workdir: req.Workdir, Engine: req.Session.Engine, TTY: req.TTY, Detached: req.Detached, TimeoutMS: req.Timeout.Milliseconds(), StartedAt: now,
 	}); err != nil {
 		return err
 	}

@@ -119,10 +119,13 @@ func (r *Reaper) logf(sessionID, format string, args ...any) {
 }
 
 // Stop is the reaper for one session, now: the design's SandboxSession#stop!.
-// While a step of the session runs under a live xmode (another terminal's
-// `sandbox exec`) it refuses, naming the step, and changes nothing; with
-// force, as `docker rm -f`, it records the step as stopped by `sandbox
-// stop`, ends it, and lets its xmode record its end before the sandbox goes.
+// While a step of the session runs in the foreground of a live xmode
+// (another terminal's `sandbox exec`) it refuses, naming the step, and
+// changes nothing; with force, as `docker rm -f`, it records the step as
+// stopped by `sandbox stop`, ends it, and lets its xmode record its end
+// before the sandbox goes. Background steps (`exec --detach`) are the
+// session's own, as a container's processes are: they are recorded as
+// stopped and ended without force, as `docker stop` ends them.
 func (r *Reaper) Stop(ctx context.Context, sess *store.Session, force bool) (Outcome, error) {
 	steps, err := r.Store.RunningSteps(ctx, sess.ID)
 	if err != nil {
@@ -130,18 +133,23 @@ func (r *Reaper) Stop(ctx context.Context, sess *store.Session, force bool) (Out
 	}
 	stale := r.now().Add(-r.staleAfter())
 	var live []string
+	detached := false
 	for _, st := range steps {
-		if !st.Gone(stale) {
+		switch {
+		case st.Gone(stale):
+		case st.Detached:
+			detached = true
+		default:
 			pid, _, _ := strings.Cut(st.Owner, ":")
 			live = append(live, fmt.Sprintf("step %d (%s, xmode pid %s)", st.Seq, st.Name, pid))
 		}
 	}
-	if len(live) > 0 {
-		if !force {
-			return Outcome{}, fail.Refusedf("session %s has a running step: %s; wait for it to end, or end it with the session: `xmode sandbox stop --force %s`",
-				sess.ID, strings.Join(live, ", "), sess.ID)
-		}
-		if err := r.Store.StopSteps(ctx, sess.ID, store.StoppedBySandboxStop); err != nil {
+	if len(live) > 0 && !force {
+		return Outcome{}, fail.Refusedf("session %s has a running step: %s; wait for it to end, or end it with the session: `xmode sandbox stop --force %s`",
+			sess.ID, strings.Join(live, ", "), sess.ID)
+	}
+	if len(live) > 0 || detached {
+		if err := r.Store.StopSteps(ctx, sess.ID, store.StoppedBySandboxStop, len(live) > 0); err != nil {
 			return Outcome{}, err
 		}
 	}

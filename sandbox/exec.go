@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/xmode/xmode/engine"
@@ -53,6 +54,16 @@ type ExecOptions struct {
 	// the host, as docker does; the evidence records only the name. Nil:
 	// os.LookupEnv.
 	LookupEnv func(string) (string, bool)
+	// OnStart, if set, is called once with the step's number when its
+	// command runs (engine.ExecRequest.Started: its processes can be found
+	// and ended from another xmode), or, when it could not start (127, or
+	// xmode's own 125), once its end is recorded: what a caller reports
+	// before the step ends.
+	OnStart func(seq int)
+
+	// detached: a background step, run by this process as its supervisor
+	// (Supervise).
+	detached bool
 }
 
 // AgentStream follows an agent step's stdout as it happens (secrets
@@ -106,7 +117,7 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	// derived from it too.
 	step, err := evidence.Begin(ctx, s.Store, s.Guard, evidence.Request{
 		Session: sess, Name: o.Name, Argv: secrets.Strings(o.Argv), Env: recordEnv, Workdir: rel, Timeout: o.Timeout,
-		Tag: tag, MaxLogBytes: s.Cfg.EvidenceMaxBytes, TTY: o.TTY, Now: s.Clock,
+		Tag: tag, MaxLogBytes: s.Cfg.EvidenceMaxBytes, TTY: o.TTY, Detached: o.detached, Now: s.Clock,
 	})
 	if err != nil {
 		return nil, err
@@ -125,10 +136,17 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 	// all see the same masked stream.
 	stdout := redact.NewWriter(tee(step.Stdout, liveOut, agent), secrets)
 	stderr := redact.NewWriter(tee(step.Stderr, liveErr), secrets)
+	var started func()
+	if o.OnStart != nil {
+		var once sync.Once
+		started = func() { once.Do(func() { o.OnStart(step.Seq()) }) }
+		// A step that never started is reported once it is recorded.
+		defer started()
+	}
 	stopBeat := s.heartbeat(ctx, sess.RunID, step.Seq())
 	status, runErr := provider.Exec(ctx, sb, engine.ExecRequest{
 		Argv: o.Argv, Env: append(env, o.SecretEnv...), Workdir: rel, Timeout: o.Timeout, Grace: o.Grace,
-		Stdin: o.Stdin, Tag: tag, Stdout: stdout, Stderr: stderr, TTY: o.TTY, Resize: o.Resize,
+		Stdin: o.Stdin, Tag: tag, Stdout: stdout, Stderr: stderr, TTY: o.TTY, Resize: o.Resize, Started: started,
 	})
 	stopBeat()
 	redact.Flush(stdout)

@@ -41,7 +41,8 @@ const (
 	Gone
 	// Busy: a live reaper holds the claim.
 	Busy
-	// StepRunning: the session has a running step with a fresh heartbeat.
+	// StepRunning: the session has a running step with a fresh heartbeat
+	// (a foreground one: LiveStep).
 	StepRunning
 )
 
@@ -116,7 +117,9 @@ func (s *Store) Heartbeat(ctx context.Context, runID string, seq int, now time.T
 }
 
 // LiveStep returns the number of a running step of the session whose
-// heartbeat is after freshAfter, or 0.
+// heartbeat is after freshAfter, or 0. A background step does not count:
+// it runs until it is ended, so it must not keep an expired session (and
+// its quota) alive; the session's teardown ends it.
 func (s *Store) LiveStep(ctx context.Context, sessionID string, freshAfter time.Time) (int, error) {
 	return liveStep(ctx, s.db, sessionID, freshAfter)
 }
@@ -127,7 +130,7 @@ type queryer interface {
 
 func liveStep(ctx context.Context, q queryer, sessionID string, freshAfter time.Time) (int, error) {
 	var seq int
-	err := q.QueryRowContext(ctx, `SELECT seq FROM steps WHERE session_id = ? AND state = 'running' AND heartbeat_at > ?
+	err := q.QueryRowContext(ctx, `SELECT seq FROM steps WHERE session_id = ? AND state = 'running' AND NOT detached AND heartbeat_at > ?
 		ORDER BY seq LIMIT 1`, sessionID, millis(freshAfter)).Scan(&seq)
 	if err == sql.ErrNoRows {
 		return 0, nil
@@ -174,7 +177,7 @@ func parseClaim(value string) (holder string, at time.Time) {
 // ClaimExpired claims an expired open session for teardown. It re-checks,
 // in the same transaction, that the session is still open and expired at
 // now (not extended meanwhile) and that no step of it is running with a
-// heartbeat after freshAfter.
+// heartbeat after freshAfter (background steps aside: LiveStep).
 func (s *Store) ClaimExpired(ctx context.Context, id, holder string, now, freshAfter time.Time, stale Stale) (Claim, error) {
 	var c Claim
 	err := s.tx(ctx, func(tx *sql.Tx) error {

@@ -313,3 +313,71 @@ func TestClaimRaceAcrossConnections(t *testing.T) {
 		t.Fatalf("%d claims won, want 1", won)
 	}
 }
+
+// A background step runs until it is ended, so it does not keep an expired
+// session alive as a foreground step does: the session is claimed (its
+// teardown ends the step). `sandbox stop` marks background steps stopped
+// without --force (StopSteps, all false), every running step with it, and
+// StopStep marks one step only while it runs.
+func TestBackgroundSteps(t *testing.T) {
+	s := open(t, t.TempDir())
+	ctx := context.Background()
+	now := time.Now()
+	fresh := now.Add(-30 * time.Second)
+	n := openSess(t, s, newSess("u", now))
+	begin := func(name string, detached bool) int {
+		seq, _, err := s.BeginStep(ctx, NewStep{SessionID: n.ID, RunID: n.RunID, Name: name, Argv: []string{"sleep"}, Detached: detached,
+			Started: now, DirFor: func(int) string { return "d" }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return seq
+	}
+	bg := begin("server", true)
+	s.Extend(ctx, n.ID, now.Add(-time.Second))
+	if seq, err := s.LiveStep(ctx, n.ID, fresh); err != nil || seq != 0 {
+		t.Fatalf("LiveStep = %d, %v; a background step is not one that holds its session", seq, err)
+	}
+	c, err := s.ClaimExpired(ctx, n.ID, "a", now, fresh, never)
+	if err != nil || c.Result != Claimed {
+		t.Fatalf("an expired session with only a background step running: %+v, %v; want claimed", c, err)
+	}
+	s.Release(ctx, n.ID, "a")
+	s.Extend(ctx, n.ID, now.Add(time.Hour))
+
+	fg := begin("test", false)
+	if err := s.StopSteps(ctx, n.ID, StoppedBySandboxStop, false); err != nil {
+		t.Fatal(err)
+	}
+	stoppedBy := func(seq int) (string, bool) {
+		r, err := s.Step(ctx, n.RunID, seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.StoppedBy, r.Detached
+	}
+	if by, d := stoppedBy(bg); by != StoppedBySandboxStop || !d {
+		t.Errorf("the background step after StopSteps(all=false): stopped_by %q, detached %v", by, d)
+	}
+	if by, d := stoppedBy(fg); by != "" || d {
+		t.Errorf("the foreground step after StopSteps(all=false): stopped_by %q, detached %v; want untouched", by, d)
+	}
+	if err := s.StopSteps(ctx, n.ID, StoppedBySandboxStop, true); err != nil {
+		t.Fatal(err)
+	}
+	if by, _ := stoppedBy(fg); by != StoppedBySandboxStop {
+		t.Errorf("the foreground step after StopSteps(all=true): stopped_by %q", by)
+	}
+	if _, err := s.FinishStep(ctx, StepEnd{RunID: n.RunID, Seq: fg, Finished: now, ExitCode: 143}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.StopStep(ctx, n.RunID, fg, StoppedByKill); err != nil || ok {
+		t.Errorf("StopStep of a finished step: %v, %v; want false", ok, err)
+	}
+	if ok, err := s.StopStep(ctx, n.RunID, bg, StoppedByKill); err != nil || !ok {
+		t.Errorf("StopStep of a running step: %v, %v; want true", ok, err)
+	}
+	if by, _ := stoppedBy(bg); by != StoppedByKill {
+		t.Errorf("after StopStep: stopped_by %q", by)
+	}
+}

@@ -37,8 +37,11 @@ type StepRow struct {
 	Truncated          bool
 	LostReason         string
 	// StoppedBy names what stopped the step while it ran ("sandbox
-	// stop"), "" when nothing did.
+	// stop", "sandbox kill"), "" when nothing did.
 	StoppedBy string
+	// Detached: a background step (`sandbox exec --detach`), run by a
+	// supervisor xmode of its own (Owner) rather than a terminal's.
+	Detached bool
 }
 
 // EncodeArgv is how the store keeps an argv byte for byte: a JSON array of
@@ -105,6 +108,7 @@ type NewStep struct {
 	SessionID, RunID, Name string
 	Argv                   []string
 	Tag                    string // the XMODE_EXEC_TAG its processes carry
+	Detached               bool   // a background step (StepRow.Detached)
 	Started                time.Time
 	DirFor                 func(seq int) string // the step directory of a number
 }
@@ -142,8 +146,8 @@ func (s *Store) BeginStep(ctx context.Context, n NewStep) (int, string, error) {
 			return fmt.Errorf("next step number: %w", err)
 		}
 		dir = n.DirFor(seq)
-		_, err := tx.ExecContext(ctx, `INSERT INTO steps (run_id, seq, session_id, name, argv, dir, started_at, heartbeat_at, tag, owner)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, n.RunID, seq, n.SessionID, n.Name, string(argvJSON), dir, millis(n.Started), millis(n.Started), n.Tag, proc.Self())
+		_, err := tx.ExecContext(ctx, `INSERT INTO steps (run_id, seq, session_id, name, argv, dir, started_at, heartbeat_at, tag, owner, detached)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, n.RunID, seq, n.SessionID, n.Name, string(argvJSON), dir, millis(n.Started), millis(n.Started), n.Tag, proc.Self(), n.Detached)
 		if err != nil {
 			return fmt.Errorf("insert step: %w", err)
 		}
@@ -193,17 +197,36 @@ func (s *Store) SetEvidenceIncomplete(ctx context.Context, runID string, seq int
 	return err
 }
 
-// StoppedBySandboxStop is StepRow.StoppedBy for a step `sandbox stop
-// --force` ended.
-const StoppedBySandboxStop = "sandbox stop"
+// StepRow.StoppedBy for a step ended while it ran: by `sandbox stop` (a
+// background step, or any with --force), or by `sandbox kill` (the
+// MCP server's step_kill too: sandbox.Service.KillStep).
+const (
+	StoppedBySandboxStop = "sandbox stop"
+	StoppedByKill        = "sandbox kill"
+)
 
 // StopSteps marks the session's running steps as stopped by by, before
-// their processes are ended: their xmode records it with their end.
-func (s *Store) StopSteps(ctx context.Context, sessionID, by string) error {
-	if _, err := s.exec(ctx, `UPDATE steps SET stopped_by = ? WHERE session_id = ? AND state = 'running'`, by, sessionID); err != nil {
+// their processes are ended: their xmode records it with their end. With
+// all false only its background steps are marked (`sandbox stop` ends those
+// without --force).
+func (s *Store) StopSteps(ctx context.Context, sessionID, by string, all bool) error {
+	if _, err := s.exec(ctx, `UPDATE steps SET stopped_by = ? WHERE session_id = ? AND state = 'running' AND (? OR detached)`,
+		by, sessionID, all); err != nil {
 		return fmt.Errorf("mark the steps of %s stopped: %w", sessionID, err)
 	}
 	return nil
+}
+
+// StopStep marks one running step as stopped by by, before its processes
+// are ended (`sandbox kill`). It reports false, changing nothing, when the
+// step is not running (finished or lost meanwhile).
+func (s *Store) StopStep(ctx context.Context, runID string, seq int, by string) (bool, error) {
+	res, err := s.exec(ctx, `UPDATE steps SET stopped_by = ? WHERE run_id = ? AND seq = ? AND state = 'running'`, by, runID, seq)
+	if err != nil {
+		return false, fmt.Errorf("mark step %s/%d stopped: %w", runID, seq, err)
+	}
+	n, _ := res.RowsAffected()
+	return n == 1, nil
 }
 
 // Step reads one step of a run.
@@ -254,7 +277,7 @@ func (s *Store) LoseStep(ctx context.Context, runID string, seq int, now time.Ti
 func (s *Store) steps(ctx context.Context, where string, args ...any) ([]StepRow, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT run_id, seq, session_id, name, argv, dir, state, started_at,
 		finished_at, exit_code, signal, timed_out, oom_killed, tag, owner, heartbeat_at, evidence_incomplete, truncated,
-		lost_reason, stopped_by FROM steps `+where, args...)
+		lost_reason, stopped_by, detached FROM steps `+where, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list steps: %w", err)
 	}
@@ -267,7 +290,7 @@ func (s *Store) steps(ctx context.Context, where string, args ...any) ([]StepRow
 		var finished, code sql.NullInt64
 		if err := rows.Scan(&r.RunID, &r.Seq, &r.SessionID, &r.Name, &argv, &r.Dir, &r.State, &started,
 			&finished, &code, &r.Signal, &r.TimedOut, &r.OOMKilled, &r.Tag, &r.Owner, &beat, &r.EvidenceIncomplete,
-			&r.Truncated, &r.LostReason, &r.StoppedBy); err != nil {
+			&r.Truncated, &r.LostReason, &r.StoppedBy, &r.Detached); err != nil {
 			return nil, err
 		}
 		if r.Argv, err = DecodeArgv(argv); err != nil {

@@ -73,6 +73,10 @@ func TestClosedPipeIsSilent(t *testing.T) {
 		// The step's status, whatever became of its output.
 		{0, []string{"sandbox", "exec", sid, "--", "seq", "1", "100000"}},
 		{3, []string{"sandbox", "exec", sid, "--", "sh", "-c", "seq 1 100000; exit 3"}},
+		// A background step (step 4) starts whatever became of its number;
+		// the kill that ends it prints the number too.
+		{0, []string{"sandbox", "exec", sid, "--detach", "-q", "--", "sleep", "300"}},
+		{141, []string{"sandbox", "kill", sid, "4", "-q"}},
 	}
 	for _, c := range cases {
 		cmd := reapCmd(t, r.root, c.args...)

@@ -704,6 +704,15 @@ echo uncommitted > notes.txt`)
 	r.j(0, "Reap summary", "reap")
 	r.j(0, "Session with steps", "sandbox", "show", did)
 	r.j(0, "[]Session", "sandbox", "stop", cid, did)
+	// Background steps: printed as far as known when started, ended by
+	// `sandbox kill` (which prints the step) and by `sandbox stop`.
+	g := refStr(t, r.j(0, "Session", "sandbox", "create", "--repo", repo)[0], "id")
+	r.j(0, "Step", "sandbox", "exec", g, "--detach", "--name", "bg", "--", "sleep", "300")
+	r.j(0, "Step", "sandbox", "kill", g, "bg")
+	r.j(4, "Error", "sandbox", "kill", g, "bg")
+	r.j(0, "Step", "sandbox", "exec", g, "-d", "--", "sleep", "300")
+	r.j(0, "Session", "sandbox", "stop", g)
+	r.j(0, "Session with steps", "sandbox", "show", g)
 	// A pass that cannot reach its engine's daemon fails, and says so.
 	r.run([]string{"XMODE_SANDBOX_ENGINE=docker", "XMODE_SANDBOX_DOCKER_HOST=unix://" + filepath.Join(dir, "no-daemon.sock")}, 1, "Reap summary", "reap")
 

@@ -99,6 +99,8 @@ func Run(t *testing.T, h Harness) {
 		{"ProcessTreeKilledAfterExit", testTreeAfterExit},
 		{"ProcessTreeKilledOnTimeout", testTreeOnTimeout},
 		{"KillStepByTag", testKillStep},
+		{"SignalStepByTag", testSignalStep},
+		{"StartedThenKilled", testStartedThenKilled},
 		{"GitWorks", testGit},
 		{"ContextCancel", testCancel},
 		{"Interrupt", testInterrupt},
@@ -577,6 +579,102 @@ func testKillStep(t *testing.T, h Harness) {
 	if err := engine.KillStep(context.Background(), a, sb, tag); err != nil {
 		t.Fatalf("KillStep of a step already gone: %v", err)
 	}
+}
+
+// testSignalStep: a step ended from outside the Exec that runs it with a
+// first signal of the caller's choosing (engine.SignalStep, what `sandbox
+// kill --signal INT` does) dies of that signal, as under Ctrl-C, and what
+// ignores it (a non-interactive shell's background job ignores INT) is
+// KILLed after the grace period. A provider without engine.StepSignaler
+// ends steps with TERM.
+func testSignalStep(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	sig := syscall.SIGINT
+	if _, ok := a.(engine.StepSignaler); !ok {
+		sig = syscall.SIGTERM
+	}
+	tag := fmt.Sprintf("signalsteptest%d", time.Now().UnixNano())
+	done := make(chan result, 1)
+	go func() {
+		done <- exec(t, context.Background(), a, sb, engine.ExecRequest{
+			Argv: []string{"sh", "-c", bgScript + "echo up > up; exec sleep 300"}, Tag: tag,
+		}, defaultLimit)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for !fileIn(a, sb, "up") {
+		if time.Now().After(deadline) {
+			t.Fatal("the step never started")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := engine.SignalStep(context.Background(), a, sb, tag, sig, time.Second); err != nil {
+		t.Fatalf("SignalStep(%s): %v", sig, err)
+	}
+	select {
+	case r := <-done:
+		want := engine.Status{ExitCode: 128 + int(sig), Signal: sigName(sig)}
+		if r.err != nil || r.st != want {
+			t.Fatalf("a step ended by SignalStep(%s): status %+v, err %v; want %+v", sig, r.st, r.err, want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the step still runs 30s after SignalStep(%s)", sig)
+	}
+	wantGone(t, a, sb, "a background process that ignores the signal, of a step ended by SignalStep")
+}
+
+// testStartedThenKilled: once ExecRequest.Started has been called, the
+// step's processes can be found by their tag from outside the Exec: a
+// KillStep right then ends the step (a background step's number is
+// reported then, and `sandbox kill` may follow at once). Started is called
+// once, before Exec returns.
+func testStartedThenKilled(t *testing.T, h Harness) {
+	a, sb := h.New(t)
+	tag := fmt.Sprintf("startedtest%d", time.Now().UnixNano())
+	var calls atomic.Int32
+	started := make(chan struct{})
+	done := make(chan result, 1)
+	go func() {
+		done <- exec(t, context.Background(), a, sb, engine.ExecRequest{
+			Argv: []string{"sleep", "300"}, Tag: tag,
+			Started: func() {
+				if calls.Add(1) == 1 {
+					close(started)
+				}
+			},
+		}, defaultLimit)
+	}()
+	select {
+	case <-started:
+	case r := <-done:
+		t.Fatalf("Exec returned (%+v, %v) without calling Started", r.st, r.err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Started was not called within 20s")
+	}
+	if err := engine.KillStep(context.Background(), a, sb, tag); err != nil {
+		t.Fatalf("KillStep: %v", err)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil || r.st.ExitCode != 143 && r.st.ExitCode != 137 {
+			t.Fatalf("a step killed right after Started: status %+v, err %v; want TERM's (143) or KILL's (137)", r.st, r.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the step still runs 30s after a KillStep that followed Started")
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("Started was called %d times", n)
+	}
+}
+
+// sigName is a signal's name as a Status gives it.
+func sigName(sig syscall.Signal) string {
+	switch sig {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return sig.String()
 }
 
 // testGit: agents and people use git in their worktree — status, diff,

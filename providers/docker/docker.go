@@ -74,6 +74,7 @@ var (
 	_ engine.WorktreeMounter = (*Provider)(nil)
 	_ engine.Networker       = (*Provider)(nil)
 	_ engine.ImageRunner     = (*Provider)(nil)
+	_ engine.StepSignaler    = (*Provider)(nil)
 	_ io.Closer              = (*Provider)(nil) // engine.Close
 )
 

@@ -262,6 +262,13 @@ func (p *Provider) exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 		go p.resizeExec(context.WithoutCancel(ctx), execID, size, req.Resize)
 	}
 	s := &step{p: p, ctx: ctx, containerID: ci.ID, initPid: ci.State.Pid, execID: execID, tag: tag, req: req, started: started}
+	if req.Started != nil {
+		// Only once the runtime runs the step's wrapper can the kill
+		// helper find it by its tag (a few exec inspects, for a caller
+		// that asked: sandbox.ExecDetached).
+		s.waitStarted(context.WithoutCancel(ctx))
+		req.Started()
+	}
 	st, err := s.run(hr)
 	if err == nil && sb.MountMode != MountSync && sb.Worktree != "" {
 		// The step's processes are gone: nothing can race this.
@@ -1010,6 +1017,15 @@ func (h *headBuffer) String() string {
 // its tag, as a timeout does: for a step whose xmode is gone (the reaper,
 // teardown). A container that is gone or stopped has nothing left to end.
 func (p *Provider) KillStep(ctx context.Context, sb engine.Sandbox, tag string) error {
+	return p.SignalStep(ctx, sb, tag, syscall.SIGTERM, engine.DefaultGrace)
+}
+
+// SignalStep is KillStep with the first signal and the grace period of the
+// caller's choosing (engine.StepSignaler): the kill helper sends sig and
+// CONT to the step's processes, its wrapper spared so that the xmode
+// running the step records how its command ended, and KILLs what is left
+// after grace.
+func (p *Provider) SignalStep(ctx context.Context, sb engine.Sandbox, tag string, sig syscall.Signal, grace time.Duration) error {
 	if tag == "" || sb.ContainerID == "" && sb.SessionID == "" {
 		return nil
 	}
@@ -1026,7 +1042,7 @@ func (p *Provider) KillStep(ctx context.Context, sb engine.Sandbox, tag string) 
 	if !ci.State.Running {
 		return nil
 	}
-	return p.endProcesses(ctx, ci.ID, stepTag(tag), engine.DefaultGrace, syscall.SIGTERM)
+	return p.endProcesses(ctx, ci.ID, stepTag(tag), grace, sig)
 }
 
 // Containment says how a docker step is contained (engine.StepContainer):

@@ -20,11 +20,18 @@ import (
 // cgroup, wherever its xmode made it, whatever its processes did to their
 // environment or session. The step's leader dies with the xmode that
 // started it (Pdeathsig); this finds what the leader left behind.
-func (p *Provider) KillStep(ctx context.Context, _ engine.Sandbox, tag string) error {
+func (p *Provider) KillStep(ctx context.Context, sb engine.Sandbox, tag string) error {
+	return p.SignalStep(ctx, sb, tag, syscall.SIGTERM, engine.DefaultGrace)
+}
+
+// SignalStep is KillStep with the first signal and the grace period of the
+// caller's choosing (engine.StepSignaler): `sandbox kill --signal INT`
+// ends a step as Ctrl-C would, from another xmode.
+func (p *Provider) SignalStep(ctx context.Context, _ engine.Sandbox, tag string, sig syscall.Signal, grace time.Duration) error {
 	if tag == "" {
 		return nil
 	}
-	if err := killTagged(ctx, tag); err != nil {
+	if err := killTagged(ctx, tag, sig, grace); err != nil {
 		return err
 	}
 	p.findParent()
@@ -39,8 +46,9 @@ func (p *Provider) KillStep(ctx context.Context, _ engine.Sandbox, tag string) e
 	return nil
 }
 
-// killTagged ends the processes carrying the step's tag.
-func killTagged(ctx context.Context, tag string) error {
+// killTagged ends the processes carrying the step's tag: sig and CONT,
+// KILL to what is left after grace.
+func killTagged(ctx context.Context, tag string, sig syscall.Signal, grace time.Duration) error {
 	mark := []byte(engine.ExecTagEnv + "=" + tag)
 	signal := func(sig syscall.Signal) int {
 		n := 0
@@ -54,11 +62,11 @@ func killTagged(ctx context.Context, tag string) error {
 		}
 		return n
 	}
-	if signal(syscall.SIGTERM) == 0 {
+	if signal(sig) == 0 {
 		return nil
 	}
 	signal(syscall.SIGCONT)
-	deadline := time.Now().Add(engine.DefaultGrace)
+	deadline := time.Now().Add(grace)
 	for time.Now().Before(deadline) && len(tagged(mark)) > 0 {
 		select {
 		case <-ctx.Done():

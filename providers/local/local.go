@@ -66,6 +66,7 @@ var (
 	_ engine.Provider      = (*Provider)(nil)
 	_ engine.StepContainer = (*Provider)(nil)
 	_ engine.HostRunner    = (*Provider)(nil)
+	_ engine.StepSignaler  = (*Provider)(nil)
 )
 
 // Name returns "host".
@@ -146,7 +147,7 @@ func (p *Provider) Exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 		timeout: req.Timeout, grace: req.Grace,
 		stdin: req.Stdin, stdout: stdout, stderr: stderr,
 		tty: req.TTY, resize: req.Resize,
-		cgroup: p.stepCgroup(req.Tag),
+		cgroup: p.stepCgroup(req.Tag), started: req.Started,
 	})
 	if cgErr != nil {
 		p.noCgroups(cgErr)
@@ -165,6 +166,7 @@ type runSpec struct {
 	tty            bool
 	resize         <-chan engine.WinSize
 	cgroup         *stepCgroup // nil: the process group alone
+	started        func()      // engine.ExecRequest.Started
 }
 
 // stdio is how a step's standard streams are wired: the child's three
@@ -293,6 +295,10 @@ func run(ctx context.Context, s runSpec) (st engine.Status, cgErr, err error) {
 		cg.watchLater()
 	}
 	pid := cmd.Process.Pid // also the process group id
+	if s.started != nil {
+		// execve has succeeded: the leader is the command, with its tag.
+		s.started()
+	}
 
 	var copies sync.WaitGroup
 	for _, c := range sio.copies {
