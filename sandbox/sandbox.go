@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
@@ -57,6 +58,22 @@ func (s *Service) detail(format string, args ...any) {
 	}
 }
 
+// seed prepares the run's object store for the first diff of a checkout
+// xmode just made, before any step ran in it (changes.Service.Seed): the
+// base's trees, and the checkout's files in the stat cache, so that the
+// first diff reads only what changed since. Only a cache: a failure is
+// reported with -v and changes nothing else.
+func (s *Service) seed(ctx context.Context, runID, commit string) {
+	start := time.Now()
+	cr := &changes.Service{Store: s.Store, Guard: s.Guard, MaxBytes: s.Cfg.CRMaxBytes}
+	n, err := cr.Seed(ctx, runID, commit)
+	if err != nil {
+		s.detail("stat cache not seeded (the first diff reads every file): %v", err)
+		return
+	}
+	s.detail("stat cache: %d of the checkout's %d files recorded (%s)", n.Recorded, n.Files, took(start))
+}
+
 // took is how long since start, for detail.
 func took(start time.Time) string { return time.Since(start).Round(time.Millisecond).String() }
 
@@ -87,7 +104,9 @@ func (s *Service) Pools() *pool.Pools {
 	return &pool.Pools{Cfg: s.Cfg, Store: s.Store, Guard: s.Guard, Progress: s.Progress, Log: s.Log, Notices: s.Notices, Clock: s.Clock,
 		Spec: func(ctx context.Context, e *pool.Entry, co *machines.Checkout) (engine.Spec, error) {
 			return s.spec(ctx, e.SessionID, e.RunID, e.Project, e.WorktreePath, e.Image, co)
-		}}
+		},
+		Seed: s.seed,
+	}
 }
 
 // reaper is a Reaper for this service's store; Close it when done, as it
@@ -276,6 +295,9 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	if engineName == engine.Cloud {
 		// The Codex cloud runs this session's work: the worktree gives it a
 		// base commit (what the task's diff applies to), and no local sandbox.
+		if newRun {
+			s.seed(ctx, sess.RunID, base)
+		}
 		if err := s.Store.Provisioned(ctx, sess.ID, base, "", "", "", nil, s.Now().Add(s.Cfg.TTL)); err != nil {
 			return nil, err
 		}
@@ -308,6 +330,11 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	}
 	if err != nil {
 		return nil, err
+	}
+	if newRun {
+		// After Provision: a provider may give the worktree to the sandbox
+		// user, which changes every file's ctime.
+		s.seed(ctx, sess.RunID, base)
 	}
 	if err := s.Store.Provisioned(ctx, sess.ID, base, sb.ContainerID, sb.MountMode, sess.Image, sb.Volumes, s.Now().Add(s.Cfg.TTL)); err != nil {
 		return nil, err
