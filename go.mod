@@ -3,6 +3,9 @@ module github.com/xmode/xmode
 go 1.26.8
 
 require (
+	github.com/alecthomas/chroma/v2 v2.27.0
+	github.com/chromedp/cdproto v0.160.1
+	github.com/chromedp/chromedp v0.23.1
 	github.com/containerd/errdefs v1.0.0
 	github.com/creack/pty v1.1.24
 	github.com/distribution/reference v0.6.0
@@ -29,10 +32,12 @@ require (
 	github.com/containerd/errdefs/pkg v0.3.0 // indirect
 	github.com/containerd/log v0.2.0 // indirect
 	github.com/cpuguy83/go-md2man/v2 v2.0.6 // indirect
+	github.com/dlclark/regexp2/v2 v2.2.1 // indirect
 	github.com/docker/go-connections v0.5.0 // indirect
 	github.com/docker/go-units v0.5.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/felixge/httpsnoop v1.0.4 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
@@ -81,6 +86,15 @@ replace github.com/distribution/reference => ./third_party/distribution-referenc
 // go-digest v1.0.0 likewise (the Docker SDK and distribution/reference
 // link it).
 replace github.com/opencontainers/go-digest => ./third_party/go-digest
+
+// regexp2 v2.2.1 (chroma's, for the web UI's highlighting) with its Unicode
+// tables built on first use instead of at start-up, where they cost every
+// command 37 KB: see docs/architecture.md, "Dependencies".
+replace github.com/dlclark/regexp2/v2 => ./third_party/regexp2
+
+// chroma v2.27.0's engine (its root package only: xmode ui embeds its own
+// lexers) with its token type and serialisation maps built on first use.
+replace github.com/alecthomas/chroma/v2 => ./third_party/chroma
 
 // jsonschema-go v0.4.3 (the MCP SDK's schemas) with its field tables and
 // its one regular expression built on first use instead of at start-up,

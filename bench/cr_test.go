@@ -13,18 +13,47 @@ import (
 // files changed: 35 text files edited, 5 deleted, 10 binary files (5 new,
 // 5 replacing text files).
 func crFixture(b *testing.B) (bin string, env []string, id, worktree string) {
-	bin = xmodeBin(b)
+	f := sessionFixture(b, func(repo string) { makeRepo(b, repo, 1700, 100) }, smallChanges)
+	return f.bin, f.env, f.id, f.worktree
+}
+
+// session is a host session of a benchmark: the binary, its environment,
+// the session's ID, its worktree and its run's directory.
+type session struct {
+	bin      string
+	env      []string
+	id       string
+	worktree string
+	runDir   string
+}
+
+// sessionFixture creates a host session on the repository makeRepo makes,
+// then changes its worktree with change and lets the files age.
+func sessionFixture(b *testing.B, makeRepo func(repo string), change func(b *testing.B, worktree string)) *session {
+	f := &session{bin: xmodeBin(b)}
 	dir := b.TempDir()
 	repo := filepath.Join(dir, "repo")
-	makeRepo(b, repo, 1700, 100)
+	makeRepo(repo)
 	root := filepath.Join(dir, "root")
-	env = []string{"XMODE_STORAGE_ROOT=" + root, "XMODE_SANDBOX_MAX_OPEN=0"}
-	id = output(b, env, bin, "sandbox", "create", "--repo", repo, "-q")
+	f.env = []string{"XMODE_STORAGE_ROOT=" + root, "XMODE_SANDBOX_MAX_OPEN=0"}
+	f.id = output(b, f.env, f.bin, "sandbox", "create", "--repo", repo, "-q")
 	matches, _ := filepath.Glob(filepath.Join(root, "runs", "*", "worktree"))
 	if len(matches) != 1 {
 		b.Fatalf("worktrees: %v", matches)
 	}
-	worktree = matches[0]
+	f.worktree = matches[0]
+	f.runDir = filepath.Dir(f.worktree)
+	change(b, f.worktree)
+	// xmode reuses the hash of a file only once its timestamps are two
+	// seconds old (git's racy-clean problem): let the fixture age like a
+	// worktree does between an agent's last write and the review.
+	time.Sleep(2500 * time.Millisecond)
+	return f
+}
+
+// smallChanges changes 50 files of makeRepo's 1,700: 35 text files edited,
+// 5 deleted, 10 binary files (5 new, 5 replacing text files).
+func smallChanges(b *testing.B, worktree string) {
 	rnd := rand.New(rand.NewSource(1))
 	binary := func() []byte {
 		p := make([]byte, 2000+rnd.Intn(20000))
@@ -52,11 +81,6 @@ func crFixture(b *testing.B) (bin string, env []string, id, worktree string) {
 			b.Fatal(err)
 		}
 	}
-	// xmode reuses the hash of a file only once its timestamps are two
-	// seconds old (git's racy-clean problem): let the fixture age like a
-	// worktree does between an agent's last write and the review.
-	time.Sleep(2500 * time.Millisecond)
-	return bin, env, id, worktree
 }
 
 // BenchmarkCRCreate: `xmode cr create` against the git binary doing the
@@ -91,24 +115,4 @@ func BenchmarkCRCreate(b *testing.B) {
 	b.ReportMetric(ms(med[2]), "cr-create-cold-ms")
 	b.ReportMetric(float64(med[1])/float64(med[0]), "create/git")
 	b.ReportMetric(float64(med[2])/float64(med[0]), "create-cold/git")
-}
-
-// BenchmarkSandboxDiffStat: `xmode sandbox diff --stat` against `git status
-// --porcelain` plus `git diff --stat BASE` in the worktree, side by side.
-// Target: at most 1.5×.
-func BenchmarkSandboxDiffStat(b *testing.B) {
-	bin, env, id, wt := crFixture(b)
-	base := output(b, nil, "git", "-C", wt, "rev-parse", "HEAD")
-	run(b, nil, "git", "-C", wt, "status", "--porcelain") // git's index is fresh too
-	run(b, env, bin, "sandbox", "diff", id, "--stat")
-	b.ResetTimer()
-	med := sideBySide(rounds(b),
-		func() {
-			run(b, nil, "sh", "-c", "git -C "+wt+" status --porcelain > /dev/null && git -C "+wt+" diff --stat "+base+" > /dev/null")
-		},
-		func() { run(b, env, bin, "sandbox", "diff", id, "--stat") },
-	)
-	b.ReportMetric(ms(med[0]), "git-status-diffstat-ms")
-	b.ReportMetric(ms(med[1]), "sandbox-diff-stat-ms")
-	b.ReportMetric(float64(med[1])/float64(med[0]), "diff/git")
 }

@@ -126,6 +126,15 @@ func (e *env) sh(s *store.Session, script string) {
 	}
 }
 
+// dropStatCache removes the run's stat cache (what the create seeded), so
+// that the next snapshot reads every file.
+func (e *env) dropStatCache(s *store.Session) {
+	e.t.Helper()
+	if err := os.Remove(filepath.Join(e.root, "runs", s.RunID, changes.StoreDirName, "xmode-stat-cache")); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 func (e *env) worktree(s *store.Session) string {
 	return filepath.Join(e.root, "runs", s.RunID, "worktree")
 }

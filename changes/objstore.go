@@ -154,6 +154,14 @@ func (s *objectStore) writeKnown(h Hash, typ string, data []byte) error {
 	return s.writeStream(h, typ, int64(len(data)), bytes.NewReader(data))
 }
 
+// zlibWriters are reused across objects: a new one allocates and clears
+// the compressor's tables, most of the CPU a small object's write costs (a
+// first diff writes hundreds).
+var zlibWriters = sync.Pool{New: func() any {
+	zw, _ := zlib.NewWriterLevel(nil, zlib.BestSpeed)
+	return zw
+}}
+
 // writeStream stores size bytes of r as object h of typ, checking that
 // they hash to h (the reader may be a file still being written to).
 func (s *objectStore) writeStream(h Hash, typ string, size int64, r io.Reader) error {
@@ -170,7 +178,9 @@ func (s *objectStore) writeStream(h Hash, typ string, size int64, r io.Reader) e
 	}
 	defer s.root.Remove(tmp) //nolint:errcheck // gone after the rename
 	hh := gitread.NewHasher(typ, size)
-	zw, _ := zlib.NewWriterLevel(f, zlib.BestSpeed)
+	zw := zlibWriters.Get().(*zlib.Writer)
+	defer zlibWriters.Put(zw)
+	zw.Reset(f)
 	fmt.Fprintf(zw, "%s %d\x00", typ, size)
 	n, err := io.Copy(io.MultiWriter(zw, hh), io.LimitReader(r, size+1))
 	if err == nil && n != size {

@@ -572,6 +572,30 @@ func (s *Service) Review(ctx context.Context, p *Package, decision, note string)
 	return s.Store.ReviewChange(ctx, p.ID, store.Review{Decision: decision, Reviewer: s.User, Note: note, DecidedAt: s.now().UTC()})
 }
 
+// ChangesRequested starts the note of a review that asked for changes
+// (RequestChanges). A change request is a frozen package: the changes a
+// reviewer asks for come as a new change request of the next run, so for
+// this one "request changes" is a rejection, told apart by its note
+// (docs/reference.md, "Review decision").
+const ChangesRequested = "changes requested: "
+
+// RequestChanges records a rejection that asks for changes, saying which:
+// the note is required and is kept after ChangesRequested.
+func (s *Service) RequestChanges(ctx context.Context, p *Package, note string) error {
+	if strings.TrimSpace(note) == "" {
+		return fail.Usagef("requesting changes needs a note saying which: --note TEXT")
+	}
+	return s.Review(ctx, p, store.ChangeRejected, ChangesRequested+note)
+}
+
+// AsksForChanges reports a review made by RequestChanges, and what it asked.
+func AsksForChanges(r store.Review) (string, bool) {
+	if r.Decision != store.ChangeRejected {
+		return "", false
+	}
+	return strings.CutPrefix(r.Note, ChangesRequested)
+}
+
 // Evidence reads a package's evidence.json.
 func (s *Service) Evidence(p *Package) (*Evidence, error) {
 	b, err := s.ReadFile(p, EvidenceFile)

@@ -174,6 +174,7 @@ func TestLargeTrackedFileUnchanged(t *testing.T) {
 	e.makeRepo(map[string]string{"README": "hello\n", "asset.bin": string(asset)})
 	e.cr.MaxBytes = 1 << 20
 	s := e.create(sandbox.CreateOptions{})
+	e.dropStatCache(s) // nor the create's seed
 	e.sh(s, `printf 'more\n' >> README`)
 
 	ok := func(stage string) {
@@ -250,6 +251,7 @@ func TestPackageFilesSizeFirst(t *testing.T) {
 	e := newEnv(t, nil)
 	e.makeRepo(map[string]string{"README": "hello\n"})
 	s := e.create(sandbox.CreateOptions{})
+	e.dropStatCache(s) // nor the create's seed
 	e.sh(s, `printf 'more\n' >> README`)
 	created, err := e.cr.Create(ctx, s, changes.CreateOptions{})
 	if err != nil {

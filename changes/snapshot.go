@@ -329,17 +329,8 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 	if dirs.note != "" {
 		sn.Warnings = append(sn.Warnings, dirs.note)
 	}
-	obj := &objects{ctx: ctx, store: st}
-	if dirs.common != nil {
-		var alt *gitread.Source
-		if ov := dirs.overlay(); ov != nil {
-			defer ov.Close()
-			alt = gitread.NewSource(ov, gitread.Options{Name: "the run's git overlay"})
-			defer alt.Close()
-		}
-		obj.src = gitread.NewSource(dirs.common, gitread.Options{Name: "the sandbox's git directory", Limits: sourceLimits(s.MaxBytes), Context: ctx, Alt: alt})
-		defer obj.src.Close()
-	}
+	obj, done := s.openObjects(ctx, st, dirs)
+	defer done()
 	// The base is read from the sandbox's objects, each checked against its
 	// ID; what is missing or forged there is fetched from the session's
 	// repository instead.
@@ -391,6 +382,29 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 	s.history(obj, dirs, sn)
 	ok = true
 	return sn, nil
+}
+
+// openObjects reads objects into the store st: from the store, else from
+// the sandbox's git directory (each checked against its ID). done closes
+// what it opened.
+func (s *Service) openObjects(ctx context.Context, st *objectStore, dirs *gitDirs) (obj *objects, done func()) {
+	obj = &objects{ctx: ctx, store: st}
+	if dirs.common == nil {
+		return obj, func() {}
+	}
+	var alt *gitread.Source
+	ov := dirs.overlay()
+	if ov != nil {
+		alt = gitread.NewSource(ov, gitread.Options{Name: "the run's git overlay"})
+	}
+	obj.src = gitread.NewSource(dirs.common, gitread.Options{Name: "the sandbox's git directory", Limits: sourceLimits(s.MaxBytes), Context: ctx, Alt: alt})
+	return obj, func() {
+		obj.src.Close()
+		if alt != nil {
+			alt.Close()
+			ov.Close()
+		}
+	}
 }
 
 // newWalker prepares the walk of a worktree: the base to compare with,

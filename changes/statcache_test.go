@@ -18,6 +18,7 @@ func TestStatCache(t *testing.T) {
 	e := newEnv(t, nil)
 	e.makeRepo(map[string]string{"README": "hello\n", "a": "a\n", "b": "b\n"})
 	s := e.create(sandbox.CreateOptions{})
+	e.dropStatCache(s) // the walk's own cache, not the create's seed (seed_test.go)
 	snap := func() *changes.Snapshot {
 		t.Helper()
 		sn, err := e.cr.Snapshot(ctx, s, 0)

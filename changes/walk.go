@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,7 +67,7 @@ type walker struct {
 	baseSize func(Hash) (int64, bool)
 	started  int64 // ns: when the walk began
 	files    map[string]walked
-	shards   []map[string]walked // the files the shards found
+	shards   map[string]map[string]walked // the files each shard found, by its root directory
 	skipped  []Skipped
 	hashed   int // files read this time (the others came from the stat cache)
 	parallel int // the root's subdirectories are walked by this many goroutines
@@ -237,8 +238,11 @@ func (w *walker) shard() *walker {
 	}
 }
 
-func (w *walker) merge(s *walker) {
-	w.shards = append(w.shards, s.files) // not copied: lookups try each
+func (w *walker) merge(name string, s *walker) {
+	if w.shards == nil {
+		w.shards = map[string]map[string]walked{}
+	}
+	w.shards[name] = s.files // not copied: a lookup goes to the shard of its first directory
 	for p, e := range s.added {
 		w.added[p] = e
 	}
@@ -248,15 +252,14 @@ func (w *walker) merge(s *walker) {
 
 // file returns what the walk found at p.
 func (w *walker) file(p string) (walked, bool) {
-	if f, ok := w.files[p]; ok {
-		return f, true
-	}
-	for _, m := range w.shards {
-		if f, ok := m[p]; ok {
-			return f, true
+	if i := strings.IndexByte(p, '/'); i >= 0 {
+		if m, ok := w.shards[p[:i]]; ok {
+			f, ok := m[p]
+			return f, ok
 		}
 	}
-	return walked{}, false
+	f, ok := w.files[p]
+	return f, ok
 }
 
 // eachFile calls fn for every file the walk found.
@@ -307,7 +310,7 @@ func (w *walker) walkSubdirs(parent *os.File, subs []*subdir) error {
 		if d.err != nil {
 			return d.err
 		}
-		w.merge(d.shard)
+		w.merge(d.name, d.shard)
 	}
 	return nil
 }
@@ -338,7 +341,9 @@ func (w *walker) dir(f *os.File, rel string, ignored bool) (Hash, error) {
 			}
 		}
 	}
-	if !ignored {
+	// Only a directory that lists a .gitignore has one to open (most
+	// have none: an open that fails costs a system call for each).
+	if !ignored && hasName(names, ".gitignore") {
 		if b, err := readFileAt(f, ".gitignore", 1<<20); err == nil {
 			n := w.rules.Push(gitread.ParseIgnore(b, dirBase(rel)))
 			defer w.rules.Pop(n)
@@ -418,7 +423,13 @@ func (w *walker) entry(f *os.File, rel, name string, ignored bool, subs *[]*subd
 		w.files[p] = walked{TreeEntry: e}
 		return e, true, nil
 	}
-	ign := ignored || w.rules.Ignored(p, name, isDir)
+	// A file or symlink of the base is kept whether ignored or not (git
+	// add -A keeps what is tracked), so its rules are not matched: most
+	// paths of a worktree are such.
+	ign := ignored
+	if !ign && !((typ == unix.S_IFREG || typ == unix.S_IFLNK) && w.inBase(p)) {
+		ign = w.rules.Ignored(p, name, isDir)
+	}
 	if ign && !w.tracked.has(p) && !(isDir && w.tracked.hasDir(p)) {
 		return e, false, nil
 	}
@@ -461,6 +472,18 @@ func (w *walker) entry(f *os.File, rel, name string, ignored bool, subs *[]*subd
 	}
 	w.files[p] = walked{e, size}
 	return e, true, nil
+}
+
+// inBase reports a path the base tree holds (not a directory).
+func (w *walker) inBase(p string) bool {
+	_, ok := w.base[p]
+	return ok
+}
+
+// hasName reports whether sorted names holds name.
+func hasName(names []string, name string) bool {
+	i := sort.SearchStrings(names, name)
+	return i < len(names) && names[i] == name
 }
 
 // skippedPath is how the skipped list names a path: a directory with a

@@ -461,20 +461,23 @@ func (a *App) stepResult(s changes.StepEvidence) string {
 // --- cr review
 
 type crReviewOptions struct {
-	ref             string
-	approve, reject bool
-	note            string
+	ref                             string
+	approve, reject, requestChanges bool
+	note                            string
 }
 
 func (a *App) newCRReview() *cobra.Command {
 	var o crReviewOptions
 	cmd := &cobra.Command{
-		Use:     "review CR --approve|--reject [--note TEXT]",
-		Example: `  xmode cr review cr_7k2m --approve --note "looks right"`,
-		Short:   "Approve or reject a change request (every decision is kept)",
+		Use: "review CR --approve|--request-changes|--reject [--note TEXT]",
+		Example: `  xmode cr review cr_7k2m --approve --note "looks right"
+  xmode cr review cr_7k2m --request-changes --note "the test still skips on CI"`,
+		Short: "Approve, reject or ask for changes to a change request (every decision is kept)",
 		Long: `Record a review decision, with the reviewer ($XMODE_USER, else the OS user) and
 the time. A change request's status is its latest decision. An approval is
-refused for a package that fails verification.` + exitStatusHelp,
+refused for a package that fails verification. A change request is frozen,
+so --request-changes is a rejection whose note (required) starts "changes
+requested: ": the changes come as the next run's change request.` + exitStatusHelp,
 		Args: exactArgs(1, "one change request"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.ref = args[0]
@@ -483,17 +486,23 @@ refused for a package that fails verification.` + exitStatusHelp,
 	}
 	cmd.Flags().BoolVar(&o.approve, "approve", false, "approve it")
 	cmd.Flags().BoolVar(&o.reject, "reject", false, "reject it")
+	cmd.Flags().BoolVar(&o.requestChanges, "request-changes", false, "reject it, asking for the changes --note names")
 	cmd.Flags().StringVar(&o.note, "note", "", "a note kept with the decision")
 	return cmd
 }
 
 func (a *App) runCRReview(ctx context.Context, o crReviewOptions) error {
-	if o.approve == o.reject {
-		return fail.Usagef("give exactly one of --approve and --reject")
+	n := 0
+	for _, given := range []bool{o.approve, o.reject, o.requestChanges} {
+		if given {
+			n++
+		}
 	}
-	decision := store.ChangeApproved
-	if o.reject {
-		decision = store.ChangeRejected
+	if n != 1 {
+		return fail.Usagef("give exactly one of --approve, --request-changes and --reject")
+	}
+	if o.requestChanges && strings.TrimSpace(o.note) == "" {
+		return fail.Usagef("--request-changes needs --note TEXT saying which changes")
 	}
 	cs, err := a.changes(ctx)
 	if err != nil {
@@ -503,7 +512,15 @@ func (a *App) runCRReview(ctx context.Context, o crReviewOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := cs.Review(ctx, p, decision, o.note); err != nil {
+	switch {
+	case o.requestChanges:
+		err = cs.RequestChanges(ctx, p, o.note)
+	case o.reject:
+		err = cs.Review(ctx, p, store.ChangeRejected, o.note)
+	default:
+		err = cs.Review(ctx, p, store.ChangeApproved, o.note)
+	}
+	if err != nil {
 		return err
 	}
 	c, err := cs.Store.GetChange(ctx, p.ID)

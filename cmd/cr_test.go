@@ -142,7 +142,7 @@ func TestCRCommands(t *testing.T) {
 		t.Errorf("cr show --json --patch: %+v", shown)
 	}
 
-	c.fails(2, "give exactly one of --approve and --reject", "cr", "review", cr)
+	c.fails(2, "give exactly one of --approve, --request-changes and --reject", "cr", "review", cr)
 	c.fails(3, "", "cr", "review", "cr_zzzzzzzz", "--approve")
 	if out := c.ok("cr", "review", cr, "--approve", "--note", "fine"); out != cr+"\n" || !strings.Contains(c.stderr.String(), cr+" approved by tester") {
 		t.Errorf("cr review --approve: stdout %q, stderr %q", out, c.stderr.String())

@@ -30,7 +30,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"sandbox", "show"}, 2, "expected one session, got 0 argument(s)"},
 		{[]string{"sandbox", "show", "sbx_zzzzzzzz"}, 3, "no session sbx_zzzzzzzz"},
 		{[]string{"sandbox", "show", "run_x"}, 3, "IDs look like sbx_"},
-		{[]string{"cr", "review", "cr_x", "--approve", "--reject"}, 2, "exactly one of --approve and --reject"},
+		{[]string{"cr", "review", "cr_x", "--approve", "--reject"}, 2, "exactly one of --approve, --request-changes and --reject"},
 		{[]string{"sandbox", "exec"}, 125, "give a session and a command"},
 		{[]string{"sandbox", "exec", "--bogus", "sbx_zzzzzzzz", "--", "true"}, 125, "unknown flag: --bogus"},
 		{[]string{"sandbox", "exec", "sbx_zzzzzzzz", "--", "true"}, 125, "no session sbx_zzzzzzzz"},

@@ -628,16 +628,13 @@ func (a *App) runExtend(ctx context.Context, o extendOptions) error {
 		return err
 	}
 	if err := svc.Cfg.CheckTTL(d); err != nil {
-		return fail.Usagef("--ttl: %v", err)
+		return fail.Usagef("--ttl: %v", err) // before the lookup, as always
 	}
 	s, err := findSession(ctx, svc.Store, o.session, anySession)
 	if err != nil {
 		return err
 	}
-	if err := svc.Store.Extend(ctx, s.ID, clock().Add(d)); err != nil {
-		return err
-	}
-	if s, err = svc.Store.Get(ctx, s.ID); err != nil {
+	if s, err = svc.Extend(ctx, s, d); err != nil {
 		return err
 	}
 	if a.json {

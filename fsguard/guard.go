@@ -111,7 +111,8 @@ func (g Guard) Contains(path string) bool {
 	return err == nil && isUnder(realRoot, real)
 }
 
-// RemoveWorktree deletes <root>/runs/<run>/worktree and nothing else. The
+// RemoveWorktree deletes <root>/runs/<run>/worktree and nothing else (but
+// a run left with nothing else in it: see below). The
 // removal is confined with os.Root, so a worktree a sandboxed command replaced
 // with a symlink, or filled with symlinks to outside files, only loses the
 // links. It reports whether there was anything to remove.
@@ -127,10 +128,17 @@ func (g Guard) RemoveWorktree(runID string) (bool, error) {
 		return false, fmt.Errorf("open %s: %w", g.RunsDir(), err)
 	}
 	defer root.Close()
-	// A run left with nothing in it (a create that failed before its first
-	// step) goes too; Remove only ever removes an empty directory, so a
-	// run with evidence keeps it.
-	defer root.Remove(runID) //nolint:errcheck // not empty: evidence stays
+	// A run left with nothing in it (no step ran: a create that failed, a
+	// pool entry never claimed) goes too; Remove only ever removes an empty
+	// directory, so a run with evidence keeps it. Its object store alone
+	// is not kept: without a change request it only caches the worktree
+	// (the create seeds it).
+	defer func() {
+		if onlyObjectStore(root, runID) {
+			_ = root.RemoveAll(runID + "/" + runObjectStore)
+		}
+		_ = root.Remove(runID) // not empty: evidence stays
+	}()
 	name := runID + "/worktree"
 	if _, err := root.Lstat(name); errors.Is(err, fs.ErrNotExist) {
 		return false, nil
@@ -139,6 +147,21 @@ func (g Guard) RemoveWorktree(runID string) (bool, error) {
 		return false, fmt.Errorf("remove worktree of %s: %w", runID, err)
 	}
 	return true, nil
+}
+
+// runObjectStore is the run's object store (changes.StoreDirName).
+const runObjectStore = "objects.git"
+
+// onlyObjectStore reports a run directory that holds its object store and
+// nothing else: no worktree, no evidence, no change request.
+func onlyObjectStore(runs *os.Root, runID string) bool {
+	d, err := runs.Open(runID)
+	if err != nil {
+		return false
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(3)
+	return err == nil && len(names) == 1 && names[0] == runObjectStore
 }
 
 // ResolveWorkdir turns --workdir (relative to the worktree) into a path that

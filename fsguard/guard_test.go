@@ -56,11 +56,12 @@ func TestRemoveWorktreeStaysInside(t *testing.T) {
 }
 
 // A run with no evidence (a create that failed) leaves no empty directory
-// behind; a run with evidence keeps its directory and the evidence.
+// behind, nor its object store alone (the create seeded it); a run with
+// evidence keeps its directory, the evidence and its object store.
 func TestRemoveWorktreeRemovesEmptyRun(t *testing.T) {
 	g, _ := newGuard(t)
-	bare, withSteps := "run_emptyrun", "run_hassteps"
-	for _, run := range []string{bare, withSteps} {
+	bare, seeded, withSteps := "run_emptyrun", "run_seededrn", "run_hassteps"
+	for _, run := range []string{bare, seeded, withSteps} {
 		wt, _ := g.Worktree(run)
 		if err := os.MkdirAll(filepath.Join(wt, "sub"), 0o755); err != nil {
 			t.Fatal(err)
@@ -70,16 +71,29 @@ func TestRemoveWorktreeRemovesEmptyRun(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(runDir(withSteps), "steps", "0001-x"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, run := range []string{bare, withSteps} {
+	for _, run := range []string{seeded, withSteps} {
+		if err := os.MkdirAll(filepath.Join(runDir(run), "objects.git", "objects", "ab"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(runDir(run), "objects.git", "xmode-stat-cache"), []byte("XSC1"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, run := range []string{bare, seeded, withSteps} {
 		if removed, err := g.RemoveWorktree(run); err != nil || !removed {
 			t.Fatalf("RemoveWorktree(%s): %v %v", run, removed, err)
 		}
 	}
-	if _, err := os.Lstat(runDir(bare)); !os.IsNotExist(err) {
-		t.Errorf("the empty run directory is still there: %v", err)
+	for _, run := range []string{bare, seeded} {
+		if _, err := os.Lstat(runDir(run)); !os.IsNotExist(err) {
+			t.Errorf("the run directory of %s is still there: %v", run, err)
+		}
 	}
 	if _, err := os.Stat(filepath.Join(runDir(withSteps), "steps", "0001-x")); err != nil {
 		t.Errorf("a run's evidence went with its worktree: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(runDir(withSteps), "objects.git", "xmode-stat-cache")); err != nil {
+		t.Errorf("the object store of a run with evidence went with its worktree: %v", err)
 	}
 	// A run whose worktree never existed (failed before the clone).
 	if err := os.MkdirAll(runDir("run_noworktr"), 0o755); err != nil {

@@ -96,6 +96,18 @@ func Run(ctx context.Context, progress io.Writer, dir string, args ...string) (s
 	return run(ctx, progress, env(progress != nil), nil, nil, append(argv, args...), args)
 }
 
+// RunIO is Run without progress, with stdin as git's input (nil: none)
+// and its output written, untrimmed, to stdout: for NUL-separated output
+// whose first or last path may start or end with a space.
+func RunIO(ctx context.Context, dir string, stdin io.Reader, stdout io.Writer, args ...string) error {
+	argv := append([]string(nil), safety...)
+	if dir != "" {
+		argv = append(argv, "-C", dir)
+	}
+	_, err := run(ctx, nil, env(false), stdin, stdout, append(argv, args...), args)
+	return err
+}
+
 // run runs git with argv and env; stdin and out (instead of capturing
 // stdout) may be nil. args is what an Error reports.
 func run(ctx context.Context, progress io.Writer, env []string, stdin io.Reader, out io.Writer, argv, args []string) (string, error) {

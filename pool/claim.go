@@ -158,6 +158,9 @@ func (p *Pools) moveClaimed(ctx context.Context, sess *store.Session, commit str
 	if err := p.machines().MoveWorktree(ctx, sess.Project, record, sess.WorktreePath, commit); err != nil {
 		return err
 	}
+	// The move rewrote the files that differ: recorded again, at the new
+	// base, before the session opens.
+	p.seed(ctx, sess.RunID, commit)
 	return p.Store.Provisioned(ctx, sess.ID, commit, sess.ContainerID, sess.MountMode, sess.Image, sess.Volumes, p.now().Add(p.Cfg.TTL))
 }
 

@@ -44,9 +44,20 @@ type Pools struct {
 	// exactly what a create would make, so the pool asks the create's own
 	// function instead of keeping a copy of it.
 	Spec func(ctx context.Context, e *Entry, co *machines.Checkout) (engine.Spec, error)
+	// Seed prepares a run's object store for the first diff of the
+	// checkout at commit its worktree just got, before any step ran in it
+	// (sandbox.Service's, which a create calls too); nil: nothing. Only a
+	// cache: it reports no error.
+	Seed func(ctx context.Context, runID, commit string)
 	// Clock is the time entries are made, claimed and aged by (the
 	// service's); nil: time.Now.
 	Clock func() time.Time
+}
+
+func (p *Pools) seed(ctx context.Context, runID, commit string) {
+	if p.Seed != nil {
+		p.Seed(ctx, runID, commit)
+	}
 }
 
 // now is the pools' time of day.

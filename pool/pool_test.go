@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
@@ -153,6 +154,23 @@ func (f *poolFixture) checkWorktree(t *testing.T, sess *store.Session, commit st
 	}
 }
 
+// firstDiffReads is how many files the session's first snapshot reads
+// (its first `sandbox diff`): none when its entry was seeded at the commit
+// it is at (changes.Service.Seed).
+func (f *poolFixture) firstDiffReads(t *testing.T, sess *store.Session) int {
+	t.Helper()
+	cr := &changes.Service{Store: f.svc.Store, Guard: f.svc.Guard, MaxBytes: f.svc.Cfg.CRMaxBytes}
+	sn, err := cr.Snapshot(context.Background(), sess, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Close()
+	if !sn.Empty() {
+		t.Fatalf("the worktree of %s differs from its base: %+v", sess.ID, sn.Changes)
+	}
+	return sn.Hashed
+}
+
 func TestPoolClaimsReadySandboxes(t *testing.T) {
 	ctx := context.Background()
 	f := newPoolFixture(t, map[string]string{"XMODE_POOL_SIZE": "2", "XMODE_SANDBOX_TTL": "1h"})
@@ -177,6 +195,9 @@ func TestPoolClaimsReadySandboxes(t *testing.T) {
 		t.Fatalf("create made %s instead of claiming one of %v", sess.ID, inPool)
 	}
 	f.checkWorktree(t, sess, f.near)
+	if n := f.firstDiffReads(t, sess); n != 0 {
+		t.Fatalf("the first diff of a claimed entry read %d files: its stat cache was not seeded when it was made", n)
+	}
 	if sess.ExpiresAt.Before(before.Add(time.Hour)) || sess.CreatedAt.Before(before) || sess.Ref != "main" || sess.User != "tester" {
 		t.Fatalf("claimed session %+v: the TTL must start at the claim, the ref and owner be the create's", sess)
 	}
@@ -198,6 +219,9 @@ func TestPoolClaimsReadySandboxes(t *testing.T) {
 	f.checkWorktree(t, moved, f.base)
 	if b, _ := os.ReadFile(filepath.Join(moved.WorktreePath, "pkg", "f0")); string(b) != "base0\n" {
 		t.Fatalf("pkg/f0 after the move: %q", b)
+	}
+	if n := f.firstDiffReads(t, moved); n != 0 {
+		t.Fatalf("the first diff of a moved entry read %d files: its stat cache was not seeded again after the move", n)
 	}
 
 	// Empty pool: a create makes its sandbox as before, without an error.

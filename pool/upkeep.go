@@ -323,5 +323,8 @@ func (p *Pools) fillOne(ctx context.Context, r *reaper.Reaper, provider engine.P
 	if err != nil {
 		return err
 	}
+	// After Provision, which may give the worktree to the sandbox user
+	// (every file's ctime changes), and before a claim can hand it out.
+	p.seed(ctx, e.RunID, co.Commit)
 	return p.markReady(ctx, e.SessionID, r.Holder(), co.Commit, files, p.now())
 }

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
@@ -57,6 +58,22 @@ func (s *Service) detail(format string, args ...any) {
 	}
 }
 
+// seed prepares the run's object store for the first diff of a checkout
+// xmode just made, before any step ran in it (changes.Service.Seed): the
+// base's trees, and the checkout's files in the stat cache, so that the
+// first diff reads only what changed since. Only a cache: a failure is
+// reported with -v and changes nothing else.
+func (s *Service) seed(ctx context.Context, runID, commit string) {
+	start := time.Now()
+	cr := &changes.Service{Store: s.Store, Guard: s.Guard, MaxBytes: s.Cfg.CRMaxBytes}
+	n, err := cr.Seed(ctx, runID, commit)
+	if err != nil {
+		s.detail("stat cache not seeded (the first diff reads every file): %v", err)
+		return
+	}
+	s.detail("stat cache: %d of the checkout's %d files recorded (%s)", n.Recorded, n.Files, took(start))
+}
+
 // took is how long since start, for detail.
 func took(start time.Time) string { return time.Since(start).Round(time.Millisecond).String() }
 
@@ -90,7 +107,9 @@ func (s *Service) Pools() *pool.Pools {
 	return &pool.Pools{Cfg: s.Cfg, Store: s.Store, Guard: s.Guard, Progress: s.Progress, Log: s.Log, Notices: s.Notices, Clock: s.Clock,
 		Spec: func(ctx context.Context, e *pool.Entry, co *machines.Checkout) (engine.Spec, error) {
 			return s.spec(ctx, e.SessionID, e.RunID, e.Project, e.WorktreePath, e.Image, co)
-		}}
+		},
+		Seed: s.seed,
+	}
 }
 
 // reaper is a Reaper for this service's store; Close it when done, as it
@@ -283,6 +302,9 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	if engineName == engine.Cloud {
 		// The Codex cloud runs this session's work: the worktree gives it a
 		// base commit (what the task's diff applies to), and no local sandbox.
+		if newRun {
+			s.seed(ctx, sess.RunID, base)
+		}
 		if err := s.Store.Provisioned(ctx, sess.ID, base, "", "", "", nil, s.Now().Add(s.Cfg.TTL)); err != nil {
 			return nil, err
 		}
@@ -315,6 +337,11 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	}
 	if err != nil {
 		return nil, err
+	}
+	if newRun {
+		// After Provision: a provider may give the worktree to the sandbox
+		// user, which changes every file's ctime.
+		s.seed(ctx, sess.RunID, base)
 	}
 	if err := s.Store.Provisioned(ctx, sess.ID, base, sb.ContainerID, sb.MountMode, sess.Image, sb.Volumes, s.Now().Add(s.Cfg.TTL)); err != nil {
 		return nil, err
@@ -470,4 +497,21 @@ func (s *Service) MissingPaths(ctx context.Context, sess *store.Session, paths [
 		}
 	}
 	return missing
+}
+
+// Extend pushes an open session's expiry to now + d: what `sandbox extend`
+// and the web UI's extend do. A lifetime over XMODE_SANDBOX_MAX_TTL is a
+// usage error; a session that is not open, or that a reaper has claimed,
+// is refused.
+func (s *Service) Extend(ctx context.Context, sess *store.Session, d time.Duration) (*store.Session, error) {
+	if d <= 0 {
+		return nil, fail.Usagef("--ttl %s: give a positive duration, e.g. 2h", d)
+	}
+	if err := s.Cfg.CheckTTL(d); err != nil {
+		return nil, fail.Usagef("--ttl: %v", err)
+	}
+	if err := s.Store.Extend(ctx, sess.ID, s.Now().Add(d)); err != nil {
+		return nil, err
+	}
+	return s.Store.Get(ctx, sess.ID)
 }

@@ -453,8 +453,13 @@ type ThreadLine struct {
 
 // Thread returns a task's transcript lines from index from on, in order.
 func (s *Store) Thread(ctx context.Context, taskID string, from int) ([]ThreadLine, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT idx, line, arrived_at FROM cloud_transcript WHERE task_id = ? AND idx >= ? ORDER BY idx`,
-		taskID, from)
+	return s.ThreadPage(ctx, taskID, from, -1)
+}
+
+// ThreadPage is Thread of at most limit lines (-1: all).
+func (s *Store) ThreadPage(ctx context.Context, taskID string, from, limit int) ([]ThreadLine, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT idx, line, arrived_at FROM cloud_transcript WHERE task_id = ? AND idx >= ? ORDER BY idx LIMIT ?`,
+		taskID, from, limit)
 	if err != nil {
 		return nil, fmt.Errorf("read the thread of %s: %w", taskID, err)
 	}
@@ -468,6 +473,31 @@ func (s *Store) Thread(ctx context.Context, taskID string, from int) ([]ThreadLi
 		}
 		l.ArrivedAt = fromMillis(at)
 		out = append(out, l)
+	}
+	return out, rows.Err()
+}
+
+// CloudTasks lists the Codex cloud tasks, newest submission first, at most
+// limit of them (0: all).
+func (s *Store) CloudTasks(ctx context.Context, limit int) ([]*CloudTask, error) {
+	q := `SELECT ` + cloudTaskCols + cloudTaskFrom + ` ORDER BY t.submitted_at DESC, t.task_id`
+	var args []any
+	if limit > 0 {
+		q += ` LIMIT ?`
+		args = append(args, limit)
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list cloud tasks: %w", err)
+	}
+	defer rows.Close()
+	out := []*CloudTask{}
+	for rows.Next() {
+		t, err := scanCloudTask(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
 	}
 	return out, rows.Err()
 }

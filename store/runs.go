@@ -201,3 +201,154 @@ func (s *Store) ForgetRun(ctx context.Context, runID string) error {
 	}
 	return nil
 }
+
+// RunQuery selects one page of runs for RunsPage: newest first, from
+// after the run Before names (its creation time and ID: keyset paging, so
+// a page costs the same wherever it is).
+type RunQuery struct {
+	Status string // the status as users see it (RunSummary.Status); "" any
+	User   string // only runs with a session of this user
+	All    bool   // also the runs of plain sandboxes (no objective)
+	Before *RunCursor
+	Limit  int
+}
+
+// RunCursor is where a page of runs ends: the last run's creation time and ID.
+type RunCursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// RunSummary is a run as a list of runs shows it: the run, the status
+// users see (its change request's review applied, and a running run whose
+// xmode is gone failed: loop.Status, scanRun), its sessions, its latest
+// change request and who ran it.
+type RunSummary struct {
+	*LoopRun
+	Sessions []string
+	User     string
+	// CRStatus is the change request's status ("" without one).
+	CRStatus string
+}
+
+// RunsPage returns up to q.Limit runs and, when more follow, the cursor of
+// the next page. One query per page: sessions, user and change request
+// come from subqueries on their indexes.
+func (s *Store) RunsPage(ctx context.Context, q RunQuery) ([]*RunSummary, *RunCursor, error) {
+	if q.Limit <= 0 {
+		q.Limit = 50
+	}
+	// The status users see, in SQL, for the filter; scanRun then applies
+	// the one rule SQL cannot know (a running run whose xmode is gone).
+	const shown = `CASE WHEN r.status = 'review' AND c.status IN ('approved', 'rejected') THEN c.status ELSE r.status END`
+	base := `SELECT ` + prefixed("r.", runCols) + `,
+		coalesce((SELECT group_concat(id, ' ') FROM (SELECT id FROM sessions WHERE run_id = r.id ORDER BY created_at, id)), ''),
+		coalesce((SELECT user FROM sessions WHERE run_id = r.id ORDER BY created_at, id LIMIT 1), ''),
+		coalesce(c.id, ''), coalesce(c.status, '')
+		FROM runs r
+		LEFT JOIN change_requests c ON c.id = coalesce(nullif(r.cr_id, ''),
+			(SELECT id FROM change_requests WHERE run_id = r.id ORDER BY number DESC LIMIT 1))
+		WHERE 1=1`
+	var args []any
+	if !q.All {
+		base += ` AND r.status != ''`
+	}
+	switch q.Status {
+	case "":
+	case RunFailed:
+		// A running run whose xmode died is failed: fetch the running too.
+		base += ` AND ` + shown + ` IN ('failed', 'running')`
+	default:
+		base += ` AND ` + shown + ` = ?`
+		args = append(args, q.Status)
+	}
+	if q.User != "" {
+		// Not a correlated EXISTS: SQLite would search sessions_by_user
+		// for every run (O(runs × the user's sessions)); this is one pass.
+		base += ` AND r.id IN (SELECT run_id FROM sessions WHERE user = ?)`
+		args = append(args, q.User)
+	}
+	var out []*RunSummary
+	cur := q.Before
+	for {
+		// Fetch a little more than asked: rows the Go-side rule drops
+		// are replaced without another round trip, most of the time.
+		batch := q.Limit + 1 - len(out)
+		qa := append([]any(nil), args...)
+		qs := base
+		if cur != nil {
+			qs += ` AND (r.created_at < ? OR (r.created_at = ? AND r.id > ?))`
+			qa = append(qa, millis(cur.CreatedAt), millis(cur.CreatedAt), cur.ID)
+		}
+		qs += ` ORDER BY r.created_at DESC, r.id LIMIT ?`
+		qa = append(qa, batch)
+		got, last, err := s.runSummaries(ctx, qs, qa...)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, r := range got {
+			if q.Status == "" || r.Status == q.Status {
+				out = append(out, r)
+			}
+		}
+		if len(out) > q.Limit {
+			out = out[:q.Limit]
+			last := out[len(out)-1]
+			return out, &RunCursor{CreatedAt: last.CreatedAt, ID: last.ID}, nil
+		}
+		if len(got) < batch || last == nil {
+			return out, nil, nil
+		}
+		cur = last
+	}
+}
+
+// runSummaries runs a RunsPage query; last is the cursor of its last row.
+func (s *Store) runSummaries(ctx context.Context, q string, args ...any) ([]*RunSummary, *RunCursor, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list runs: %w", err)
+	}
+	defer rows.Close()
+	var out []*RunSummary
+	var last *RunCursor
+	for rows.Next() {
+		var rs RunSummary
+		var sessions, crID string
+		r, err := scanRun(rowWith{rows, []any{&sessions, &rs.User, &crID, &rs.CRStatus}})
+		if err != nil {
+			return nil, nil, err
+		}
+		rs.LoopRun = r
+		last = &RunCursor{CreatedAt: r.CreatedAt, ID: r.ID}
+		if r.CR == "" {
+			r.CR = crID
+		}
+		if r.Status == RunReview && (rs.CRStatus == RunApproved || rs.CRStatus == RunRejected) {
+			r.Status = rs.CRStatus
+		}
+		if sessions != "" {
+			rs.Sessions = strings.Split(sessions, " ")
+		}
+		out = append(out, &rs)
+	}
+	return out, last, rows.Err()
+}
+
+// rowWith scans a row's leading columns into what scanRun asks for and
+// its trailing ones into extra.
+type rowWith struct {
+	row   scanner
+	extra []any
+}
+
+func (r rowWith) Scan(dest ...any) error { return r.row.Scan(append(dest, r.extra...)...) }
+
+// prefixed qualifies each column of a column list with p ("r.").
+func prefixed(p, cols string) string {
+	parts := strings.Split(cols, ",")
+	for i, c := range parts {
+		parts[i] = p + strings.TrimSpace(c)
+	}
+	return strings.Join(parts, ", ")
+}

@@ -70,6 +70,7 @@ func TestClosedPipeIsSilent(t *testing.T) {
 		{141, []string{"cloud", "poll", "--watch", "-v", "--interval", "50ms"}},
 		{141, []string{"machine", "list"}},
 		{141, []string{"reap", "--dry-run", "--json"}},
+		{141, []string{"ui"}}, // it prints its URL before it serves
 		// The step's status, whatever became of its output.
 		{0, []string{"sandbox", "exec", sid, "--", "seq", "1", "100000"}},
 		{3, []string{"sandbox", "exec", sid, "--", "sh", "-c", "seq 1 100000; exit 3"}},

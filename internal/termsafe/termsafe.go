@@ -197,3 +197,33 @@ func holdBack(p []byte) int {
 	}
 	return n
 }
+
+// Pieces splits s into what a terminal would show as it is and what Escape
+// (or, with text, EscapeText) would escape, in order: fn gets each run of
+// plain text with escaped false, and each character to escape, already in
+// its escaped form (`\x1b`, `\u202e`, `\xff`), with escaped true. It is how
+// another medium (the web UI's HTML) shows the same characters as visible,
+// marked escapes.
+func Pieces(s string, text bool, fn func(piece string, escaped bool)) {
+	start := 0
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		bad := r == utf8.RuneError && n <= 1 ||
+			dangerous(r, text) && !(text && r == '\r' && strings.HasPrefix(s[i+1:], "\n"))
+		if !bad {
+			i += n
+			continue
+		}
+		if start < i {
+			fn(s[start:i], false)
+		}
+		var b strings.Builder
+		appendEscaped(&b, s[i:i+n], text)
+		fn(b.String(), true)
+		i += n
+		start = i
+	}
+	if start < len(s) {
+		fn(s[start:], false)
+	}
+}

@@ -120,3 +120,25 @@ func BenchmarkEscapePlain(b *testing.B) {
 		Escape(s)
 	}
 }
+
+// Pieces splits text as Escape escapes it: joined, the pieces are Escape's
+// output, and every escaped piece is one character's escape.
+func TestPieces(t *testing.T) {
+	for _, s := range []string{"", "plain", "a\x1b[31mred\x1b[0m", "\u202eevil\u202c", "x\xffy", "line\r\nnext\rover", "tab\there\n"} {
+		for _, text := range []bool{false, true} {
+			var joined strings.Builder
+			Pieces(s, text, func(p string, escaped bool) {
+				if escaped && (!strings.HasPrefix(p, `\`) || len(p) < 2) {
+					t.Errorf("%q: escaped piece %q", s, p)
+				}
+				if !escaped && escape(p, text) != p {
+					t.Errorf("%q: plain piece %q needs escaping", s, p)
+				}
+				joined.WriteString(p)
+			})
+			if want := escape(s, text); joined.String() != want {
+				t.Errorf("Pieces(%q, %v) joined = %q, want %q", s, text, joined.String(), want)
+			}
+		}
+	}
+}

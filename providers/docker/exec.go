@@ -266,7 +266,7 @@ func (p *Provider) exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 		// Only once the runtime runs the step's wrapper can the kill
 		// helper find it by its tag (a few exec inspects, for a caller
 		// that asked: sandbox.ExecDetached).
-		s.waitStarted(context.WithoutCancel(ctx))
+		s.waitCommand(context.WithoutCancel(ctx))
 		req.Started()
 	}
 	st, err := s.run(hr)
@@ -675,6 +675,39 @@ func (s *step) waitStarted(ctx context.Context) {
 			return
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitCommand waits (briefly) until the step's wrapper has forked its
+// command: before that, a kill by the step's tag finds only the wrapper,
+// which it spares, and the command would start after the kill. The child
+// is seen through the daemon's ps (ContainerTop), so this costs no process
+// in the container; it gives up when the exec has ended, when top is not
+// available, or after 10 s.
+func (s *step) waitCommand(ctx context.Context) {
+	deadline := time.Now().Add(10 * time.Second)
+	for interval := 5 * time.Millisecond; time.Now().Before(deadline); interval = min(interval*2, 100*time.Millisecond) {
+		cctx, cancel := context.WithTimeout(ctx, s.p.callTimeout())
+		ins, err := s.p.cli.ContainerExecInspect(cctx, s.execID)
+		cancel()
+		if err != nil || ins.Pid != 0 && !ins.Running {
+			return
+		}
+		if ins.Pid != 0 {
+			cctx, cancel := context.WithTimeout(ctx, s.p.callTimeout())
+			top, err := s.p.cli.ContainerTop(cctx, s.containerID, []string{"-o", "pid,ppid"})
+			cancel()
+			if err != nil {
+				return
+			}
+			parent := strconv.Itoa(ins.Pid)
+			for _, row := range top.Processes {
+				if len(row) >= 2 && row[1] == parent {
+					return
+				}
+			}
+		}
+		time.Sleep(interval)
 	}
 }
 

@@ -1,0 +1,173 @@
+package store
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// RunsPage: newest first, a page at a time from a cursor, filtered by the
+// status users see (a review's decision applied; a running run whose xmode
+// is gone failed) and by user, with each run's sessions and change request.
+func TestRunsPage(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	var ids []string // oldest first
+	mk := func(i int, user string, loop bool) NewSession {
+		n := newSess(user, base.Add(time.Duration(i)*time.Second))
+		if loop {
+			n.Loop = &NewLoop{Objective: "objective " + user}
+		}
+		if err := s.CreateSession(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, n.RunID)
+		return n
+	}
+	for i := 0; i < 7; i++ {
+		user := "alice"
+		if i%2 == 1 {
+			user = "bob"
+		}
+		mk(i, user, true)
+	}
+	plain := mk(7, "alice", false) // a plain sandbox's run
+	// Run 0 ends in review and its change request is approved; run 1 in
+	// review, still open; run 2 failed; run 3 is running under a process
+	// that is gone; the rest run under this one.
+	cr := changeOn(ids[0], base)
+	if err := s.CreateChange(ctx, cr, func(int) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FinishLoopRun(ctx, ids[0], LoopEnd{Status: RunReview, CR: cr.ID, Finished: base}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReviewChange(ctx, cr.ID, Review{Decision: ChangeApproved, Reviewer: "r", DecidedAt: base}); err != nil {
+		t.Fatal(err)
+	}
+	cr1 := changeOn(ids[1], base)
+	if err := s.CreateChange(ctx, cr1, func(int) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FinishLoopRun(ctx, ids[1], LoopEnd{Status: RunReview, CR: cr1.ID, Finished: base}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FinishLoopRun(ctx, ids[2], LoopEnd{Status: RunFailed, ExitCode: 1, Finished: base}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec(`UPDATE runs SET owner = '999999999:1' WHERE id = ?`, ids[3]); err != nil {
+		t.Fatal(err)
+	}
+	// A plain sandbox's change request shows on its run too.
+	crPlain := changeOn(plain.RunID, base)
+	if err := s.CreateChange(ctx, crPlain, func(int) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+
+	page := func(q RunQuery) ([]string, *RunCursor, []*RunSummary) {
+		t.Helper()
+		got, next, err := s.RunsPage(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, r := range got {
+			out = append(out, r.ID)
+		}
+		return out, next, got
+	}
+	eq := func(what string, got, want []string) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Fatalf("%s: %v, want %v", what, got, want)
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("%s: %v, want %v", what, got, want)
+			}
+		}
+	}
+
+	// Pages of 3, newest first, loop runs only.
+	p1, next, rows := page(RunQuery{Limit: 3})
+	eq("page 1", p1, []string{ids[6], ids[5], ids[4]})
+	if next == nil || rows[0].User != "alice" || len(rows[0].Sessions) != 1 {
+		t.Fatalf("page 1: next %v, first %+v", next, rows[0])
+	}
+	p2, next, _ := page(RunQuery{Limit: 3, Before: next})
+	eq("page 2", p2, []string{ids[3], ids[2], ids[1]})
+	p3, next, _ := page(RunQuery{Limit: 3, Before: next})
+	eq("page 3", p3, []string{ids[0]})
+	if next != nil {
+		t.Fatalf("a cursor after the last page: %v", next)
+	}
+
+	// Status as users see it.
+	got, _, rows := page(RunQuery{Status: RunApproved})
+	eq("approved", got, []string{ids[0]})
+	if rows[0].CR != cr.ID || rows[0].CRStatus != ChangeApproved {
+		t.Fatalf("approved run's change request: %+v", rows[0])
+	}
+	got, _, _ = page(RunQuery{Status: RunReview})
+	eq("review", got, []string{ids[1]})
+	got, _, _ = page(RunQuery{Status: RunFailed})
+	eq("failed (and the one whose xmode is gone)", got, []string{ids[3], ids[2]})
+	got, _, _ = page(RunQuery{Status: RunRunning})
+	eq("running", got, []string{ids[6], ids[5], ids[4]})
+	// The Go-side rule across pages: running, one at a time.
+	got, next, _ = page(RunQuery{Status: RunRunning, Limit: 2})
+	eq("running page 1", got, []string{ids[6], ids[5]})
+	got, next, _ = page(RunQuery{Status: RunRunning, Limit: 2, Before: next})
+	eq("running page 2", got, []string{ids[4]})
+	if next != nil {
+		t.Fatalf("running: a cursor after the last page")
+	}
+
+	// By user, and with plain sandboxes.
+	got, _, _ = page(RunQuery{User: "bob"})
+	eq("bob", got, []string{ids[5], ids[3], ids[1]})
+	got, _, rows = page(RunQuery{All: true, Limit: 1})
+	eq("all", got, []string{plain.RunID})
+	if rows[0].CR != crPlain.ID || rows[0].Status != "" {
+		t.Fatalf("a plain sandbox's run: %+v", rows[0])
+	}
+}
+
+// CloudTasks and ThreadPage list what the cloud pages show.
+func TestCloudTasksAndThreadPage(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	if got, err := s.CloudTasks(ctx, 10); err != nil || len(got) != 0 {
+		t.Fatalf("no tasks: %v %v", got, err)
+	}
+	var tasks []string
+	for i := 0; i < 3; i++ {
+		n := newSess("u", time.Now())
+		if err := s.CreateSession(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		task := "task_" + string(rune('a'+i))
+		if _, err := s.db.Exec(`INSERT INTO cloud_tasks (task_id, session_id, env_id, submitted_at) VALUES (?, ?, 'env', ?)`,
+			task, n.ID, int64(1000+i)); err != nil {
+			t.Fatal(err)
+		}
+		tasks = append(tasks, task)
+	}
+	got, err := s.CloudTasks(ctx, 2)
+	if err != nil || len(got) != 2 || got[0].TaskID != tasks[2] || got[1].TaskID != tasks[1] {
+		t.Fatalf("CloudTasks(2): %+v %v", got, err)
+	}
+	for i := 0; i < 5; i++ {
+		if _, err := s.db.Exec(`INSERT INTO cloud_transcript (task_id, idx, line, arrived_at) VALUES (?, ?, ?, 0)`, tasks[0], i, "line"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines, err := s.ThreadPage(ctx, tasks[0], 1, 3)
+	if err != nil || len(lines) != 3 || lines[0].Index != 1 || lines[2].Index != 3 {
+		t.Fatalf("ThreadPage(1, 3): %+v %v", lines, err)
+	}
+	if all, _ := s.Thread(ctx, tasks[0], 0); len(all) != 5 {
+		t.Fatalf("Thread: %d lines", len(all))
+	}
+}

@@ -1,0 +1,157 @@
+package ui
+
+import (
+	"fmt"
+	"html/template"
+	"strings"
+	"time"
+
+	"github.com/xmode/xmode/internal/termsafe"
+	"github.com/xmode/xmode/store"
+)
+
+// The run's steps as a chart, drawn on the server as SVG (no script): one
+// row per step, a bar from its start to its end on the run's time axis,
+// coloured by how it ended, with its name, exit code and duration.
+
+const (
+	tlWidth  = 960 // viewBox units
+	tlLabel  = 220 // the names' column
+	tlRow    = 24
+	tlBar    = 14
+	tlRight  = 150 // exit and duration after the bar
+	tlTop    = 22  // the time axis
+	maxChart = 200 // steps drawn; a longer run's chart shows its last ones
+)
+
+type timelineRow struct {
+	Y, BarY, TextY, X, W int
+	Seq                  int
+	Name                 template.HTML
+	Class                string
+	Exit, Duration       string
+	// Title is the tooltip: an SVG <title>, which html/template takes for
+	// HTML's RCDATA <title>, so plain text, escaped as on a terminal.
+	Title string
+}
+
+type timeline struct {
+	Height, Width, Label, AxisY int
+	Rows                        []timelineRow
+	Ticks                       []timelineTick
+	Hidden                      int // steps before the ones drawn
+}
+
+type timelineTick struct {
+	X    int
+	Text string
+}
+
+// buildTimeline lays the steps out on the time from the first start to the
+// last end (now, for a step still running).
+func buildTimeline(steps []store.StepRow, now time.Time) *timeline {
+	if len(steps) == 0 {
+		return nil
+	}
+	tl := &timeline{Width: tlWidth, Label: tlLabel, AxisY: tlTop - 8}
+	if len(steps) > maxChart {
+		tl.Hidden = len(steps) - maxChart
+		steps = steps[len(steps)-maxChart:]
+	}
+	start, end := steps[0].StartedAt, steps[0].StartedAt
+	for _, s := range steps {
+		if s.StartedAt.Before(start) {
+			start = s.StartedAt
+		}
+		if e := stepEnd(s, now); e.After(end) {
+			end = e
+		}
+	}
+	span := end.Sub(start)
+	if span <= 0 {
+		span = time.Millisecond
+	}
+	plot := tlWidth - tlLabel - tlRight
+	x := func(t time.Time) int { return tlLabel + int(float64(plot)*float64(t.Sub(start))/float64(span)) }
+	for i := 0; i <= 4; i++ {
+		tl.Ticks = append(tl.Ticks, timelineTick{X: tlLabel + plot*i/4, Text: "+" + shortDuration(span*time.Duration(i)/4)})
+	}
+	for i, s := range steps {
+		y := tlTop + i*tlRow
+		x0, x1 := x(s.StartedAt), x(stepEnd(s, now))
+		w := max(x1-x0, 2)
+		r := timelineRow{
+			Y: y, BarY: y + (tlRow-tlBar)/2, TextY: y + tlRow/2 + 4, X: x0, W: w, Seq: s.Seq,
+			Name:     hostileSVG(truncate(fmt.Sprintf("%d %s", s.Seq, s.Name), 30)),
+			Class:    stepClass(s),
+			Exit:     stepExitText(s),
+			Duration: shortDuration(stepEnd(s, now).Sub(s.StartedAt)),
+		}
+		r.Title = termsafe.Escape(fmt.Sprintf("step %d %s: %s, %s", s.Seq, truncate(s.Name, 200), r.Exit, r.Duration))
+		tl.Rows = append(tl.Rows, r)
+	}
+	tl.Height = tlTop + len(tl.Rows)*tlRow + 4
+	return tl
+}
+
+func stepEnd(s store.StepRow, now time.Time) time.Time {
+	if s.FinishedAt != nil {
+		return *s.FinishedAt
+	}
+	return now
+}
+
+// stepClass is how a step ended, as a CSS class: pass, fail, run, lost.
+func stepClass(s store.StepRow) string {
+	switch {
+	case s.State == "running":
+		return "run"
+	case s.State == "lost":
+		return "lost"
+	case s.ExitCode != nil && *s.ExitCode == 0:
+		return "pass"
+	}
+	return "fail"
+}
+
+// stepExitText says how a step ended: "exit 0", "exit 1 (timeout)",
+// "running", "lost".
+func stepExitText(s store.StepRow) string {
+	switch {
+	case s.ExitCode != nil:
+		t := fmt.Sprintf("exit %d", *s.ExitCode)
+		var why []string
+		if s.TimedOut {
+			why = append(why, "timeout")
+		}
+		if s.OOMKilled {
+			why = append(why, "out of memory")
+		}
+		if s.Signal != "" {
+			why = append(why, s.Signal)
+		}
+		if s.StoppedBy != "" {
+			why = append(why, "stopped")
+		}
+		if len(why) > 0 {
+			t += " (" + strings.Join(why, ", ") + ")"
+		}
+		return t
+	case s.State == "lost":
+		return "lost"
+	}
+	return "running"
+}
+
+// shortDuration is a duration as a person reads it: 340ms, 4.2s, 3m05s, 2h10m.
+func shortDuration(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	}
+	return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+}
