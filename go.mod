@@ -12,6 +12,8 @@ require (
 	github.com/docker/docker v28.5.2+incompatible
 	github.com/fatih/color v1.19.0
 	github.com/go-git/go-git/v5 v5.19.3
+	github.com/google/jsonschema-go v0.4.3
+	github.com/modelcontextprotocol/go-sdk v1.8.0
 	github.com/pjbgf/sha1cd v0.7.0
 	github.com/rogpeppe/go-internal v1.16.0
 	github.com/russross/blackfriday/v2 v2.1.0
@@ -53,6 +55,9 @@ require (
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
+	github.com/segmentio/asm v1.1.3 // indirect
+	github.com/segmentio/encoding v0.5.4 // indirect
+	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.60.0 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
@@ -62,6 +67,8 @@ require (
 	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
 	go.opentelemetry.io/otel/sdk/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	golang.org/x/oauth2 v0.35.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	golang.org/x/tools v0.52.0 // indirect
@@ -88,3 +95,9 @@ replace github.com/dlclark/regexp2/v2 => ./third_party/regexp2
 // chroma v2.27.0's engine (its root package only: xmode ui embeds its own
 // lexers) with its token type and serialisation maps built on first use.
 replace github.com/alecthomas/chroma/v2 => ./third_party/chroma
+
+// jsonschema-go v0.4.3 (the MCP SDK's schemas) with its field tables and
+// its one regular expression built on first use instead of at start-up,
+// where they cost every command ~80 KB and 0.2 ms: see
+// docs/architecture.md, "Dependencies".
+replace github.com/google/jsonschema-go => ./third_party/jsonschema-go

@@ -47,6 +47,9 @@ type StepEvidence struct {
 	Stderr     *FileHash  `json:"stderr,omitempty"`
 	// Agent is result.json's "agent" object, as the agent runtime wrote it.
 	Agent json.RawMessage `json:"agent,omitempty"`
+	// File is result.json's "file" object of a file step (an MCP client's
+	// file_write, file_edit…): the path and its hashes before and after.
+	File json.RawMessage `json:"file,omitempty"`
 }
 
 // FileHash is a file's sha256 and size.
@@ -118,10 +121,14 @@ func (s *Service) evidence(ctx context.Context, runID string, now time.Time) (*E
 		var res struct {
 			DurationMS int64           `json:"duration_ms"`
 			Agent      json.RawMessage `json:"agent"`
+			File       json.RawMessage `json:"file"`
 		}
 		if b, err := readRegular(root, rel+"/result.json", 1<<20); err == nil && json.Unmarshal(b, &res) == nil {
 			if len(res.Agent) > 0 && string(res.Agent) != "null" {
 				se.Agent = res.Agent
+			}
+			if len(res.File) > 0 && string(res.File) != "null" {
+				se.File = res.File
 			}
 			if res.DurationMS > 0 {
 				se.DurationMS = res.DurationMS

@@ -16,20 +16,40 @@ import (
 // command and its suggestions, completion, flags cobra must parse first),
 // all of them are, so what cobra sees and prints never depends on this.
 
-// lazyCommand is a subcommand and how to build it.
+// lazyCommand is a subcommand and how to build it. It allocates nothing
+// of its own (no slice of names, no closure): newRoot makes some thirty of
+// them for every command line.
 type lazyCommand struct {
-	names []string                            // its name and aliases, as its Use and Aliases say
-	build func(words []string) *cobra.Command // words: the line after its name (nil: build all of it)
+	names string                              // its name and aliases, space-separated, as its Use and Aliases say
+	leaf  func() *cobra.Command               // a command without subcommands, or
+	group func(words []string) *cobra.Command // one given the line after its name (nil: build all of it)
 }
 
 // leaf is a command without subcommands.
 func leaf(names string, build func() *cobra.Command) lazyCommand {
-	return lazyCommand{strings.Fields(names), func([]string) *cobra.Command { return build() }}
+	return lazyCommand{names: names, leaf: build}
 }
 
 // group is a command whose own subcommands are built lazily too.
 func group(names string, build func(words []string) *cobra.Command) lazyCommand {
-	return lazyCommand{strings.Fields(names), build}
+	return lazyCommand{names: names, group: build}
+}
+
+func (c lazyCommand) build(words []string) *cobra.Command {
+	if c.leaf != nil {
+		return c.leaf()
+	}
+	return c.group(words)
+}
+
+// named: word is its name or one of its aliases.
+func (c lazyCommand) named(word string) bool {
+	for n := range strings.FieldsSeq(c.names) {
+		if n == word {
+			return true
+		}
+	}
+	return false
 }
 
 // addCommands adds to parent the subcommand words[0] names exactly, or all
@@ -37,7 +57,7 @@ func group(names string, build func(words []string) *cobra.Command) lazyCommand 
 func addCommands(parent *cobra.Command, words []string, cmds ...lazyCommand) {
 	if len(words) > 0 {
 		for _, c := range cmds {
-			if slices.Contains(c.names, words[0]) {
+			if c.named(words[0]) {
 				parent.AddCommand(c.build(words[1:]))
 				return
 			}
@@ -45,7 +65,7 @@ func addCommands(parent *cobra.Command, words []string, cmds ...lazyCommand) {
 	}
 	for _, c := range cmds {
 		cmd := c.build(nil)
-		if names := append([]string{cmd.Name()}, cmd.Aliases...); !slices.Equal(names, c.names) {
+		if names := append([]string{cmd.Name()}, cmd.Aliases...); !slices.Equal(names, strings.Fields(c.names)) {
 			// A slip in newRoot's table, which every test of the whole
 			// tree (help, docs) meets at once.
 			panic(fmt.Sprintf("command %q is built under the names %q", names, c.names))

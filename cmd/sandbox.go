@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -550,6 +551,12 @@ func (a *App) runShow(ctx context.Context, o showOptions) error {
 	kv.row("User:", clean(s.User))
 	if s.Project != "" {
 		kv.row("Project:", clean(s.Project))
+	}
+	if s.Title != "" {
+		kv.row("Title:", clean(s.Title))
+	}
+	if s.Origin == store.OriginMCP {
+		kv.row("Origin:", "mcp ("+clean(cmp.Or(s.OriginClient, "a client that gave no name"))+"): made through `xmode mcp`")
 	}
 	kv.row("Runner mode:", s.RunnerMode)
 	kv.row("Engine:", s.Engine)

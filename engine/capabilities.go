@@ -123,9 +123,10 @@ type WorktreeSyncer interface {
 
 // WorktreePusher is a WorktreeSyncer that can also bring one path of the
 // host's worktree into the sandbox's copy (`sandbox cp` into a session on a
-// remote daemon). PushPath copies rel (a file, a link or a directory, as the
-// host's worktree has it now) over the sandbox's; it refuses a destination
-// whose directories in the sandbox's copy are symlinks.
+// remote daemon, a file step). PushPath copies rel (a file, a link or a
+// directory, as the host's worktree has it now) over the sandbox's, or
+// removes it there when the host's worktree no longer has it; it refuses a
+// destination whose directories in the sandbox's copy are symlinks.
 type WorktreePusher interface {
 	PushPath(ctx context.Context, sb Sandbox, rel string) error
 }

@@ -64,6 +64,9 @@ type Result struct {
 	// Agent summarises an agent step's event stream (docs/agents.md,
 	// "Evidence of an agent step").
 	Agent *Agent `json:"agent,omitempty"`
+	// File is what a file step (read, list, write, edit, delete: the MCP
+	// server's file tools) did to the worktree.
+	File *FileOutcome `json:"file,omitempty"`
 	// Why is xmode's own line on a failure it recognised (an agent not
 	// signed in, its CLI missing), for the caller to show; result.json
 	// keeps the agent's own words in Agent.Error instead.
@@ -82,6 +85,43 @@ type Agent struct {
 	Events       int      `json:"events"` // JSON events seen on stdout
 	// Error is why the agent failed, in its CLI's words where it said so.
 	Error string `json:"error,omitempty"`
+}
+
+// FileRequest is command.json's "file" for a file step: what was asked
+// of which path of the worktree.
+type FileRequest struct {
+	Op   string `json:"op"`   // read, list, write, edit, delete
+	Path string `json:"path"` // relative to the worktree
+	// Pattern is a list's glob; StartLine and EndLine a read's range (0:
+	// from the start, to the end); ContentBytes what a write was given;
+	// ReplaceAll an edit's; Recursive a delete's.
+	Pattern      string `json:"pattern,omitempty"`
+	StartLine    int    `json:"start_line,omitempty"`
+	EndLine      int    `json:"end_line,omitempty"`
+	ContentBytes *int64 `json:"content_bytes,omitempty"`
+	ReplaceAll   bool   `json:"replace_all,omitempty"`
+	Recursive    bool   `json:"recursive,omitempty"`
+}
+
+// FileOutcome is result.json's "file" for a file step: the path before
+// and after it (null where there was no file), so the evidence shows
+// every edit by its hashes.
+type FileOutcome struct {
+	Op     string    `json:"op"`
+	Path   string    `json:"path"`
+	Before *FileHash `json:"before"`
+	After  *FileHash `json:"after"`
+	// Replacements is how many places an edit changed; Entries how many a
+	// list found; Removed how many entries a delete removed.
+	Replacements int `json:"replacements,omitempty"`
+	Entries      int `json:"entries,omitempty"`
+	Removed      int `json:"removed,omitempty"`
+}
+
+// FileHash is a file's sha256 and size.
+type FileHash struct {
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
 }
 
 // Tokens is an agent's token usage.
@@ -105,6 +145,8 @@ type command struct {
 	Detached  bool      `json:"detached,omitempty"`
 	TimeoutMS int64     `json:"timeout_ms"`
 	StartedAt time.Time `json:"started_at"`
+	// File: a file step's request; left out for a command.
+	File *FileRequest `json:"file,omitempty"`
 }
 
 // Step is a step being recorded. Stdout and Stderr never fail and never
@@ -140,11 +182,13 @@ type Request struct {
 	MaxLogBytes int64
 	// TTY: the step ran on a terminal; stdout.log is its transcript.
 	TTY bool
-	// Detached: a background step, run by a supervisor xmode of its own.
-	Detached bool
+	// File makes this a file step (no process runs): what it asks.
+	File *FileRequest
 	// Now is the clock the step's times are read from (the service's, so
 	// that they agree with its expiry and leases); nil is time.Now.
 	Now func() time.Time
+	// Detached: a background step, run by a supervisor xmode of its own.
+	Detached bool
 }
 
 // Begin allocates the step, creates its directory, writes command.json and
@@ -214,6 +258,7 @@ func (s *Step) open(runDir string, req Request, now time.Time) error {
 	if err := s.writeJSON("command.json", command{
 		SessionID: req.Session.ID, RunID: req.Session.RunID, Seq: s.res.Seq, Name: s.res.Name, Argv: req.Argv, ArgvB64: s.res.ArgvB64,
 		Env: env, Workdir: req.Workdir, Engine: req.Session.Engine, TTY: req.TTY, Detached: req.Detached, TimeoutMS: req.Timeout.Milliseconds(), StartedAt: now,
+		File: req.File,
 	}); err != nil {
 		return err
 	}
@@ -266,6 +311,9 @@ func (s *Step) AddLog(name string) (io.Writer, error) {
 
 // SetAgent puts the agent summary into result.json (call before Finish).
 func (s *Step) SetAgent(a *Agent) { s.res.Agent = a }
+
+// SetFile puts a file step's outcome into result.json (call before Finish).
+func (s *Step) SetFile(f *FileOutcome) { s.res.File = f }
 
 // Dir is the step directory.
 func (s *Step) Dir() string { return s.res.Dir }

@@ -254,6 +254,32 @@ func OpenDir(root *os.Root, name string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), name), nil
 }
 
+// OpenDirAt opens the directory name directly in an open directory, with
+// the checks of OpenDir: a link (even one that stays inside), a FIFO or a
+// file in its place fails at once with a *NotRegularError saying what is
+// there. A walk that takes a path one component at a time through it
+// follows no link at all.
+func OpenDirAt(dir *os.File, name string) (*os.File, error) {
+	if name == "" || name == "." || name == ".." || strings.ContainsRune(name, '/') {
+		return nil, fmt.Errorf("%q is not a name in a directory", name)
+	}
+	fd, err := openDirAt(dir, name, path.Join(dir.Name(), name))
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path.Join(dir.Name(), name)), nil
+}
+
+// RootOf is an os.Root of the open directory dir (through its
+// /proc/self/fd link, so of that very directory); dir stays open.
+func RootOf(dir *os.File) (*os.Root, error) {
+	fd, err := unix.FcntlInt(dir.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, &fs.PathError{Op: "dup", Path: dir.Name(), Err: err}
+	}
+	return rootOf(fd, dir.Name())
+}
+
 // openDirAt opens the directory base in dir O_DIRECTORY|O_NOFOLLOW|
 // O_NONBLOCK: a FIFO or a link in its place fails at once.
 func openDirAt(dir *os.File, base, display string) (int, error) {

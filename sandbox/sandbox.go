@@ -91,6 +91,9 @@ type CreateOptions struct {
 	NetworkSet bool
 	// Loop makes the new run a run of the governed loop (xmode run).
 	Loop *store.NewLoop
+	// Origin is what makes the session (store.OriginMCP; "" is the CLI),
+	// OriginClient the MCP client's name and version, Title what it is for.
+	Origin, OriginClient, Title string
 }
 
 // Machines is the project machines of this storage root.
@@ -145,6 +148,10 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	sess := store.Session{
 		ID: store.NewSessionID(), User: s.Cfg.User, Project: o.Project, RunnerMode: s.Cfg.RunnerMode,
 		Engine: engineName, CreatedAt: now, ExpiresAt: now.Add(s.Cfg.TTL),
+		Origin: o.Origin, OriginClient: o.OriginClient, Title: o.Title,
+	}
+	if sess.Origin == "" {
+		sess.Origin = store.OriginCLI
 	}
 	// Recorded before provisioning, so that a failed one still names it.
 	sess.Image, _ = engine.Image(provider)

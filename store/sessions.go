@@ -34,6 +34,12 @@ const (
 	ReasonSubmitFailed    = "submit_failed"
 )
 
+// Session origins (docs/reference.md, "Session origin"): what made it.
+const (
+	OriginCLI = "cli" // the command line, and what it drives (run, pools, the cloud)
+	OriginMCP = "mcp" // an MCP client, through `xmode mcp`
+)
+
 // activeStatuses, as SQL: the sessions that are not over. They count
 // against the quota (while unexpired), keep their run's worktree, and can be
 // stopped. A submitted session is active, but the reaper's expiry passes it
@@ -69,6 +75,12 @@ type Session struct {
 	// WorktreeBytes is the worktree's size on disk: measured at teardown
 	// for an ended session, live (by the caller) for an open one.
 	WorktreeBytes *int64 `json:"worktree_bytes"`
+	// Origin is what made the session (OriginCLI, OriginMCP); OriginClient
+	// the MCP client's name and version as it gave them, "" for the CLI.
+	Origin       string `json:"origin"`
+	OriginClient string `json:"origin_client"`
+	// Title is what the sandbox is for, as its maker said ("" when none).
+	Title string `json:"title"`
 }
 
 // Ended reports whether the session is over.
@@ -81,7 +93,7 @@ func (s *Session) Expired(now time.Time) bool { return !now.Before(s.ExpiresAt) 
 
 const sessionCols = `id, run_id, user, project, runner_mode, engine, status, end_reason, error,
 	created_at, expires_at, ended_at, worktree_path, repo, ref, base_commit,
-	container_id, mount_mode, image, volumes, worktree_bytes, network`
+	container_id, mount_mode, image, volumes, worktree_bytes, network, origin, origin_client, title`
 
 type scanner interface{ Scan(...any) error }
 
@@ -93,7 +105,8 @@ func (st *Store) scanSession(row scanner) (*Session, error) {
 	var size sql.NullInt64
 	if err := row.Scan(&s.ID, &s.RunID, &s.User, &s.Project, &s.RunnerMode, &s.Engine, &s.Status,
 		&s.EndReason, &s.Error, &created, &expires, &ended, &s.WorktreePath, &s.Repo, &s.Ref,
-		&s.BaseCommit, &s.ContainerID, &s.MountMode, &s.Image, &volumes, &size, &s.Network); err != nil {
+		&s.BaseCommit, &s.ContainerID, &s.MountMode, &s.Image, &volumes, &size, &s.Network,
+		&s.Origin, &s.OriginClient, &s.Title); err != nil {
 		return nil, err
 	}
 	if size.Valid {
@@ -178,11 +191,15 @@ func (s *Store) CreateSession(ctx context.Context, n NewSession) error {
 // insertSession inserts a new session row (no end, no measured size yet).
 func insertSession(ctx context.Context, tx *sql.Tx, s Session) error {
 	vols, _ := json.Marshal(nonNil(s.Volumes))
+	origin := s.Origin
+	if origin == "" {
+		origin = OriginCLI
+	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO sessions (`+sessionCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, '', '', ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, '', '', ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)`,
 		s.ID, s.RunID, s.User, s.Project, s.RunnerMode, s.Engine, s.Status,
 		millis(s.CreatedAt), millis(s.ExpiresAt), s.WorktreePath, s.Repo, s.Ref, s.BaseCommit,
-		s.ContainerID, s.MountMode, s.Image, string(vols), s.Network)
+		s.ContainerID, s.MountMode, s.Image, string(vols), s.Network, origin, s.OriginClient, s.Title)
 	if err != nil {
 		return fmt.Errorf("insert session %s: %w", s.ID, err)
 	}
@@ -275,8 +292,9 @@ func (s *Store) Resolve(ctx context.Context, ref string) (*Session, error) {
 
 // Filter selects sessions for List.
 type Filter struct {
-	All  bool   // include ended sessions
-	User string // only this owner
+	All    bool   // include ended sessions
+	User   string // only this owner
+	Origin string // only sessions of this origin (OriginMCP)
 }
 
 // List returns sessions, newest first.
@@ -289,6 +307,10 @@ func (s *Store) List(ctx context.Context, f Filter) ([]*Session, error) {
 	if f.User != "" {
 		q += ` AND user = ?`
 		args = append(args, f.User)
+	}
+	if f.Origin != "" {
+		q += ` AND origin = ?`
+		args = append(args, f.Origin)
 	}
 	q += ` ORDER BY created_at DESC, id`
 	return s.query(ctx, q, args...)

@@ -838,6 +838,22 @@ echo uncommitted > notes.txt`)
 	r.run(dk, -1, "[]Doctor check", "doctor")
 	r.run(dk, 0, "Session", "sandbox", "stop", x)
 
+	// A session an MCP client made (origin, client, title) and its file
+	// steps, whose command.json and result.json say what they did.
+	mr := &mcpRig{t: t, dir: dir, root: r.root, repo: repo, env: append([]string{"XMODE_TEST_AS_MAIN=1", "XMODE_STORAGE_ROOT=" + r.root, "NO_COLOR=1", "GORACE=atexit_sleep_ms=0"}, r.env...)}
+	mc := mr.stdio(nil, nil)
+	m := str(ok(t, mc, "sandbox_create", map[string]any{"repository": repo, "title": "files"}), "session", "id")
+	ok(t, mc, "file_write", map[string]any{"session": m, "path": "d/a.txt", "content": "a\na\n"})
+	ok(t, mc, "file_edit", map[string]any{"session": m, "path": "d/a.txt", "old_string": "a", "new_string": "b", "replace_all": true})
+	ok(t, mc, "file_read", map[string]any{"session": m, "path": "d/a.txt", "start_line": 1, "end_line": 2})
+	ok(t, mc, "file_list", map[string]any{"session": m, "pattern": "**/*.txt"})
+	ok(t, mc, "file_write", map[string]any{"session": m, "path": "gone/x", "content": "x"})
+	ok(t, mc, "file_delete", map[string]any{"session": m, "path": "gone", "recursive": true})
+	r.j(0, "Session with steps", "sandbox", "show", m)
+	crm := refStr(t, r.j(0, "Change request package", "cr", "create", m)[0], "id")
+	r.j(0, "Change request shown", "cr", "show", crm)
+	r.j(0, "Session", "sandbox", "stop", m)
+
 	// The files on disk.
 	for pattern, shape := range map[string]string{
 		"runs/*/steps/*/command.json":            "Command file",
@@ -925,6 +941,7 @@ func TestReferenceStatuses(t *testing.T) {
 	fromStore := map[string]string{
 		"Session status":         "sessions.status",
 		"Session end reason":     "sessions.end_reason",
+		"Session origin":         "sessions.origin",
 		"Step state":             "steps.state",
 		"Run status":             "runs.status",
 		"Change request status":  "change_requests.status",

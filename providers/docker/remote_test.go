@@ -122,6 +122,18 @@ func TestSyncModeSession(t *testing.T) {
 		t.Errorf("SyncBack left %v in the run's directory", left)
 	}
 
+	// A path deleted on the host (a file step's delete) is deleted in the
+	// sandbox's copy by PushPath.
+	if err := os.Remove(filepath.Join(spec.Worktree, "made/here/new.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.p.PushPath(ctx, sb, "made/here/new.txt"); err != nil {
+		t.Fatalf("PushPath of a deleted path: %v", err)
+	}
+	if got := e.ok(sb, `test -e made/here/new.txt && echo still there; test -d made/here && echo dir kept`); got != "dir kept" {
+		t.Errorf("after PushPath of a deleted file the sandbox has: %q", got)
+	}
+
 	// Hostile entries: links out of the worktree, setuid, a fifo.
 	e.ok(sb, `ln -s /etc/passwd abs-link; ln -s ../../../.. up-link; ln -s made/../.. tricky-link; ln -s sub inner-link
 		echo x > suid; chmod 6755 suid; mkfifo fifo; mkdir ro && chmod 555 ro`)

@@ -144,8 +144,9 @@ func writeTree(w io.Writer, dir, sub string, uid, gid int) error {
 }
 
 // PushPath brings rel of the host's worktree into a sync-mode sandbox's
-// copy (engine.WorktreePusher), for `sandbox cp` into a session: a tar of
-// it, made as copyIn makes one, unpacked by the daemon over SyncWorktree.
+// copy (engine.WorktreePusher), for `sandbox cp` into a session and file
+// steps: a tar of it, made as copyIn makes one, unpacked by the daemon
+// over SyncWorktree; a path the host no longer has is removed from the copy.
 // The daemon unpacks as root and follows links inside the container, so
 // every directory on the way to rel must be a directory in the sandbox's
 // copy, not a link a step planted there.
@@ -178,6 +179,19 @@ func (p *Provider) PushPath(ctx context.Context, sb engine.Sandbox, rel string) 
 			return fail.Refusedf("%s is not a directory in the sandbox's worktree (a symlink?): refusing to copy through it", d)
 		}
 	}
+	if gone, err := missingOnHost(sb.Worktree, rel); err != nil {
+		return err
+	} else if gone {
+		// Deleted on the host (a file step's delete): deleted in the copy too.
+		code, out, err := p.runHelperAs(ctx, ci.ID, ci.Config.User, []string{"rm", "-rf", "--", path.Join(SyncWorktree, rel)}, p.syncTimeout())
+		if err != nil {
+			return fmt.Errorf("remove %s from the sandbox: %w", rel, err)
+		}
+		if code != 0 {
+			return fail.Failedf("remove %s from the sandbox: rm exited %d: %s", rel, code, strings.TrimSpace(out))
+		}
+		return nil
+	}
 	uid, gid := parseUser(ci.Config.User)
 	pr, pw := io.Pipe()
 	read := make(chan error, 1)
@@ -197,6 +211,21 @@ func (p *Provider) PushPath(ctx context.Context, sb engine.Sandbox, rel string) 
 		return p.wrap(err, "copy "+rel+" into the sandbox")
 	}
 	return nil
+}
+
+// missingOnHost reports whether rel is gone from the host's worktree
+// (looked up without following a link).
+func missingOnHost(worktree, rel string) (bool, error) {
+	root, err := os.OpenRoot(worktree)
+	if err != nil {
+		return false, fmt.Errorf("open the worktree: %w", err)
+	}
+	defer root.Close()
+	_, err = root.Lstat(rel)
+	if errors.Is(err, fs.ErrNotExist) {
+		return true, nil
+	}
+	return false, err
 }
 
 // SyncBack makes the host's worktree what the sandbox's copy is now

@@ -1,0 +1,271 @@
+// Package mcpserver is `xmode mcp`: a Model Context Protocol server whose
+// tools (tools.go) are a thin adapter over the services the CLI uses —
+// sandbox.Service for sessions, steps and file steps, changes.Service for
+// diffs and change requests, the store for what was recorded — so that an
+// interactive agent (Claude Code, Codex CLI, Cursor…) runs every command in
+// an xmode sandbox, leaves evidence of every tool call, and ends its work in
+// a change request a person reviews (docs/mcp.md). It serves one client over
+// stdio, or many over streamable HTTP behind a bearer token.
+package mcpserver
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/xmode/xmode/changes"
+	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/termsafe"
+	"github.com/xmode/xmode/sandbox"
+	"github.com/xmode/xmode/store"
+)
+
+// Options are a server's services and settings.
+type Options struct {
+	Sandbox *sandbox.Service
+	Changes *changes.Service
+	// AllSessions widens the server's scope from the sessions MCP clients
+	// made for its user to all of that user's sessions (--all-sessions).
+	AllSessions bool
+	Version     string
+	// WorkDir is the repository sandbox_create uses when the client names
+	// none and has no root: the server's working directory.
+	WorkDir string
+	// LookupEnv gives the values of the variables sandbox_exec's env names
+	// (the server's environment).
+	LookupEnv func(string) (string, bool)
+	// Log receives one line per tool call; nil for none.
+	Log io.Writer
+	// ProgressEvery is how often a running step reports progress to a
+	// client that asked for it (default: every second).
+	ProgressEvery time.Duration
+	// StorageRootArg is --storage-root for the commands a person is given
+	// to follow along, when the server's storage root is not the default.
+	StorageRootArg string
+}
+
+// Server is one xmode MCP server: its tools, and the calls in flight.
+type Server struct {
+	o        Options
+	mcp      *mcp.Server
+	inflight sync.WaitGroup
+	logMu    sync.Mutex
+}
+
+// New makes a server with every tool.
+func New(o Options) *Server {
+	if o.ProgressEvery <= 0 {
+		o.ProgressEvery = time.Second
+	}
+	s := &Server{o: o}
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "xmode", Title: "xmode sandboxes", Version: o.Version}, &mcp.ServerOptions{
+		Instructions: Instructions,
+		// Tools only: no logging, prompts or resources.
+		Capabilities: &mcp.ServerCapabilities{},
+	})
+	s.addTools()
+	return s
+}
+
+// Instructions is what the server tells the agent at initialize (the MCP
+// "instructions"): how to work through xmode.
+const Instructions = `xmode gives you a sandbox: a checkout of the user's repository in which every command you run and every file you change is recorded as evidence, and whose work ends in a change request that the user reviews. Work like this:
+
+1. Start with sandbox_create for the repository you are asked to work on (leave "repository" empty for the project the user has open). Keep the session ID it returns and use it for every later call. If a sandbox for this work already exists (sandbox_list shows yours), use it instead of creating another.
+2. Right after creating it, tell the user the follow_along commands it returned, so they can watch and review as you work: xmode sandbox logs ID --follow, xmode sandbox diff ID, xmode sandbox shell ID. If it returned warnings (uncommitted changes the sandbox does not have, commands running on the user's host), tell the user those too.
+3. Do all the work through the sandbox: run builds, tests and git with sandbox_exec; read, list, write, edit and delete files with file_read, file_list, file_write, file_edit and file_delete. Do not change the user's own checkout with other tools: it is not the sandbox, and nothing done there reaches the change request. Give long commands a timeout_seconds; a step's full output stays in its logs (step_logs) when the reply cuts it short. Start what must keep running (a dev server, a watcher) with sandbox_exec's background set: later steps reach it on localhost, step_status and step_logs read it, step_kill ends it.
+4. When the work is done and the checks pass, look at it with sandbox_diff, then call cr_create with a title and a message that says what you changed and why. Give the user the change request's ID and the review commands it returned. You cannot approve your own change request: the user reviews it.
+5. Call sandbox_stop only when the user no longer needs the sandbox; the change request and the evidence stay after it.
+
+Sessions expire (after 2 hours unless the user configured otherwise); a tool that says a session expired or was not found means: create a new one and tell the user.`
+
+// ServeStdio serves one client over r and w (newline-delimited JSON-RPC)
+// until the client goes away or ctx ends; then it waits for the calls in
+// flight, whose steps a cancelled context has ended, to record their end.
+func (s *Server) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) error {
+	err := s.mcp.Run(ctx, &lineTransport{r: r, w: w, maxLine: MaxMessageBytes})
+	s.drain()
+	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// drain waits, for at most a minute, for the tool calls in flight.
+func (s *Server) drain() {
+	done := make(chan struct{})
+	go func() { s.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+	}
+}
+
+// HTTPHandler is the streamable HTTP endpoint, every request of which must
+// carry token as a bearer token (401 otherwise).
+func (s *Server) HTTPHandler(token string) http.Handler {
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s.mcp }, &mcp.StreamableHTTPOptions{
+		MaxRequestBodyBytes: MaxMessageBytes,
+		SessionTimeout:      time.Hour,
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", h)
+	return RequireToken(token, mux)
+}
+
+// ServeHTTP serves HTTPHandler on ln until ctx ends, then shuts down: no
+// new requests, and the calls in flight (their steps ended) get a few
+// seconds to answer.
+func (s *Server) ServeHTTP(ctx context.Context, ln net.Listener, token string) error {
+	srv := &http.Server{Handler: s.HTTPHandler(token), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	s.drain()
+	return nil
+}
+
+// RequireToken lets a request through to next only with "Authorization:
+// Bearer TOKEN"; the comparison takes the same time whatever the token
+// given (of SHA-256 digests, so not even its length shows).
+func RequireToken(token string, next http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		given, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		got := sha256.Sum256([]byte(strings.TrimSpace(given)))
+		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 || !ok || token == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="xmode mcp"`)
+			http.Error(w, "xmode mcp: this server needs its bearer token: send Authorization: Bearer <token> (the token is XMODE_MCP_TOKEN of the server, or the one it printed when it started)", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// NewToken is a token for a server started without XMODE_MCP_TOKEN: 32
+// random bytes, base64url.
+func NewToken() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// CheckListen checks --listen: a host and a port, and a loopback address
+// unless allowRemote and the address was given explicitly (":8080" and
+// "0.0.0.0:8080" listen everywhere: only the second, with --allow-remote).
+func CheckListen(addr string, allowRemote bool) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return fail.Usagef("--listen %q: give HOST:PORT, e.g. 127.0.0.1:8765", addr)
+	}
+	if host == "" {
+		return fail.Usagef("--listen %q listens on every interface: give 127.0.0.1:%s for this machine (or an explicit address, e.g. 0.0.0.0:%s, with --allow-remote)", addr, port, port)
+	}
+	loopback := host == "localhost"
+	if ip := net.ParseIP(host); ip != nil {
+		loopback = ip.IsLoopback()
+	}
+	if !loopback && !allowRemote {
+		return fail.Usagef("--listen %s is reachable from other machines, and anyone who reaches it with the token runs commands as you: add --allow-remote if that is what you want (with a firewall, and TLS in front), or listen on 127.0.0.1:%s", addr, port)
+	}
+	return nil
+}
+
+// toolError is the message a failed tool call gives the model: what went
+// wrong, in xmode's words, after what kind of failure it is, so that the
+// model knows whether to change its input, its approach, or tell the user.
+func toolError(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	switch fail.KindOf(err) {
+	case fail.Usage:
+		return errors.New("invalid input: " + msg)
+	case fail.NotFound:
+		return errors.New("not found: " + msg)
+	case fail.Refused:
+		return errors.New("refused: " + msg)
+	case fail.EngineUnavailable:
+		return errors.New("the sandbox engine is unavailable: " + msg + " — tell the user; `xmode doctor` checks the engine")
+	}
+	return errors.New("failed: " + msg)
+}
+
+// scoped is the session id names, if this server may act on it: the
+// user's, made through MCP (or any of the user's, with AllSessions). Any
+// other is "not found", as if it did not exist.
+func (s *Server) scoped(ctx context.Context, id string) (*store.Session, error) {
+	if id == "" {
+		return nil, fail.Usagef("give the sandbox's session ID (sandbox_create returns it; sandbox_list lists yours)")
+	}
+	sess, err := s.o.Sandbox.Store.Get(ctx, id)
+	if err == nil && s.inScope(sess) {
+		return sess, nil
+	}
+	if err != nil && fail.KindOf(err) != fail.NotFound {
+		return nil, err
+	}
+	hint := ""
+	if !s.o.AllSessions {
+		hint = " (this server acts on the sandboxes MCP clients made; one made with the xmode CLI is reached only if the user starts the server with --all-sessions)"
+	}
+	return nil, fail.NotFoundf("no sandbox %q among yours: sandbox_list lists them; give the whole ID%s", id, hint)
+}
+
+func (s *Server) inScope(sess *store.Session) bool {
+	return sess.User == s.o.Sandbox.Cfg.User && (s.o.AllSessions || sess.Origin == store.OriginMCP)
+}
+
+// logf writes one line to the log, made inert for a terminal (it quotes
+// what a client sent).
+func (s *Server) logf(format string, args ...any) {
+	if s.o.Log == nil {
+		return
+	}
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	fmt.Fprintln(s.o.Log, "xmode mcp: "+termsafe.EscapeText(fmt.Sprintf(format, args...)))
+}
+
+// clientOf is the client's name and version, as it gave them at
+// initialize, cut to 120 bytes and made printable.
+func clientOf(ss *mcp.ServerSession) string {
+	if ss == nil {
+		return ""
+	}
+	p := ss.InitializeParams()
+	if p == nil || p.ClientInfo == nil {
+		return ""
+	}
+	c := strings.TrimSpace(p.ClientInfo.Name + " " + p.ClientInfo.Version)
+	c = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, c)
+	if len(c) > 120 {
+		c = strings.ToValidUTF8(c[:120], "")
+	}
+	return c
+}

@@ -1,0 +1,217 @@
+package mcpserver
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// MaxMessageBytes bounds one JSON-RPC message (a line on stdio, a request
+// body over HTTP): room for a file_write of sandbox.MaxFileBytes however
+// its JSON escapes it. A longer line is answered with an error and skipped.
+const MaxMessageBytes = 64 << 20
+
+// lineTransport is the stdio transport: newline-delimited JSON-RPC, as the
+// SDK's StdioTransport, except that a line that is no JSON-RPC message (not
+// JSON, a batch, a line too long) is answered with a JSON-RPC error — parse
+// error or invalid request, with the request's id when it can be read — and
+// the server reads on. The SDK's own transport ends the session at the
+// first such line, so one bad message from a client would cost it every
+// sandbox tool until it restarts the server.
+type lineTransport struct {
+	r       io.Reader
+	w       io.Writer
+	maxLine int
+}
+
+func (t *lineTransport) Connect(context.Context) (mcp.Connection, error) {
+	c := &lineConn{w: t.w, incoming: make(chan lineMsg), closed: make(chan struct{})}
+	go c.readLoop(t.r, t.maxLine)
+	return c, nil
+}
+
+type lineMsg struct {
+	msg jsonrpc.Message
+	err error
+}
+
+type lineConn struct {
+	w         io.Writer
+	wmu       sync.Mutex
+	incoming  chan lineMsg
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+// readLoop reads lines until r ends, handing each message to Read and
+// answering each line that is not one.
+func (c *lineConn) readLoop(r io.Reader, maxLine int) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	for {
+		line, tooLong, err := readLine(br, maxLine)
+		if len(bytes.TrimSpace(line)) > 0 || tooLong {
+			if msg, reply := decodeLine(line, tooLong, maxLine); reply != nil {
+				if werr := c.writeRaw(reply); werr != nil {
+					c.deliver(lineMsg{err: werr})
+					return
+				}
+			} else if !c.deliver(lineMsg{msg: msg}) {
+				return
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.EOF
+			}
+			c.deliver(lineMsg{err: err})
+			return
+		}
+	}
+}
+
+// deliver hands m to Read; false once the connection is closed.
+func (c *lineConn) deliver(m lineMsg) bool {
+	select {
+	case c.incoming <- m:
+		return true
+	case <-c.closed:
+		return false
+	}
+}
+
+// readLine reads up to a newline. A line longer than limit is read to its
+// end and dropped, keeping its first 64 KB (where a request's id is),
+// with tooLong set. limit is the longest line read whole.
+func readLine(br *bufio.Reader, limit int) (line []byte, tooLong bool, err error) {
+	var buf []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		switch {
+		case tooLong:
+		case len(buf)+len(chunk) > limit:
+			tooLong = true
+			keep := min(len(chunk), max(0, 64<<10-len(buf)))
+			buf = append(buf, chunk[:keep]...)
+		default:
+			buf = append(buf, chunk...)
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		return buf, tooLong, err
+	}
+}
+
+// rpcError is a JSON-RPC error response as the wire has it, with an id
+// that may be null (which the SDK's encoder cannot write).
+type rpcError struct {
+	Version string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id"`
+	Error   struct {
+		Code    int64  `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// decodeLine is the message of a line, or the error response it gets.
+func decodeLine(line []byte, tooLong bool, maxLine int) (jsonrpc.Message, []byte) {
+	reply := func(code int64, id json.RawMessage, format string, args ...any) []byte {
+		r := rpcError{Version: "2.0", ID: id}
+		if len(id) == 0 {
+			r.ID = json.RawMessage("null")
+		}
+		r.Error.Code, r.Error.Message = code, fmt.Sprintf(format, args...)
+		b, _ := json.Marshal(r)
+		return b
+	}
+	if tooLong {
+		return nil, reply(jsonrpc.CodeInvalidRequest, idOf(line), "the message is longer than %d bytes, the most xmode mcp reads: file contents beyond %d MiB go in with a command in the sandbox, or `xmode sandbox cp`", maxLine, maxLine>>20)
+	}
+	trimmed := bytes.TrimSpace(line)
+	if trimmed[0] == '[' {
+		return nil, reply(jsonrpc.CodeInvalidRequest, nil, "JSON-RPC batches are not supported: send one message per line")
+	}
+	msg, err := jsonrpc.DecodeMessage(trimmed)
+	if err == nil {
+		return msg, nil
+	}
+	// Only a line that is no message is checked for being JSON at all: a
+	// pass over every message's bytes saved (a file_write's content).
+	if !json.Valid(trimmed) {
+		return nil, reply(jsonrpc.CodeParseError, nil, "parse error: the line is not JSON (one JSON-RPC 2.0 message per line)")
+	}
+	return nil, reply(jsonrpc.CodeInvalidRequest, idOf(trimmed), "invalid request: %v", err)
+}
+
+// idOf is the "id" of a JSON object as it is written, read from the
+// start of line (a message cut short included); nil when there is none to
+// be had, or it is not a number or a string.
+func idOf(line []byte) json.RawMessage {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		key, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil
+		}
+		if key == "id" {
+			if len(v) > 0 && (v[0] == '"' || v[0] == '-' || (v[0] >= '0' && v[0] <= '9')) {
+				return v
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case m := <-c.incoming:
+		return m.msg, m.err
+	case <-c.closed:
+		return nil, io.EOF
+	}
+}
+
+func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b, err := jsonrpc.EncodeMessage(msg)
+	if err != nil {
+		return fmt.Errorf("encode a message: %w", err)
+	}
+	return c.writeRaw(b)
+}
+
+// writeRaw writes one line.
+func (c *lineConn) writeRaw(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_, err := c.w.Write(append(b, '\n'))
+	return err
+}
+
+func (c *lineConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return nil
+}
+
+func (c *lineConn) SessionID() string { return "" }
