@@ -199,17 +199,19 @@ func TestCancelTerminatesGit(t *testing.T) {
 	dir := t.TempDir()
 	marker, ready := filepath.Join(dir, "terminated"), filepath.Join(dir, "ready")
 	ctx, cancel := context.WithCancel(context.Background())
-	alias := `alias.hang=!sleep 60 & trap "kill $!; echo term > ` + marker + `; exit 143" TERM; echo > ` + ready + `; wait`
+	alias := `alias.hang=!sleep 60 & trap "kill $!; echo term > ` + marker + `; exit 143" TERM; echo $PPID > ` + ready + `.tmp; mv ` + ready + `.tmp ` + ready + `; wait`
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() {
 		_, err := Run(ctx, nil, "", "-c", alias, "hang")
 		done <- err
 	}()
-	// Cancel once the trap is set (a loaded CI machine may take a while to
-	// get there), not after a guessed delay.
+	// Cancel once the trap is set and git has its handler for TERM (it
+	// installs the one that passes the signal on to the alias's shell just
+	// after forking it: on a loaded machine the shell can get to its trap
+	// first), not after a guessed delay.
 	for i := 0; ; i++ {
-		if _, err := os.Stat(ready); err == nil {
+		if b, err := os.ReadFile(ready); err == nil && catchesTERM(t, strings.TrimSpace(string(b))) {
 			break
 		}
 		if i == 1000 {
@@ -343,4 +345,24 @@ func TestExtTransportRefused(t *testing.T) {
 	if _, serr := os.Stat(marker); serr == nil {
 		t.Fatal("the ext:: transport ran its command")
 	}
+}
+
+// catchesTERM reports whether process pid has a handler for SIGTERM (its
+// SigCgt mask in /proc/PID/status).
+func catchesTERM(t *testing.T, pid string) bool {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		t.Fatalf("git (pid %s) is gone before the cancel: %v", pid, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if mask, ok := strings.CutPrefix(line, "SigCgt:"); ok {
+			m, err := strconv.ParseUint(strings.TrimSpace(mask), 16, 64)
+			if err != nil {
+				t.Fatalf("SigCgt of %s: %v", pid, err)
+			}
+			return m&(1<<(uint(syscall.SIGTERM)-1)) != 0
+		}
+	}
+	t.Fatalf("no SigCgt in /proc/%s/status", pid)
+	return false
 }
