@@ -33,8 +33,82 @@ type objectStore struct {
 	dir   string          // <root>/runs/<run>/objects.git
 	root  *os.Root        // of dir
 	src   *gitread.Source // reads it back, verified like any other
+	srcMu sync.Mutex      // src is not safe for concurrent use
 	mu    sync.Mutex
 	known map[Hash]bool // objects seen in the store by this process
+	// In batch mode (a snapshot) new objects wait in pending, to be
+	// written as one pack by flush: creating a file costs ~1 ms of CPU on
+	// ext4, and a diff of 50 changed files writes ~170 objects.
+	batch        bool
+	pending      map[Hash]pendingObject
+	order        []Hash // pending, in the order written
+	pendingBytes int64
+	flushMu      sync.Mutex
+}
+
+// maxPending is how many bytes of new objects batch mode holds before it
+// writes them out.
+const maxPending = 32 << 20
+
+// startBatch puts the store in batch mode: what is written goes into one
+// pack at flush (or at maxPending), not one loose file per object.
+func (s *objectStore) startBatch() {
+	s.mu.Lock()
+	s.batch = true
+	s.mu.Unlock()
+}
+
+// endBatch flushes and leaves batch mode: what is written after is loose
+// again (a change request's commit, one object).
+func (s *objectStore) endBatch() error {
+	s.mu.Lock()
+	s.batch = false
+	s.mu.Unlock()
+	return s.flush()
+}
+
+// flush writes the pending objects as one pack; until it returns they
+// stay pending (found by has, read and size).
+func (s *objectStore) flush() error {
+	s.flushMu.Lock()
+	defer s.flushMu.Unlock()
+	s.mu.Lock()
+	order := s.order
+	s.order = nil
+	objs := make(map[Hash]pendingObject, len(order))
+	for _, h := range order {
+		objs[h] = s.pending[h]
+	}
+	s.mu.Unlock()
+	if len(order) == 0 {
+		return nil
+	}
+	err := s.writePack(order, objs)
+	if err == nil {
+		s.srcMu.Lock()
+		s.src.Refresh()
+		s.srcMu.Unlock()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.order = append(order, s.order...)
+		return err
+	}
+	for _, h := range order {
+		s.pendingBytes -= int64(len(s.pending[h].data))
+		delete(s.pending, h)
+		s.known[h] = true
+	}
+	return nil
+}
+
+// pendingObj returns a pending object.
+func (s *objectStore) pendingObj(h Hash) (pendingObject, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.pending[h]
+	return o, ok
 }
 
 // openStore opens the run's object store, creating it on first use. The
@@ -57,7 +131,7 @@ func openStore(g fsguard.Guard, runID string) (*objectStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open object store of %s: %w", runID, err)
 	}
-	s := &objectStore{dir: filepath.Join(runDir, StoreDirName), root: root, known: map[Hash]bool{}}
+	s := &objectStore{dir: filepath.Join(runDir, StoreDirName), root: root, known: map[Hash]bool{}, pending: map[Hash]pendingObject{}}
 	s.src = gitread.NewSource(root, gitread.Options{Name: "the run's object store", Limits: gitread.Limits{Object: 1 << 40, Read: math.MaxInt64, All: math.MaxInt64}})
 	for _, d := range []string{"objects", "refs", "refs/heads"} {
 		if err := mkdirReal(root, d); err != nil {
@@ -116,12 +190,20 @@ func loosePath(h Hash) string {
 	return "objects/" + x[:2] + "/" + x[2:]
 }
 
-// has reports whether the store holds h.
+// has reports whether the store holds h: packed, loose or pending.
 func (s *objectStore) has(h Hash) bool {
 	s.mu.Lock()
-	known := s.known[h]
+	_, pending := s.pending[h]
+	known := s.known[h] || pending
 	s.mu.Unlock()
 	if known {
+		return true
+	}
+	s.srcMu.Lock()
+	packed := s.src.InPack(h)
+	s.srcMu.Unlock()
+	if packed {
+		s.markKnown(h)
 		return true
 	}
 	_, err := s.root.Lstat(loosePath(h))
@@ -151,7 +233,22 @@ func (s *objectStore) writeKnown(h Hash, typ string, data []byte) error {
 	if s.has(h) {
 		return nil
 	}
-	return s.writeStream(h, typ, int64(len(data)), bytes.NewReader(data))
+	s.mu.Lock()
+	if !s.batch {
+		s.mu.Unlock()
+		return s.writeStream(h, typ, int64(len(data)), bytes.NewReader(data))
+	}
+	if _, ok := s.pending[h]; !ok {
+		s.pending[h] = pendingObject{typ, data}
+		s.order = append(s.order, h)
+		s.pendingBytes += int64(len(data))
+	}
+	full := s.pendingBytes >= maxPending
+	s.mu.Unlock()
+	if full {
+		return s.flush()
+	}
+	return nil
 }
 
 // zlibWriters are reused across objects: a new one allocates and clears
@@ -211,7 +308,15 @@ func (s *objectStore) writeStream(h Hash, typ string, size int64, r io.Reader) e
 
 // read returns a stored object, verified like any other.
 func (s *objectStore) read(h Hash) (string, []byte, error) {
+	if o, ok := s.pendingObj(h); ok {
+		if got, err := gitread.HashObject(o.typ, o.data); err != nil || got != h {
+			return "", nil, fmt.Errorf("object %s in the run's object store is corrupt", h)
+		}
+		return o.typ, o.data, nil
+	}
+	s.srcMu.Lock()
 	typ, data, err := s.src.Read(h)
+	s.srcMu.Unlock()
 	switch {
 	case errors.Is(err, gitread.ErrNotFound):
 		return "", nil, fmt.Errorf("object %s: %w in the run's object store", h, gitread.ErrNotFound)
@@ -224,6 +329,11 @@ func (s *objectStore) read(h Hash) (string, []byte, error) {
 // size returns the size of a stored object from its header, without
 // inflating the rest.
 func (s *objectStore) size(h Hash) (int64, error) {
+	if o, ok := s.pendingObj(h); ok {
+		return int64(len(o.data)), nil
+	}
+	s.srcMu.Lock()
+	defer s.srcMu.Unlock()
 	return s.src.Size(h)
 }
 

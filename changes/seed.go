@@ -76,6 +76,7 @@ func (s *Service) Seed(ctx context.Context, runID, commit string) (Seeded, error
 		return Seeded{}, err
 	}
 	defer st.Close()
+	st.startBatch() // the base's trees become one pack (baseTree flushes)
 	obj, done := s.openObjects(ctx, st, dirs)
 	defer done()
 	baseFiles, err := s.baseTree(obj, &Snapshot{SessionID: runID, Base: base})

@@ -314,6 +314,7 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 	if err != nil {
 		return nil, err
 	}
+	st.startBatch() // the snapshot's new objects become one pack (flush below)
 	sn := &Snapshot{SessionID: sess.ID, RunID: sess.RunID, Repo: sess.Repo, Kind: dirs.kind, Base: base, store: st, pending: map[Want]*diff{}}
 	for _, k := range []Want{WantStat, WantPatch, WantPackage} {
 		if want&k != 0 {
@@ -355,7 +356,8 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 	}
 	if sn.Tree, err = w.walk(wt); err != nil {
 		if fail.KindOf(err) == fail.Refused {
-			_ = w.cache.save(st, w.added) // what was read stays known
+			_ = st.endBatch() // what was read stays known
+			_ = w.cache.save(st, w.added)
 			return nil, err
 		}
 		if ctx.Err() != nil {
@@ -380,6 +382,10 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 	}
 	obj.fallback = nil // the agent's commits are nowhere else
 	s.history(obj, dirs, sn)
+	// git reads the store from here on: diffs, packages, exports.
+	if err := st.endBatch(); err != nil {
+		return nil, fmt.Errorf("write the snapshot of %s: %w", sess.ID, err)
+	}
 	ok = true
 	return sn, nil
 }
@@ -462,6 +468,10 @@ func (s *Service) baseTree(obj *objects, sn *Snapshot) (map[string]TreeEntry, er
 	obj.trees = nil
 	if err != nil {
 		return nil, fail.Failedf("the base commit %s of %s cannot be read: %v", sn.Base, sn.SessionID, err)
+	}
+	// The cache vouches for its trees: they are written out first.
+	if err := obj.store.flush(); err != nil {
+		return nil, fmt.Errorf("write the base trees of %s: %w", sn.SessionID, err)
 	}
 	_ = saveBaseCache(obj.store, c.Tree, trees, files) // only a cache
 	return files, nil

@@ -139,6 +139,25 @@ func (s *Source) Close() error {
 	return nil
 }
 
+// InPack reports whether one of the directory's packs (not Alt's) lists
+// h, reading nothing of the object itself.
+func (s *Source) InPack(h Hash) bool {
+	s.openPacks()
+	for _, p := range s.packs {
+		if _, err := p.idx.FindOffset(plumbing.Hash(h)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Refresh closes the packs opened so far: the next lookup lists
+// objects/pack again, so packs written since are found.
+func (s *Source) Refresh() {
+	s.Close()
+	s.packsOpen = false
+}
+
 func (s *Source) openPacks() {
 	if s.packsOpen {
 		return

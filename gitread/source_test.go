@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/gitcli/gittest"
+	"github.com/xmode/xmode/gitread/gitreadtest"
 )
 
 func deflate(b []byte) []byte {
@@ -247,5 +248,34 @@ func TestSourceSizeFromHeaders(t *testing.T) {
 	}
 	if _, err := s.Size(fakeID(99)); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("a missing object: %v", err)
+	}
+}
+
+// InPack finds what a pack lists, not a loose object; a pack written after
+// the Source opened its packs is found once it is refreshed.
+func TestSourceInPackAndRefresh(t *testing.T) {
+	dir := t.TempDir()
+	blob := []byte("packed\n")
+	id, _ := HashObject(TypeBlob, blob)
+	loose, _ := HashObject(TypeBlob, []byte("loose\n"))
+	os.MkdirAll(filepath.Join(dir, "objects", loose.String()[:2]), 0o755)
+	os.WriteFile(filepath.Join(dir, "objects", loose.String()[:2], loose.String()[2:]), deflate([]byte("blob 6\x00loose\n")), 0o644)
+	s := openTestSource(t, dir, 1<<20)
+	if s.InPack(id) || s.InPack(loose) {
+		t.Fatal("InPack before any pack exists")
+	}
+	gitreadtest.WritePack(t, dir, "late", []gitreadtest.Entry{{ID: id, Kind: gitreadtest.Blob, Data: blob}})
+	if s.InPack(id) {
+		t.Fatal("a pack written after the packs were listed is found without Refresh: the test shows nothing")
+	}
+	s.Refresh()
+	if !s.InPack(id) {
+		t.Fatal("InPack after Refresh: the new pack is not found")
+	}
+	if _, data, err := s.Read(id); err != nil || string(data) != string(blob) {
+		t.Fatalf("Read after Refresh: %q, %v", data, err)
+	}
+	if s.InPack(loose) {
+		t.Fatal("InPack reports a loose object")
 	}
 }
