@@ -78,7 +78,7 @@ func add[In, Out any](s *Server, t *mcp.Tool, h func(context.Context, *mcp.CallT
 // passes over every byte of it. The schemas the client sees are the same,
 // inferred from In and Out; the input is checked by decoding it into In
 // strictly (an object, every required field, no unknown one, each of its
-// type); the output is xmode's own types, encoded as they are.
+// type); the output is xmode's own types, encoded as they are, once.
 func addRaw[In, Out any](s *Server, t *mcp.Tool, h func(context.Context, *mcp.CallToolRequest, In) (*mcp.CallToolResult, Out, error)) {
 	in, err := jsonschema.For[In](nil)
 	if err != nil {
@@ -108,15 +108,18 @@ func addRaw[In, Out any](s *Server, t *mcp.Tool, h func(context.Context, *mcp.Ca
 		if err != nil {
 			return failed(err)
 		}
-		b, err := json.Marshal(o)
-		if err != nil {
-			return failed(fmt.Errorf("encode the reply: %w", err))
-		}
 		if res == nil {
 			res = &mcp.CallToolResult{}
 		}
-		res.StructuredContent = json.RawMessage(b)
+		// The output as it is, for the SDK to encode with the rest of the
+		// result: encoded here first, a read's content would be escaped
+		// once more and then scanned again to be compacted.
+		res.StructuredContent = o
 		if res.Content == nil {
+			b, err := json.Marshal(o)
+			if err != nil {
+				return failed(fmt.Errorf("encode the reply: %w", err))
+			}
 			res.Content = []mcp.Content{&mcp.TextContent{Text: string(b)}}
 		}
 		s.logf("%s: ok (%s)", t.Name, time.Since(start).Round(time.Millisecond))
