@@ -157,8 +157,8 @@ type Step struct {
 	guard          fsguard.Guard
 	res            Result
 	runID          string
-	runs           *os.Root // <root>/runs
-	rel            string   // the step directory, relative to runs
+	dir            *os.Root // the step directory, opened once: its files are made in it
+	rel            string   // the step directory, relative to <root>/runs
 	stdout, stderr *capLog
 	extra          []*capLog // AddLog's
 	maxLog         int64
@@ -241,7 +241,7 @@ func (s *Step) open(runDir string, req Request, now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("open %s: %w", s.guard.RunsDir(), err)
 	}
-	s.runs = runs
+	defer runs.Close()
 	steps := filepath.Dir(s.rel)
 	if err := runs.MkdirAll(steps, fsguard.EvidenceDirMode); err != nil {
 		return fmt.Errorf("create %s: %w", steps, err)
@@ -250,6 +250,11 @@ func (s *Step) open(runDir string, req Request, now time.Time) error {
 	// a step planted included.
 	if err := runs.Mkdir(s.rel, fsguard.EvidenceDirMode); err != nil {
 		return fmt.Errorf("create step directory: %w", err)
+	}
+	// Opened once, through the confined root, for every file the step
+	// keeps: each file is then one openat in it, not a walk from runs.
+	if s.dir, err = runs.OpenRoot(s.rel); err != nil {
+		return fmt.Errorf("open step directory: %w", err)
 	}
 	env := req.Env
 	if env == nil {
@@ -284,7 +289,7 @@ func (s *Step) open(runDir string, req Request, now time.Time) error {
 // create makes a new file in the step directory, exclusively: O_EXCL
 // follows no link and overwrites nothing.
 func (s *Step) create(name string) (*os.File, error) {
-	return s.runs.OpenFile(filepath.Join(s.rel, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	return s.dir.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 }
 
 // AddLog creates one more file in the step directory (an agent step's
@@ -394,15 +399,15 @@ func (s *Step) Finish(ctx context.Context, status engine.Status) (*Result, error
 func (s *Step) writeResult() error {
 	err := s.writeJSON(ResultFile, s.res)
 	if err != nil && fsguard.IsDiskFull(err) && s.st.MakeRoom() {
-		_ = s.runs.Remove(filepath.Join(s.rel, ResultFile)) // what the failed write left
+		_ = s.dir.Remove(ResultFile) // what the failed write left
 		err = s.writeJSON(ResultFile, s.res)
 	}
 	return err
 }
 
 func (s *Step) close() {
-	if s.runs != nil {
-		s.runs.Close()
+	if s.dir != nil {
+		s.dir.Close()
 	}
 }
 

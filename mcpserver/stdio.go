@@ -194,6 +194,9 @@ func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if line := responseLine(msg); line != nil {
+		return c.writeLine(line)
+	}
 	b, err := jsonrpc.EncodeMessage(msg)
 	if err != nil {
 		return fmt.Errorf("encode a message: %w", err)
@@ -201,11 +204,42 @@ func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	return c.writeRaw(b)
 }
 
+// responseLine is a successful response as its line, newline included,
+// its result copied as it is; nil for any other message. The SDK has
+// already encoded the result, compact, and EncodeMessage would scan and
+// copy all of it once more (a file_read's megabyte of content) to check
+// and compact what already is. A result holding a newline (which would
+// break the line) is left to EncodeMessage.
+func responseLine(msg jsonrpc.Message) []byte {
+	r, ok := msg.(*jsonrpc.Response)
+	if !ok || r.Error != nil || !r.ID.IsValid() || len(r.Result) == 0 || bytes.IndexByte(r.Result, '\n') >= 0 {
+		return nil
+	}
+	var idb bytes.Buffer
+	enc := json.NewEncoder(&idb)
+	enc.SetEscapeHTML(false) // as the SDK writes it
+	if err := enc.Encode(r.ID.Raw()); err != nil {
+		return nil
+	}
+	id := bytes.TrimRight(idb.Bytes(), "\n")
+	line := make([]byte, 0, len(r.Result)+len(id)+32)
+	line = append(line, `{"jsonrpc":"2.0","id":`...)
+	line = append(line, id...)
+	line = append(line, `,"result":`...)
+	line = append(line, r.Result...)
+	return append(line, "}\n"...)
+}
+
 // writeRaw writes one line.
 func (c *lineConn) writeRaw(b []byte) error {
+	return c.writeLine(append(b, '\n'))
+}
+
+// writeLine writes b, a line ending in its newline.
+func (c *lineConn) writeLine(b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_, err := c.w.Write(append(b, '\n'))
+	_, err := c.w.Write(b)
 	return err
 }
 

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -77,7 +78,7 @@ func add[In, Out any](s *Server, t *mcp.Tool, h func(context.Context, *mcp.CallT
 // passes over every byte of it. The schemas the client sees are the same,
 // inferred from In and Out; the input is checked by decoding it into In
 // strictly (an object, every required field, no unknown one, each of its
-// type); the output is xmode's own types, encoded as they are.
+// type); the output is xmode's own types, encoded as they are, once.
 func addRaw[In, Out any](s *Server, t *mcp.Tool, h func(context.Context, *mcp.CallToolRequest, In) (*mcp.CallToolResult, Out, error)) {
 	in, err := jsonschema.For[In](nil)
 	if err != nil {
@@ -88,6 +89,7 @@ func addRaw[In, Out any](s *Server, t *mcp.Tool, h func(context.Context, *mcp.Ca
 		panic(fmt.Sprintf("tool %s: output schema: %v", t.Name, err))
 	}
 	t.InputSchema, t.OutputSchema = in, out
+	fields := fieldsOf[In]()
 	s.mcp.AddTool(t, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		s.inflight.Add(1)
 		defer s.inflight.Done()
@@ -98,7 +100,7 @@ func addRaw[In, Out any](s *Server, t *mcp.Tool, h func(context.Context, *mcp.Ca
 			res.SetError(toolError(err))
 			return &res, nil
 		}
-		v, err := decodeArgs[In](req.Params.Arguments, in.Required)
+		v, err := decodeArgs[In](req.Params.Arguments, fields, in.Required)
 		if err != nil {
 			return failed(err)
 		}
@@ -106,15 +108,18 @@ func addRaw[In, Out any](s *Server, t *mcp.Tool, h func(context.Context, *mcp.Ca
 		if err != nil {
 			return failed(err)
 		}
-		b, err := json.Marshal(o)
-		if err != nil {
-			return failed(fmt.Errorf("encode the reply: %w", err))
-		}
 		if res == nil {
 			res = &mcp.CallToolResult{}
 		}
-		res.StructuredContent = json.RawMessage(b)
+		// The output as it is, for the SDK to encode with the rest of the
+		// result: encoded here first, a read's content would be escaped
+		// once more and then scanned again to be compacted.
+		res.StructuredContent = o
 		if res.Content == nil {
+			b, err := json.Marshal(o)
+			if err != nil {
+				return failed(fmt.Errorf("encode the reply: %w", err))
+			}
 			res.Content = []mcp.Content{&mcp.TextContent{Text: string(b)}}
 		}
 		s.logf("%s: ok (%s)", t.Name, time.Since(start).Round(time.Millisecond))
@@ -122,28 +127,80 @@ func addRaw[In, Out any](s *Server, t *mcp.Tool, h func(context.Context, *mcp.Ca
 	})
 }
 
+// argFields maps the JSON names of a tool's input type to its fields.
+type argFields map[string]int
+
+// fieldsOf is the argFields of In, a struct of plain fields each named
+// by a json tag, as the tools' inputs are.
+func fieldsOf[In any]() argFields {
+	t := reflect.TypeFor[In]()
+	f := argFields{}
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		name, _, _ := strings.Cut(sf.Tag.Get("json"), ",")
+		if sf.Anonymous || !sf.IsExported() || name == "" || name == "-" {
+			panic(fmt.Sprintf("%s.%s: a tool's input field needs a json name of its own", t, sf.Name))
+		}
+		f[name] = i
+	}
+	return f
+}
+
 // decodeArgs decodes a tool's arguments into In as its schema has them:
-// an object with every field of required and no other.
-func decodeArgs[In any](args json.RawMessage, required []string) (In, error) {
+// an object with every field of required and no other. One pass: each
+// member is decoded straight into its field (as encoding/json matches
+// names: exactly, else regardless of case) and noted as given, so a
+// file's content is scanned twice (read, decoded) rather than four times
+// by a decode into In and another into a map for the required check.
+func decodeArgs[In any](args json.RawMessage, fields argFields, required []string) (In, error) {
 	var v In
 	if t := bytes.TrimSpace(args); len(t) == 0 || string(t) == "null" {
 		args = json.RawMessage("{}")
 	}
 	dec := json.NewDecoder(bytes.NewReader(args))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&v); err != nil {
+	if t, err := dec.Token(); err != nil {
 		return v, fail.Usagef("the arguments: %v", err)
+	} else if t != json.Delim('{') {
+		return v, fail.Usagef("the arguments: %s is not a JSON object", bytes.TrimSpace(args)[:1])
 	}
-	if len(required) > 0 {
-		// Which fields were given: a shallow pass (values kept raw).
-		var given map[string]json.RawMessage
-		if err := json.Unmarshal(args, &given); err != nil {
+	rv := reflect.ValueOf(&v).Elem()
+	given := make(map[string]bool, len(fields))
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
 			return v, fail.Usagef("the arguments: %v", err)
 		}
-		for _, name := range required {
-			if _, ok := given[name]; !ok {
-				return v, fail.Usagef("%q is required", name)
+		key, _ := t.(string)
+		i, ok := fields[key]
+		if !ok {
+			for name, j := range fields {
+				if strings.EqualFold(name, key) {
+					i, ok = j, true
+					break
+				}
 			}
+		}
+		if !ok {
+			return v, fail.Usagef("the arguments: json: unknown field %q", key)
+		}
+		if err := dec.Decode(rv.Field(i).Addr().Interface()); err != nil {
+			var te *json.UnmarshalTypeError
+			if errors.As(err, &te) {
+				te.Struct, te.Field = rv.Type().Name(), key
+			}
+			return v, fail.Usagef("the arguments: %v", err)
+		}
+		given[key] = true
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return v, fail.Usagef("the arguments: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return v, fail.Usagef("the arguments: more than one JSON value")
+	}
+	for _, name := range required {
+		if !given[name] {
+			return v, fail.Usagef("%q is required", name)
 		}
 	}
 	return v, nil
