@@ -30,7 +30,14 @@ type session struct {
 // sessionFixture creates a host session on the repository makeRepo makes,
 // then changes its worktree with change and lets the files age.
 func sessionFixture(b *testing.B, makeRepo func(repo string), change func(b *testing.B, worktree string)) *session {
-	f := &session{bin: xmodeBin(b)}
+	return sessionFixtureOf(b, xmodeBin(b), makeRepo, change)
+}
+
+// sessionFixtureOf is sessionFixture made by the xmode binary bin (a
+// baseline release keeps a storage root of its own: it refuses a store
+// whose schema is newer than it knows).
+func sessionFixtureOf(b *testing.B, bin string, makeRepo func(repo string), change func(b *testing.B, worktree string)) *session {
+	f := &session{bin: bin}
 	dir := b.TempDir()
 	repo := filepath.Join(dir, "repo")
 	makeRepo(repo)

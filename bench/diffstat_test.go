@@ -24,14 +24,22 @@ import (
 // them.
 func BenchmarkSandboxDiffStat(b *testing.B) {
 	b.Run("small", func(b *testing.B) {
-		benchDiffStat(b, sessionFixture(b, func(repo string) { makeRepo(b, repo, 1700, 100) }, smallChanges))
+		benchDiffStat(b, func(bin string) *session {
+			return sessionFixtureOf(b, bin, func(repo string) { makeRepo(b, repo, 1700, 100) }, smallChanges)
+		})
 	})
 	b.Run("prometheus", func(b *testing.B) {
-		benchDiffStat(b, sessionFixture(b, func(repo string) { promRepo(b, repo) }, promChanges))
+		benchDiffStat(b, func(bin string) *session {
+			return sessionFixtureOf(b, bin, func(repo string) { promRepo(b, repo) }, promChanges)
+		})
 	})
 }
 
-func benchDiffStat(b *testing.B, f *session) {
+// benchDiffStat runs the comparison on the session fixture makes with this
+// tree's xmode (and, with XMODE_BENCH_BASELINE, on a second one made the
+// same way by the baseline).
+func benchDiffStat(b *testing.B, fixture func(bin string) *session) {
+	f := fixture(xmodeBin(b))
 	base := output(b, nil, "git", "-C", f.worktree, "rev-parse", "HEAD")
 	store := filepath.Join(f.runDir, "objects.git")
 	created := filepath.Join(b.TempDir(), "objects.git")
@@ -49,11 +57,15 @@ func benchDiffStat(b *testing.B, f *session) {
 	}
 	gitSide := cmdline(nil, "sh", "-c", "git -C "+f.worktree+" status --porcelain > /dev/null && git -C "+f.worktree+" diff --stat "+base+" > /dev/null")
 	xmode := cmdline(f.env, f.bin, "sandbox", "diff", f.id, "--stat")
-	// XMODE_BENCH_BASELINE (an older xmode) diffs the same session in the
-	// same rounds, from what its create would have left: no object store.
+	// XMODE_BENCH_BASELINE (an older xmode) diffs its own session, made
+	// and changed the same way, in the same rounds, each from no object
+	// store (what an older create left).
 	var old proc
+	var oldStore string
 	if base := baseline(); base != "" {
-		old = cmdline(f.env, base, "sandbox", "diff", f.id, "--stat")
+		of := fixture(base)
+		old = cmdline(of.env, base, "sandbox", "diff", of.id, "--stat")
+		oldStore = filepath.Join(of.runDir, "objects.git")
 	}
 	samples := map[string][]float64{}
 	add := func(name string, p proc) {
@@ -68,7 +80,7 @@ func benchDiffStat(b *testing.B, f *session) {
 		add("first", xmode)
 		add("warm", xmode)
 		if old.argv != nil {
-			run(b, nil, "rm", "-rf", store)
+			run(b, nil, "rm", "-rf", oldStore)
 			run(b, nil, "sync")
 			add("baseline-first", old)
 			add("baseline-warm", old)

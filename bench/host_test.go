@@ -53,7 +53,11 @@ func BenchmarkExecOverhead(b *testing.B) {
 		cmdline(nil, floor, filepath.Join(dir, "root"), id),
 	}
 	if base := baseline(); base != "" {
-		ps = append(ps, cmdline(env, base, "sandbox", "exec", id, "--", "true"))
+		// Its own root and session, made by itself: an older release
+		// refuses a store whose schema is newer than it knows.
+		benv := []string{"XMODE_STORAGE_ROOT=" + filepath.Join(dir, "baseline-root")}
+		bid := output(b, benv, base, "sandbox", "create", "--repo", filepath.Join(dir, "repo"), "-q")
+		ps = append(ps, cmdline(benv, base, "sandbox", "exec", bid, "--", "true"))
 	}
 	b.ResetTimer()
 	c := sideBySideCosts(b, rounds(b), ps...)
