@@ -54,6 +54,38 @@ func alive(pid int) bool {
 	return !strings.Contains(string(b), "State:\tZ")
 }
 
+// procStat returns pid's command name (as of its last exec) and its
+// parent's pid; "" when pid is gone.
+func procStat(pid int) (comm string, ppid int) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	i, j := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if err != nil || i < 0 || j < i {
+		return "", 0
+	}
+	f := strings.Fields(string(b[j+1:])) // state, ppid, ...
+	if len(f) > 1 {
+		ppid, _ = strconv.Atoi(f[1])
+	}
+	return string(b[i+1 : j]), ppid
+}
+
+// foregroundSleep reports whether leader has a child other than bg that
+// has exec'd sleep.
+func foregroundSleep(leader, bg int) bool {
+	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(leader) + "/task/*/children")
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, c := range strings.Fields(string(b)) {
+			if n, _ := strconv.Atoi(c); n != bg {
+				if comm, _ := procStat(n); comm == "sleep" {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // Ctrl-C on `sandbox exec` ends the step's whole process group, background
 // children included (SIGINT, as a terminal sends it: exit 130), and the
 // step is still recorded.
@@ -66,23 +98,32 @@ func TestExecInterruptKillsProcessGroup(t *testing.T) {
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	pidFile := ""
-	deadline := time.Now().Add(10 * time.Second)
-	for pidFile == "" && time.Now().Before(deadline) {
-		m, _ := filepath.Glob(filepath.Join(root, "runs", "*", "worktree", "bg.pid"))
-		if len(m) == 1 {
-			if b, _ := os.ReadFile(m[0]); len(bytes.TrimSpace(b)) > 0 {
-				pidFile = m[0]
+	// Interrupt only once both sleeps run: bg.pid is written before the
+	// shell starts the foreground sleep, and dash loses a SIGINT that comes
+	// while it starts a command (its vfork child inherits the handler, which
+	// drops the signal, then execs with SIGINT at default while the shell
+	// waits for it), as it would lose a terminal's Ctrl-C; and the
+	// background sleep ignores SIGINT only once its child has set that up,
+	// which its exec ("sleep" in /proc) proves.
+	var pidFile string
+	var bg int
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if m, _ := filepath.Glob(filepath.Join(root, "runs", "*", "worktree", "bg.pid")); len(m) == 1 {
+			b, _ := os.ReadFile(m[0])
+			if n, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+				if comm, leader := procStat(n); comm == "sleep" && foregroundSleep(leader, n) {
+					pidFile, bg = m[0], n
+					break
+				}
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	if pidFile == "" {
 		c.Process.Kill()
-		t.Fatal("the step never started")
+		t.Fatal("the step's two sleeps never both ran")
 	}
-	b, _ := os.ReadFile(pidFile)
-	bg, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	if !alive(bg) {
 		t.Fatalf("background child %d not running before the interrupt", bg)
 	}
