@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -275,6 +276,9 @@ func (a *App) follow(ctx context.Context, svc *sandbox.Service, st store.StepRow
 			if err := drain(); err != nil {
 				return err
 			}
+			if row.State != "running" {
+				a.awaitResult(ctx, svc, row)
+			}
 			switch {
 			case row.State == "running":
 				a.info("xmode: step %d's xmode is gone; the reaper records it as lost", row.Seq)
@@ -289,6 +293,31 @@ func (a *App) follow(ctx context.Context, svc *sandbox.Service, st store.StepRow
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(followPoll):
+		}
+	}
+}
+
+// awaitResult waits, briefly, for an ended step's result.json: its xmode
+// records the end on the row first and writes result.json just after, and
+// whoever followed the step to its end reads its evidence next.
+func (a *App) awaitResult(ctx context.Context, svc *sandbox.Service, row store.StepRow) {
+	if row.EvidenceIncomplete {
+		return
+	}
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		if f, err := evidence.Open(svc.Guard, row.RunID, row.Seq, row.Name, evidence.ResultFile); err == nil {
+			// Written in one write after it is made: whole once it ends
+			// with its newline.
+			b, _ := io.ReadAll(io.LimitReader(f, 1<<20))
+			f.Close()
+			if bytes.HasSuffix(b, []byte("}\n")) {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
