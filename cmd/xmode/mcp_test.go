@@ -954,9 +954,10 @@ func TestMCPBackgroundSteps(t *testing.T) {
 	id, wt := str(created, "session", "id"), str(created, "session", "worktree")
 
 	// A server of a kind: it answers each request file the later steps
-	// drop in its inbox, until it is ended.
+	// drop in its inbox, until it is ended. Its answer appears whole (made
+	// aside, then renamed): the asking step reads it as soon as it exists.
 	bg := ok(t, cs, "sandbox_exec", map[string]any{"session": id, "background": true, "name": "server",
-		"command": "mkdir -p inbox; echo $$ > srv.pid; echo ready; while :; do for f in inbox/*.req; do [ -e \"$f\" ] && { echo \"answer to $(cat \"$f\")\" > \"$f.out\"; echo \"served $f\"; rm \"$f\"; }; done; sleep 0.02; done"})
+		"command": "mkdir -p inbox; echo $$ > srv.pid; echo ready; while :; do for f in inbox/*.req; do [ -e \"$f\" ] && { echo \"answer to $(cat \"$f\")\" > \"$f.tmp\" && mv \"$f.tmp\" \"$f.out\"; echo \"served $f\"; rm \"$f\"; }; done; sleep 0.02; done"})
 	if str(bg, "step") != "1" || str(bg, "state") != "running" || str(bg, "exit_code") != "" || str(bg, "background") != "true" ||
 		!strings.Contains(str(bg, "follow_along"), "sandbox logs "+id+" 1 --follow") {
 		t.Fatalf("a background sandbox_exec: %v", bg)
