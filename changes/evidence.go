@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/store"
 )
 
@@ -114,7 +115,7 @@ func (s *Service) evidence(ctx context.Context, runID string, now time.Time) (*E
 			Engine    string `json:"engine"`
 			TimeoutMS int64  `json:"timeout_ms"`
 		}
-		if b, err := readRegular(root, rel+"/command.json", 1<<20); err == nil {
+		if b, err := fsguard.ReadRegular(root, rel+"/command.json", 1<<20); err == nil {
 			_ = json.Unmarshal(b, &cmd)
 		}
 		se.Workdir, se.Engine, se.TimeoutMS = cmd.Workdir, cmd.Engine, cmd.TimeoutMS
@@ -123,7 +124,7 @@ func (s *Service) evidence(ctx context.Context, runID string, now time.Time) (*E
 			Agent      json.RawMessage `json:"agent"`
 			File       json.RawMessage `json:"file"`
 		}
-		if b, err := readRegular(root, rel+"/result.json", 1<<20); err == nil && json.Unmarshal(b, &res) == nil {
+		if b, err := fsguard.ReadRegular(root, rel+"/result.json", 1<<20); err == nil && json.Unmarshal(b, &res) == nil {
 			if len(res.Agent) > 0 && string(res.Agent) != "null" {
 				se.Agent = res.Agent
 			}
@@ -147,7 +148,7 @@ func (s *Service) evidence(ctx context.Context, runID string, now time.Time) (*E
 // whose size (fstat) is not want (when want >= 0) is not read: its
 // SHA256 is left empty.
 func hashFileIn(ctx context.Context, root *os.Root, name string, want int64) (*FileHash, error) {
-	f, size, err := openRegular(root, name)
+	f, size, err := fsguard.OpenRegularSized(root, name)
 	if err != nil {
 		return nil, err
 	}

@@ -100,7 +100,7 @@ func worktreeRecord(common *os.Root, stored, runID string) (string, error) {
 	}
 	suffix := "/runs/" + runID + "/worktree/.git"
 	for _, n := range names {
-		b, err := readRegular(common, "worktrees/"+n+"/gitdir", 4096)
+		b, err := fsguard.ReadRegular(common, "worktrees/"+n+"/gitdir", 4096)
 		if err == nil && strings.HasSuffix(strings.TrimSpace(string(b)), suffix) {
 			return n, nil
 		}
@@ -115,7 +115,7 @@ func (d *gitDirs) head() (Hash, error) {
 	if d.record == nil {
 		return Hash{}, errors.New("no repository")
 	}
-	b, err := readRegular(d.record, "HEAD", 4096)
+	b, err := fsguard.ReadRegular(d.record, "HEAD", 4096)
 	if err != nil {
 		return Hash{}, err
 	}
@@ -129,14 +129,14 @@ func (d *gitDirs) head() (Hash, error) {
 			return Hash{}, fmt.Errorf("HEAD names %q", ref)
 		}
 		if ov := d.overlay(); ov != nil {
-			b, err := readRegular(ov, ref, 4096)
+			b, err := fsguard.ReadRegular(ov, ref, 4096)
 			ov.Close()
 			if err == nil {
 				v = strings.TrimSpace(string(b))
 				continue
 			}
 		}
-		if b, err := readRegular(d.common, ref, 4096); err == nil {
+		if b, err := fsguard.ReadRegular(d.common, ref, 4096); err == nil {
 			v = strings.TrimSpace(string(b))
 			continue
 		}
@@ -164,7 +164,7 @@ func (d *gitDirs) overlay() *os.Root {
 }
 
 func (d *gitDirs) packedRef(ref string) (Hash, error) {
-	b, err := readRegular(d.common, "packed-refs", 64<<20)
+	b, err := fsguard.ReadRegular(d.common, "packed-refs", 64<<20)
 	if err != nil {
 		return Hash{}, err
 	}
@@ -184,7 +184,7 @@ func (d *gitDirs) index() ([]byte, error) {
 	if d.record == nil {
 		return nil, errors.New("no repository")
 	}
-	return readRegular(d.record, "index", 256<<20)
+	return fsguard.ReadRegular(d.record, "index", 256<<20)
 }
 
 // exclude reads info/exclude of the common dir.
@@ -192,7 +192,7 @@ func (d *gitDirs) exclude() []byte {
 	if d.common == nil {
 		return nil
 	}
-	b, err := readRegular(d.common, "info/exclude", 1<<20)
+	b, err := fsguard.ReadRegular(d.common, "info/exclude", 1<<20)
 	if err != nil {
 		return nil
 	}

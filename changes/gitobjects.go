@@ -3,7 +3,6 @@ package changes
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"os"
@@ -92,33 +91,4 @@ func readDirNames(root *os.Root, dir string) ([]string, error) {
 		names[i] = e.Name()
 	}
 	return names, err
-}
-
-// openRegular opens name under root for reading as fsguard.OpenRegular
-// does (no final link followed, no FIFO waited on, only a regular file),
-// with its size.
-func openRegular(root *os.Root, name string) (*os.File, int64, error) {
-	f, err := fsguard.OpenRegular(root, name)
-	if err != nil {
-		return nil, 0, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, 0, err
-	}
-	return f, st.Size(), nil
-}
-
-// readRegular reads a whole regular file of at most max bytes under root.
-func readRegular(root *os.Root, name string, max int64) ([]byte, error) {
-	f, size, err := openRegular(root, name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if size > max {
-		return nil, fmt.Errorf("%s is larger than %d bytes", name, max)
-	}
-	return io.ReadAll(io.LimitReader(f, max))
 }

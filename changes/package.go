@@ -492,7 +492,7 @@ func (s *Service) OpenFile(p *Package, name string) (io.ReadCloser, int64, error
 		return nil, 0, err
 	}
 	defer root.Close() // the open file stays usable
-	f, size, err := openRegular(root, strconv.Itoa(p.Number)+"/"+name)
+	f, size, err := fsguard.OpenRegularSized(root, strconv.Itoa(p.Number)+"/"+name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, 0, fail.Failedf("change request %s: %s is missing from %s: `xmode cr verify %s` says more", p.ID, name, p.Dir, p.ID)
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"os"
 	"strings"
+
+	"github.com/xmode/xmode/fsguard"
 )
 
 // statCache remembers, per worktree path, the lstat data a file had when
@@ -40,7 +42,7 @@ var racyMargin = int64(2e9)
 
 func loadStatCache(s *objectStore) *statCache {
 	c := &statCache{entries: map[string]*statEntry{}}
-	b, err := readRegular(s.root, statCacheName, 256<<20)
+	b, err := fsguard.ReadRegular(s.root, statCacheName, 256<<20)
 	if err != nil || !bytes.HasPrefix(b, []byte(statCacheMagic)) {
 		return c
 	}
@@ -137,7 +139,7 @@ const (
 )
 
 func loadBaseCache(s *objectStore, tree Hash) map[string]TreeEntry {
-	b, err := readRegular(s.root, baseCacheName, 256<<20)
+	b, err := fsguard.ReadRegular(s.root, baseCacheName, 256<<20)
 	if err != nil || len(b) < 4+20+4 || string(b[:4]) != baseCacheMagic || !bytes.Equal(b[4:24], tree[:]) {
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/gitcli"
 	"github.com/xmode/xmode/gitread"
 )
@@ -52,7 +53,7 @@ func (s *Service) Verify(ctx context.Context, p *Package) (*Report, error) {
 	defer root.Close()
 	dir := strconv.Itoa(p.Number)
 	read := func(name string, max int64) ([]byte, bool) {
-		b, err := readRegular(root, dir+"/"+name, max)
+		b, err := fsguard.ReadRegular(root, dir+"/"+name, max)
 		if err != nil {
 			r.add(name, "cannot be read: %v", err)
 			return nil, false

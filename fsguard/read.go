@@ -152,14 +152,33 @@ func regular(fd int, name string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), name), nil
 }
 
-// ReadRegular reads name under root (OpenRegular) whole; a file larger than
-// max bytes is an error rather than a partial read.
-func ReadRegular(root *os.Root, name string, max int64) ([]byte, error) {
+// OpenRegularSized is OpenRegular that also gives the file's size (from
+// the opened file, so it is the size of what is read).
+func OpenRegularSized(root *os.Root, name string) (*os.File, int64, error) {
 	f, err := OpenRegular(root, name)
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	return f, st.Size(), nil
+}
+
+// ReadRegular reads name under root (OpenRegular) whole; a file larger than
+// max bytes is an error rather than a partial read, refused from its size
+// before anything is read.
+func ReadRegular(root *os.Root, name string, max int64) ([]byte, error) {
+	f, size, err := OpenRegularSized(root, name)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	if size > max {
+		return nil, fmt.Errorf("%s is larger than %d bytes", name, max)
+	}
 	return ReadBounded(f, name, max)
 }
 

@@ -43,7 +43,7 @@ type object struct {
 // count it claims before allocating anything and its checksum; every
 // offset it gives is checked against the pack (readEntry).
 func openPack(root *os.Root, base string) (*packFile, error) {
-	idxF, _, err := openRegular(root, "objects/pack/"+base+".idx")
+	idxF, _, err := fsguard.OpenRegularSized(root, "objects/pack/"+base+".idx")
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +52,7 @@ func openPack(root *os.Root, base string) (*packFile, error) {
 	if err := idxfile.NewDecoder(idxF).Decode(idx); err != nil {
 		return nil, err
 	}
-	f, size, err := openRegular(root, "objects/pack/"+base+".pack")
+	f, size, err := fsguard.OpenRegularSized(root, "objects/pack/"+base+".pack")
 	if err != nil {
 		return nil, err
 	}

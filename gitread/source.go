@@ -178,22 +178,6 @@ func (s *Source) openPacks() {
 	}
 }
 
-// openRegular opens name under root for reading as fsguard.OpenRegular
-// does (no final link followed, no FIFO waited on, only a regular file),
-// with its size.
-func openRegular(root *os.Root, name string) (*os.File, int64, error) {
-	f, err := fsguard.OpenRegular(root, name)
-	if err != nil {
-		return nil, 0, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, 0, err
-	}
-	return f, st.Size(), nil
-}
-
 // work is what one read may still inflate, rebuild and hash.
 type work struct {
 	left, used int64
@@ -265,7 +249,7 @@ type location struct {
 func (s *Source) locate(h Hash) (location, error) {
 	x := h.String()
 	name := "objects/" + x[:2] + "/" + x[2:]
-	f, _, err := openRegular(s.root, name)
+	f, _, err := fsguard.OpenRegularSized(s.root, name)
 	if err == nil {
 		return location{file: f, name: name}, nil
 	}
