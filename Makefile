@@ -34,7 +34,8 @@ docs:
 
 # The whole suite, race detector on, against the real git binary, real
 # processes and (providers/docker) a real Docker daemon; then the patched
-# dependencies' own tests (third_party/README.md).
+# dependencies' own tests (third_party/README.md; ./third_party checks
+# each is upstream's release plus its patch).
 test: lint
 	go test -race -count=1 -timeout 20m ./...
 	for m in third_party/*/; do (cd $$m && go vet ./... && go test -count=1 ./...) || exit 1; done

@@ -78,11 +78,12 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 )
 
-// distribution/reference v0.6.0 with its regular expressions compiled on
-// first use instead of at start-up, where they cost every command ~2 ms:
-// see docs/architecture.md, "Dependencies".
+// distribution/reference, the release required above plus
+// third_party/distribution-reference.patch (third_party/update.sh makes
+// it): its regular expressions compiled on first use instead of at
+// start-up, where they cost every command ~400 KB: see
+// docs/architecture.md, "Dependencies".
 replace github.com/distribution/reference => ./third_party/distribution-reference
 
-// go-digest v1.0.0 likewise (the Docker SDK and distribution/reference
-// link it).
+// go-digest likewise (the Docker SDK and distribution/reference link it).
 replace github.com/opencontainers/go-digest => ./third_party/go-digest
