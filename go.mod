@@ -78,26 +78,12 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 )
 
-// distribution/reference v0.6.0 with its regular expressions compiled on
-// first use instead of at start-up, where they cost every command ~2 ms:
-// see docs/architecture.md, "Dependencies".
+// distribution/reference, the release required above plus
+// third_party/distribution-reference.patch (third_party/update.sh makes
+// it): its regular expressions compiled on first use instead of at
+// start-up, where they cost every command ~400 KB: see
+// docs/architecture.md, "Dependencies".
 replace github.com/distribution/reference => ./third_party/distribution-reference
 
-// go-digest v1.0.0 likewise (the Docker SDK and distribution/reference
-// link it).
+// go-digest likewise (the Docker SDK and distribution/reference link it).
 replace github.com/opencontainers/go-digest => ./third_party/go-digest
-
-// regexp2 v2.2.1 (chroma's, for the web UI's highlighting) with its Unicode
-// tables built on first use instead of at start-up, where they cost every
-// command 37 KB: see docs/architecture.md, "Dependencies".
-replace github.com/dlclark/regexp2/v2 => ./third_party/regexp2
-
-// chroma v2.27.0's engine (its root package only: xmode ui embeds its own
-// lexers) with its token type and serialisation maps built on first use.
-replace github.com/alecthomas/chroma/v2 => ./third_party/chroma
-
-// jsonschema-go v0.4.3 (the MCP SDK's schemas) with its field tables and
-// its one regular expression built on first use instead of at start-up,
-// where they cost every command ~80 KB and 0.2 ms: see
-// docs/architecture.md, "Dependencies".
-replace github.com/google/jsonschema-go => ./third_party/jsonschema-go

@@ -17,8 +17,8 @@ import (
 
 // The lexers in lexers/ are chroma's, unchanged, at the version go.mod
 // names: a chroma upgrade that changes one fails here until they are
-// copied again (lexers/README.md). xmode builds chroma's engine from
-// third_party/chroma, which has no lexers: they are read from the release.
+// copied again (lexers/README.md). They are read from the release in the
+// module cache (xmode links chroma's engine, not its lexers package).
 func TestLexersAreChromas(t *testing.T) {
 	version, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/alecthomas/chroma/v2").Output()
 	if err != nil {
