@@ -65,6 +65,16 @@ func (d *dnsServer) close() {
 	_ = d.tcp.Shutdown()
 	d.pc.Close()
 	d.ln.Close()
+	d.flushLimited("")
+}
+
+// flushLimited records how many questions the rate refused since the last
+// such record.
+func (d *dnsServer) flushLimited(client string) {
+	if n := d.limited.Swap(0); n > 0 {
+		d.sb.write(Record{Time: d.sb.srv.opts.Now().UTC(), Kind: "dns", Client: client, Verdict: Denied, Rule: "rate",
+			Reason: "questions over the sandbox's DNS rate were refused", Count: n})
+	}
 }
 
 func (d *dnsServer) serve(w dns.ResponseWriter, q *dns.Msg) {
@@ -89,10 +99,7 @@ func (d *dnsServer) serve(w dns.ResponseWriter, q *dns.Msg) {
 		qtype = "TYPE" + strconv.Itoa(int(qn.Qtype))
 	}
 	rec := Record{Time: sb.srv.opts.Now().UTC(), Kind: "dns", Client: w.RemoteAddr().String(), Host: name, QType: qtype}
-	if n := d.limited.Swap(0); n > 0 {
-		sb.write(Record{Time: rec.Time, Kind: "dns", Client: rec.Client, Verdict: Denied, Rule: "rate",
-			Reason: "questions over the sandbox's DNS rate were refused", Count: n})
-	}
+	d.flushLimited(rec.Client)
 	answer := func(rcode int, verdict string, d Decision, reason string) {
 		m.SetRcode(q, rcode)
 		m.RecursionAvailable = true

@@ -104,13 +104,17 @@ func trimSpace(b []byte) []byte {
 	return b
 }
 
+func marshalLine(r Record) ([]byte, error) {
+	b, err := json.Marshal(r)
+	return append(b, '\n'), err
+}
+
 // Write appends r, or counts it when the log is full.
 func (l *Log) Write(r Record) {
-	line, err := json.Marshal(r)
+	line, err := marshalLine(r)
 	if err != nil {
 		return
 	}
-	line = append(line, '\n')
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.f == nil {

@@ -81,10 +81,30 @@ type exchange struct {
 	up    atomic.Int64
 	mask  *redact.Set // the secrets this request carries, kept out of its response
 	once  sync.Once
+
+	finished atomic.Bool
+}
+
+// failed records a request the policy refused on its way out (a name
+// resolving to a blocked address) or whose upstream failed, and is the
+// answer the client gets.
+func (x *exchange) failed(req *http.Request, err error) *http.Response {
+	var de *deniedError
+	if errors.As(err, &de) {
+		x.finish(Denied, de.d, de.d.Reason, 0)
+		return refuse(req, http.StatusForbidden, de.d.Reason)
+	}
+	msg := "the upstream could not be reached"
+	if err != nil {
+		msg = upstreamError(err)
+	}
+	x.finish(Failed, Decision{Rule: x.rec.Rule, Source: x.rec.Source}, msg, 0)
+	return refuse(req, http.StatusBadGateway, msg)
 }
 
 func (x *exchange) finish(verdict string, d Decision, reason string, down int64) {
 	x.once.Do(func() {
+		x.finished.Store(true)
 		x.rec.Verdict, x.rec.Rule, x.rec.Source = verdict, d.Rule, d.Source
 		if reason != "" {
 			x.rec.Reason = reason
@@ -236,7 +256,13 @@ func (sb *sandbox) handleRequest(req *http.Request, ctx *goproxy.ProxyCtx) (*htt
 		GotConn: func(info httptrace.GotConnInfo) { x.rec.Address = info.Conn.RemoteAddr().String() },
 	}))
 	ctx.RoundTripper = goproxy.RoundTripperFunc(func(r *http.Request, _ *goproxy.ProxyCtx) (*http.Response, error) {
-		return st.tr.RoundTrip(r)
+		resp, err := st.tr.RoundTrip(r)
+		if err != nil {
+			// goproxy drops a MITM'd client's connection without a word
+			// when a round trip fails: answer it here instead.
+			return x.failed(r, err), nil
+		}
+		return resp, nil
 	})
 	x.rec.Verdict = Allowed
 	return req, nil
@@ -282,22 +308,12 @@ func (sb *sandbox) handleResponse(resp *http.Response, ctx *goproxy.ProxyCtx) *h
 		return resp
 	}
 	if resp == nil {
-		var de *deniedError
-		if errors.As(ctx.Error, &de) {
-			x.finish(Denied, de.d, de.d.Reason, 0)
-			return refuse(ctx.Req, http.StatusForbidden, de.d.Reason)
-		}
-		msg := "the upstream could not be reached"
-		if ctx.Error != nil {
-			msg = upstreamError(ctx.Error)
-		}
-		x.finish(Failed, Decision{Rule: x.rec.Rule, Source: x.rec.Source}, msg, 0)
-		return refuse(ctx.Req, http.StatusBadGateway, msg)
+		return x.failed(ctx.Req, ctx.Error)
+	}
+	if x.finished.Load() {
+		return resp // a refusal, already recorded
 	}
 	x.rec.Status = resp.StatusCode
-	if x.rec.Verdict != Allowed {
-		return resp // a refusal handleRequest made and already recorded
-	}
 	if x.mask != nil {
 		for k, vs := range resp.Header {
 			resp.Header[k] = x.mask.Strings(vs)
