@@ -49,9 +49,7 @@ func ParseCredential(spec, source string) (Credential, error) {
 	if !httpguts.ValidHeaderFieldName(header) {
 		return bad(fmt.Sprintf("%q is not a header name", header))
 	}
-	switch strings.ToLower(header) {
-	case "host", "connection", "content-length", "transfer-encoding", "te", "trailer", "upgrade",
-		"keep-alive", "proxy-authorization", "proxy-authenticate", "proxy-connection":
+	if framingHeaders[strings.ToLower(header)] {
 		return bad(fmt.Sprintf("%s is not a header a credential may set", header))
 	}
 	c := Credential{Host: name, Header: textproto.CanonicalMIMEHeaderKey(header), Source: source}
@@ -65,6 +63,11 @@ func ParseCredential(spec, source string) (Credential, error) {
 	}
 	return c, nil
 }
+
+// framingHeaders say how a request is routed or framed: never a credential.
+var framingHeaders = map[string]bool{"host": true, "connection": true, "content-length": true, "transfer-encoding": true,
+	"te": true, "trailer": true, "upgrade": true, "keep-alive": true, "proxy-authorization": true,
+	"proxy-authenticate": true, "proxy-connection": true}
 
 func validEnvName(s string) bool {
 	if s == "" || s[0] >= '0' && s[0] <= '9' {
