@@ -37,14 +37,8 @@ type dnsServer struct {
 }
 
 func (sb *sandbox) newDNS(addr string) (*dnsServer, error) {
-	pc, err := net.ListenPacket("udp", addr)
+	pc, ln, err := listenUDPAndTCP(addr)
 	if err != nil {
-		return nil, err
-	}
-	// The TCP listener takes the UDP one's port when that was chosen (:0).
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		pc.Close()
 		return nil, err
 	}
 	cfg := sb.srv.opts.Config
@@ -56,6 +50,30 @@ func (sb *sandbox) newDNS(addr string) (*dnsServer, error) {
 	go d.udp.ActivateAndServe()
 	go d.tcp.ActivateAndServe()
 	return d, nil
+}
+
+// listenUDPAndTCP listens on addr over UDP and TCP, on one port: when the
+// port is to be chosen (0), the TCP listener takes the UDP one's, and
+// another is tried while that is taken.
+func listenUDPAndTCP(addr string) (net.PacketConn, net.Listener, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	for try := 0; ; try++ {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return nil, nil, err
+		}
+		ln, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, ln, nil
+		}
+		pc.Close()
+		if ap.Port() != 0 || try == 20 {
+			return nil, nil, err
+		}
+	}
 }
 
 func (d *dnsServer) addr() string { return d.pc.LocalAddr().String() }

@@ -401,16 +401,22 @@ func (st *state) dial(ctx context.Context, host string, port int) (net.Conn, Dec
 	if err != nil || !d.Allowed {
 		return nil, d, err
 	}
+	c, err := dialAny(ctx, addrs, port)
+	return c, d, err
+}
+
+// dialAny connects to the first of addrs that answers on port.
+func dialAny(ctx context.Context, addrs []netip.Addr, port int) (net.Conn, error) {
 	dl := net.Dialer{Timeout: 10 * time.Second}
 	var last error
 	for _, a := range addrs {
 		c, err := dl.DialContext(ctx, "tcp", netip.AddrPortFrom(a, uint16(port)).String())
 		if err == nil {
-			return c, d, nil
+			return c, nil
 		}
 		last = err
 	}
-	return nil, d, last
+	return nil, last
 }
 
 // dialContext is the transport's dialer: requests meet the policy again

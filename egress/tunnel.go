@@ -30,11 +30,14 @@ func (sb *sandbox) tunnel(client net.Conn, st *state, rec Record, d Decision, st
 		rec.DurationMS = float64(sb.srv.opts.Now().Sub(start).Microseconds()) / 1000
 		sb.write(rec)
 	}
+	// The policy decides before the 200 (a refusal can still be said); the
+	// connection to the upstream is made while the client sends its
+	// ClientHello, which takes a connection setup off the first byte.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	up, dd, err := st.dial(ctx, rec.Host, rec.Port)
-	cancel()
+	defer cancel()
+	addrs, dd, err := st.resolve(ctx, rec.Host, rec.Port)
 	switch {
-	case !dd.Allowed:
+	case err == nil && !dd.Allowed:
 		rec.Rule, rec.Source = dd.Rule, dd.Source
 		_, _ = io.WriteString(client, statusLine(http.StatusForbidden, dd.Reason))
 		end(Denied, dd.Reason)
@@ -45,8 +48,28 @@ func (sb *sandbox) tunnel(client net.Conn, st *state, rec Record, d Decision, st
 		end(Failed, msg)
 		return
 	}
-	defer up.Close()
-	rec.Address = up.RemoteAddr().String()
+	type dialed struct {
+		c   net.Conn
+		err error
+	}
+	upc := make(chan dialed, 1)
+	go func() {
+		c, err := dialAny(ctx, addrs, rec.Port)
+		upc <- dialed{c, err}
+	}()
+	var up net.Conn
+	got := false
+	defer func() {
+		if !got {
+			cancel()
+			if d := <-upc; d.c != nil {
+				d.c.Close()
+			}
+		}
+		if up != nil {
+			up.Close()
+		}
+	}()
 	if _, err := io.WriteString(client, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		end(Failed, "the client went away")
 		return
@@ -63,6 +86,14 @@ func (sb *sandbox) tunnel(client net.Conn, st *state, rec Record, d Decision, st
 		end(Denied, problem)
 		return
 	}
+	res := <-upc
+	got = true
+	if res.err != nil {
+		end(Failed, "the upstream could not be reached: "+res.err.Error())
+		return
+	}
+	up = res.c
+	rec.Address = up.RemoteAddr().String()
 	if _, err := up.Write(raw); err != nil {
 		end(Failed, "the upstream went away")
 		return
@@ -135,8 +166,13 @@ func (c *recordingConn) Write(p []byte) (int, error) { return len(p), nil }
 // other has ended.
 const halfIdle = 60 * time.Second
 
-// pipe copies both ways until both end, and counts each way.
+// pipe copies both ways until both end, and counts each way. Between two
+// plain TCP connections io.Copy splices in the kernel: the client's
+// connection goes in unwrapped (its head was read long before).
 func pipe(client, up net.Conn) (toUp, toClient int64) {
+	if h, ok := client.(*headConn); ok {
+		client = h.Conn
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
