@@ -243,7 +243,7 @@ func (p *Policy) resolveOverride(name string) ([]netip.Addr, bool) {
 // configuration (XMODE_SANDBOX_ALLOW, XMODE_SANDBOX_RESOLVE), an agent's
 // definition, a plan's network: field, flags.
 type Source struct {
-	Name        string   // how a decision names it: "--allow", "XMODE_SANDBOX_ALLOW", "agent claude", "plan build"
+	Name        string   // how a decision names it: --allow, XMODE_SANDBOX_ALLOW, agent claude, plan build
 	Allow, Deny []string // rules, each as written
 	Credentials []string // host=header:VARIABLE or host=header:/path/to/file
 	Resolve     []string // name=address
@@ -367,7 +367,7 @@ func clip(s string) string {
 }
 
 // policyFile is a policy as its file holds it (docs/network.md, "The
-// configuration directory"): rules as text, parsed again when read.
+// process and its directory"): rules as text, parsed again when read.
 type policyFile struct {
 	Version     int              `json:"version"`
 	Sandbox     string           `json:"sandbox"`

@@ -21,7 +21,7 @@ import (
 // addresses only meet deny prefixes and the block list.
 type Rule struct {
 	Text   string // as written, the way a decision names it
-	Source string // where it came from: "--allow", "XMODE_SANDBOX_ALLOW", "plan build", "agent claude"
+	Source string // where it came from: --allow, XMODE_SANDBOX_ALLOW, plan build, agent claude
 	Deny   bool
 
 	kind   ruleKind

@@ -18,7 +18,7 @@ import (
 )
 
 // The configuration directory a proxy process serves (docs/network.md,
-// "The configuration directory"):
+// "The process and its directory"):
 //
 //	egress.json              Config (optional)
 //	policies/<sandbox>.json  one Policy each, written whole (WritePolicy)
