@@ -62,3 +62,5 @@ fuzz:
 	go test ./gitread -run '^$$' -fuzz '^FuzzParseTree$$' -fuzztime 20s
 	go test ./gitread -run '^$$' -fuzz '^FuzzParseCommit$$' -fuzztime 20s
 	go test ./gitread -run '^$$' -fuzz '^FuzzWildmatch$$' -fuzztime 20s
+	go test ./egress -run '^$$' -fuzz '^FuzzParseRule$$' -fuzztime 20s
+	go test ./egress -run '^$$' -fuzz '^FuzzMatch$$' -fuzztime 20s
