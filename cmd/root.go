@@ -203,12 +203,6 @@ func (a *App) exitCode(ctx context.Context, cmd *cobra.Command, err error) (code
 	return fail.ExitCode(err), err
 }
 
-// errorKinds names fail's kinds in --json errors.
-var errorKinds = map[fail.Kind]string{
-	fail.Failed: "failed", fail.Usage: "usage", fail.NotFound: "not_found",
-	fail.Refused: "refused", fail.EngineUnavailable: "engine",
-}
-
 // printError says what went wrong on stderr and, with --json, also as one
 // JSON object on stdout, so that a script never has to read stderr:
 // {"error":{"code":N,"kind":"usage|not_found|refused|engine|failed","message":"…"}}.
@@ -224,7 +218,7 @@ func (a *App) printError(err error, code int) {
 			Kind    string `json:"kind"`
 			Message string `json:"message"`
 		}
-		b, _ := json.Marshal(map[string]jsonError{"error": {Code: code, Kind: errorKinds[fail.KindOf(err)], Message: err.Error()}})
+		b, _ := json.Marshal(map[string]jsonError{"error": {Code: code, Kind: fail.KindOf(err).Name(), Message: err.Error()}})
 		fmt.Fprintln(a.Out, string(b))
 	}
 }
