@@ -53,21 +53,21 @@ func (s *Service) Export(ctx context.Context, p *Package, repo, branch string) (
 		branch = "xmode/" + p.ID
 	}
 	if strings.HasPrefix(branch, "-") {
-		return nil, fail.Usagef("--branch %q: a branch cannot start with '-'", branch)
+		return nil, fail.Usagef("%s %q: a branch cannot start with '-'", fail.Branch, branch)
 	}
 	ref := "refs/heads/" + branch
 	if _, err := gitcli.RunOwned(ctx, gitcli.Owned{Dir: repo}, "check-ref-format", ref); err != nil {
-		return nil, fail.Usagef("--branch %q is not a valid branch name", branch)
+		return nil, fail.Usagef("%s %q is not a valid branch name", fail.Branch, branch)
 	}
 	if strings.HasPrefix(repo, "-") {
-		return nil, fail.Usagef("--repo %q: a path cannot start with '-'", repo)
+		return nil, fail.Usagef("%s %q: a path cannot start with '-'", fail.Repo, repo)
 	}
 	user := gitcli.Owned{Dir: repo}
 	if _, err := gitcli.RunOwned(ctx, user, "rev-parse", "--git-dir"); err != nil {
-		return nil, fail.Usagef("--repo %s is not a git repository", repo)
+		return nil, fail.Usagef("%s %s is not a git repository", fail.Repo, repo)
 	}
 	if _, err := gitcli.RunOwned(ctx, user, "rev-parse", "--verify", "--quiet", ref); err == nil {
-		return nil, fail.Refusedf("branch %s already exists in %s: choose another with --branch", branch, repo)
+		return nil, fail.Refusedf("branch %s already exists in %s: choose another with %s", branch, repo, fail.Branch)
 	}
 	rep, err := s.Verify(ctx, p)
 	if err != nil {

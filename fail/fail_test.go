@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -130,6 +132,61 @@ func TestOneTable(t *testing.T) {
 	}
 	if files < 100 {
 		t.Fatalf("read %d Go files under %s: not the module", files, root)
+	}
+}
+
+// TestServiceErrorsNameInputs: a service's error names an input with an
+// Input argument, never as a CLI flag, which MCP and UI users do not have.
+// A command line to run, in backticks, may keep its flags.
+func TestServiceErrorsNameInputs(t *testing.T) {
+	// Every package below the front ends but codexcloud, which only the
+	// CLI's `cloud` commands reach.
+	services := []string{"agents", "changes", "engine", "evidence", "fsguard", "gitcli", "gitread", "loop",
+		"machines", "plans", "pool", "providers", "reaper", "sandbox", "store"}
+	flag := regexp.MustCompile(`(^|[^\w-])--[a-z]`)
+	quoted := regexp.MustCompile("`[^`]*`")
+	calls := 0
+	for _, dir := range services {
+		err := filepath.WalkDir(filepath.Join("..", dir), func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+				return err
+			}
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
+			if err != nil {
+				return err
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				c, ok := n.(*ast.CallExpr)
+				if !ok || len(c.Args) == 0 {
+					return true
+				}
+				s, ok := c.Fun.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				if x, ok := s.X.(*ast.Ident); !ok || x.Name != "fail" || !strings.HasSuffix(s.Sel.Name, "f") {
+					return true
+				}
+				lit, ok := c.Args[0].(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					return true
+				}
+				calls++
+				format, _ := strconv.Unquote(lit.Value)
+				if flag.MatchString(quoted.ReplaceAllString(format, "")) {
+					t.Errorf("%s: %q names a CLI flag: pass the input (fail.Repo, …) as an argument", fset.Position(lit.Pos()), format)
+				}
+				return true
+			})
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if calls < 100 {
+		t.Fatalf("found %d calls of fail's constructors: not the services", calls)
 	}
 }
 

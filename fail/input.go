@@ -38,16 +38,18 @@ const (
 	Repo       Input = "repo"
 	RunID      Input = "run"
 	Signal     Input = "signal"
-	TTL        Input = "ttl"
-	Timeout    Input = "timeout"
-	Workdir    Input = "workdir"
+	// StorageRoot is a setting (XMODE_STORAGE_ROOT) rather than a request's.
+	StorageRoot Input = "storage-root"
+	TTL         Input = "ttl"
+	Timeout     Input = "timeout"
+	Workdir     Input = "workdir"
 )
 
 // Inputs lists every input a service may name, for a front end's test
 // that it has a word for each.
 func Inputs() []Input {
 	return []Input{Agent, Branch, Env, EnvPass, Force, From, Image, Model, Network, Note, Objective,
-		Project, Prompt, PromptFile, Ref, Refresh, Repo, RunID, Signal, TTL, Timeout, Workdir}
+		Project, Prompt, PromptFile, Ref, Refresh, Repo, RunID, Signal, StorageRoot, TTL, Timeout, Workdir}
 }
 
 // Flag is the CLI's word for in.

@@ -100,7 +100,7 @@ const DefaultAgent = agents.Codex
 // exit status is Result.ExitCode: the first failing required step's.
 func (l *Loop) Run(ctx context.Context, o Options) (*Result, error) {
 	if strings.TrimSpace(o.Objective) == "" {
-		return nil, fail.Usagef("--objective is required: say what the agent is to do")
+		return nil, fail.Usagef("%s is required: say what the agent is to do", fail.Objective)
 	}
 	if o.Agent != "" {
 		if err := agents.CheckKind(o.Agent); err != nil {

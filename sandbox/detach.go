@@ -84,7 +84,7 @@ type startReport struct {
 func (s *Service) ExecDetached(ctx context.Context, sess *store.Session, o ExecOptions) (int, error) {
 	switch {
 	case len(o.Argv) == 0:
-		return 0, fail.Usagef("no command: give one after --, e.g. xmode sandbox exec --detach %s -- make serve", sess.ID)
+		return 0, fail.Usagef("no command: give the command to run in the background, e.g. `xmode sandbox exec --detach %s -- make serve`", sess.ID)
 	case o.TTY:
 		return 0, fail.Usagef("a background step has no terminal: leave out -t")
 	case o.Stdin != nil:
@@ -94,7 +94,7 @@ func (s *Service) ExecDetached(ctx context.Context, sess *store.Session, o ExecO
 	case o.LiveStdout != nil || o.LiveStderr != nil:
 		return 0, fail.Usagef("a background step's output goes to its logs only: follow it with `xmode sandbox logs %s STEP --follow`", sess.ID)
 	case o.Timeout < 0:
-		return 0, fail.Usagef("--timeout %s must be positive (or left out for none)", o.Timeout)
+		return 0, fail.Usagef("%s %s must be positive (or left out for none)", fail.Timeout, o.Timeout)
 	}
 	if _, err := o.environment(); err != nil {
 		return 0, err
