@@ -609,7 +609,11 @@ path git refuses (.GIT/hooks/..., git~1), one commit of the whole change
 instead, with a warning. Only objects and the new branch are
 written: the checked-out branch, the index and the working tree are not
 touched. Merge it like any branch. A branch that exists is refused (exit 4), so
-is a package that fails verification (exit 1).` + exitStatusHelp,
+is a package that fails verification (exit 1). One not approved yet is exported
+with a warning, as a pull request's branch exists before its review: approve it
+(cr review --approve) before you merge. The commit of what the agent left
+uncommitted is yours: git's user.name and user.email in that repository, as
+git commit would take them (the agent's commits keep their authors).` + exitStatusHelp,
 		Example: `  xmode cr export cr_7k2m9q4x --repo ~/src/project
   git -C ~/src/project merge xmode/cr_7k2m9q4x`,
 		Args: exactArgs(1, "one change request"),
@@ -642,6 +646,7 @@ func (a *App) runCRExport(ctx context.Context, o crExportOptions) error {
 	if r := out.Squashed; r != nil {
 		a.warn([]string{fmt.Sprintf("the agent's commit %s holds %s (%s): %s has one commit of the whole change on top of the base instead of the agent's commits", shortSHA(r.Commit), r.Path, r.Reason, out.Branch)})
 	}
+	a.warn(out.Warnings)
 	if a.json {
 		return a.printJSON(out)
 	}
