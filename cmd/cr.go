@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -300,6 +301,9 @@ type crShowView struct {
 	*changes.Package
 	Manifest *changes.Manifest `json:"manifest"`
 	Evidence *changes.Evidence `json:"evidence"`
+	// Verify is cr verify's report: a manifest that is not intact says
+	// what its forger wants said.
+	Verify *changes.Report `json:"verify"`
 	// "patch" (cr show --json --patch) is streamed after these
 	// (printJSONWith).
 }
@@ -312,7 +316,9 @@ func (a *App) newCRShow() *cobra.Command {
 		Short:   "Show a change request: title, base, stat, the evidence's steps (and the patch)",
 		Long: `Show a change request: its title, status and reviews, base commit, the agent's
 commits, the diffstat and every step of the run with pass/fail at a glance;
---patch adds the patch. Paged on a terminal like git ($PAGER, else less -FRX).` + exitStatusHelp,
+--patch adds the patch. Paged on a terminal like git ($PAGER, else less -FRX).
+The package is verified as cr verify does: one that is not what was recorded is
+shown under a TAMPERED line naming each file that differs.` + exitStatusHelp,
 		Args: exactArgs(1, "one change request"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.ref = args[0]
@@ -332,28 +338,41 @@ func (a *App) runCRShow(ctx context.Context, o crShowOptions) error {
 	if err != nil {
 		return err
 	}
-	ev, err := cs.Evidence(p)
+	// What the manifest says (title, message, commits) is shown only with
+	// whether it is what was recorded.
+	rep, err := cs.Verify(ctx, p)
 	if err != nil {
 		return err
+	}
+	ev, err := cs.Evidence(p)
+	if err != nil && rep.Intact {
+		return err
+	}
+	if err != nil {
+		ev = nil // tampered with: the report names it
 	}
 	// The patch is streamed, never read whole: a change.patch that is not
 	// the size its manifest records is refused before anything is shown.
 	var patch io.ReadCloser
 	if o.patch {
-		if patch, _, err = cs.OpenFile(p, changes.PatchFile); err != nil {
+		if patch, _, err = cs.OpenFile(p, changes.PatchFile); err != nil && rep.Intact {
 			return err
+		} else if err == nil {
+			defer patch.Close()
 		}
-		defer patch.Close()
 	}
 	if a.json {
-		v := crShowView{Package: p, Manifest: p.Manifest, Evidence: ev}
+		v := crShowView{Package: p, Manifest: p.Manifest, Evidence: ev, Verify: rep}
 		if patch != nil {
 			return a.printJSONWith(v, "patch", patch)
 		}
 		return a.printJSON(v)
 	}
+	if !rep.Intact {
+		a.warn([]string{fmt.Sprintf("%s is tampered with: %s", p.ID, problemFiles(rep))})
+	}
 	return a.paged(func(w io.Writer) error {
-		if err := a.writeCR(w, p, ev); err != nil {
+		if err := a.writeCR(w, p, ev, rep); err != nil {
 			return err
 		}
 		if patch == nil {
@@ -369,10 +388,34 @@ func (a *App) runCRShow(ctx context.Context, o crShowOptions) error {
 	})
 }
 
-func (a *App) writeCR(w io.Writer, p *changes.Package, ev *changes.Evidence) error {
+// problemFiles names the files a report found differing, once each.
+func problemFiles(rep *changes.Report) string {
+	var files []string
+	for _, pr := range rep.Problems {
+		if !slices.Contains(files, pr.File) {
+			files = append(files, pr.File)
+		}
+	}
+	return strings.Join(files, ", ") + " differ(s) from what was recorded"
+}
+
+// writeCR shows a change request; one that is tampered with is said to be
+// before anything its package says, each problem named.
+func (a *App) writeCR(w io.Writer, p *changes.Package, ev *changes.Evidence, rep *changes.Report) error {
 	m := p.Manifest
 	now := clock()
-	fmt.Fprintf(w, "%s %s  %s\n", a.paint(color.Bold, p.ID), a.crStatus(p.Status), clean(m.Title))
+	if !rep.Intact {
+		fmt.Fprintf(w, "%s this package is not what was recorded: what it says below may be forged (xmode cr verify %s)\n", a.paint(color.FgRed, "TAMPERED:"), p.ID)
+		for _, pr := range rep.Problems {
+			fmt.Fprintf(w, "  %s: %s\n", clean(pr.File), clean(pr.Problem))
+		}
+		fmt.Fprintln(w)
+	}
+	status := a.crStatus(p.Status)
+	if !rep.Intact {
+		status += " " + a.paint(color.FgRed, "tampered")
+	}
+	fmt.Fprintf(w, "%s %s  %s\n", a.paint(color.Bold, p.ID), status, clean(m.Title))
 	kv := newTable(w)
 	kv.row("Run:", p.RunID+" (session "+p.SessionID+")")
 	kv.row("Repo:", clean(m.Repo)+" @ "+clean(m.Ref))
@@ -416,6 +459,10 @@ func (a *App) writeCR(w io.Writer, p *changes.Package, ev *changes.Evidence) err
 		return err
 	}
 	fmt.Fprintln(w)
+	if ev == nil {
+		fmt.Fprintf(w, "Evidence: not shown: %s is not what was recorded.\n", changes.EvidenceFile)
+		return nil
+	}
 	if len(ev.Steps) == 0 {
 		fmt.Fprintln(w, "Evidence: no steps ran in this run.")
 		return nil
