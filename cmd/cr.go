@@ -517,7 +517,7 @@ func (a *App) newCRReview() *cobra.Command {
 	var o crReviewOptions
 	cmd := &cobra.Command{
 		Use: "review CR --approve|--request-changes|--reject [--note TEXT]",
-		Example: `  xmode cr review cr_7k2m --approve --note "looks right"
+		Example: `  xmode cr review cr_7k2m --approve -m "looks right"
   xmode cr review cr_7k2m --request-changes --note "the test still skips on CI"`,
 		Short: "Approve, reject or ask for changes to a change request (every decision is kept)",
 		Long: `Record a review decision, with the reviewer ($XMODE_USER, else the OS user) and
@@ -534,7 +534,7 @@ requested: ": the changes come as the next run's change request.` + exitStatusHe
 	cmd.Flags().BoolVar(&o.approve, "approve", false, "approve it")
 	cmd.Flags().BoolVar(&o.reject, "reject", false, "reject it")
 	cmd.Flags().BoolVar(&o.requestChanges, "request-changes", false, "reject it, asking for the changes --note names")
-	cmd.Flags().StringVar(&o.note, "note", "", "a note kept with the decision")
+	cmd.Flags().StringVarP(&o.note, "note", "m", "", "a note kept with the decision (-m as for git commit)")
 	return cmd
 }
 

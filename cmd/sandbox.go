@@ -231,7 +231,7 @@ EXIT STATUS
   signal N (130 for Ctrl-C; 137 with oom_killed when the memory limit killed
   it); 126 not executable; 127 not found; 125 when xmode failed before the
   command could start (bad flag, unknown session, session not open, engine
-  unreachable). With --detach: 0 once the step runs, or has ended (a
+  unreachable); 2 when no command was given. With --detach: 0 once the step runs, or has ended (a
   command not found: its result says 127), 125 when xmode could not start
   it.` + stepPipeExitHelp,
 		Example: `  xmode sandbox exec sbx_7k2m9q4x -- make test
@@ -240,9 +240,11 @@ EXIT STATUS
   xmode sandbox exec 7k2m -it -- python3
   xmode sandbox exec 7k2m --json -- make lint | jq .exit_code
   xmode sandbox exec 7k2m --detach --name web -- busybox httpd -f -p 8080`,
+		// No command at all is a usage error (2), whatever the session:
+		// nothing was asked to run, so no status of docker's applies.
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return fail.Usagef("give a session and a command: xmode sandbox exec SESSION -- CMD [ARG...]")
+				return noCommand("give a session and a command: xmode sandbox exec SESSION -- CMD [ARG...]")
 			}
 			return nil
 		},
@@ -250,6 +252,9 @@ EXIT STATUS
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dash := cmd.ArgsLenAtDash(); dash > 1 {
 				return fail.Usagef("unexpected %q before --: xmode sandbox exec SESSION [flags] -- CMD [ARG...]", args[1])
+			}
+			if len(args) == 1 {
+				return noCommand(fmt.Sprintf("no command: give one after --, e.g. xmode sandbox exec %s -- make test", args[0]))
 			}
 			o.session, o.Argv = args[0], args[1:]
 			return a.runExec(cmd.Context(), o)
@@ -264,6 +269,12 @@ EXIT STATUS
 	f.BoolVarP(&o.tty, "tty", "t", false, "give the command a terminal (needs one here); its transcript is stdout.log")
 	f.BoolVarP(&o.detach, "detach", "d", false, "run the step in the background: print its number and return")
 	return a.setTraits(cmd, traits{exit: exitStepDocker, interrupted: "the step never started"})
+}
+
+// noCommand is `sandbox exec` without a command: a usage error that exits
+// 2, not the 125 of xmode's other failures before the command starts.
+func noCommand(msg string) error {
+	return &statusError{err: fail.Usagef("%s", msg), code: fail.Usage.ExitCode()}
 }
 
 func (a *App) runExec(ctx context.Context, o execOptions) error {
