@@ -30,7 +30,7 @@ type createOptions struct {
 func (a *App) newCreate() *cobra.Command {
 	var o createOptions
 	cmd := &cobra.Command{
-		Use:   "create --repo URL|PATH [--ref REF]",
+		Use:   "create [--repo URL|PATH] [--ref REF]",
 		Short: "Provision a sandbox: a run directory, a worktree, and (docker engine) a bounded container",
 		Long: `Provision a sandbox session. Prints its ID on stdout (the session as JSON with --json).
 
@@ -41,12 +41,13 @@ commit of a local repository) leaves nothing at all; exit 2 either way.
 
 --repo . is the repository this directory is in (any subdirectory of it); the
 sandbox gets what is committed there, and a note says when there is more.
+Without --repo (nor --run or --project) it is --repo .
 
 Where it runs: on the host (runner mode local_worktree, the default), or in a
 hardened docker container with XMODE_SANDBOX_ENGINE=docker and runner mode
 cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=cloud_worker`" + `).` + exitStatusHelp,
 		Example: `  xmode sandbox create --repo https://example.com/project.git --ref main
-  id=$(xmode sandbox create --repo . -q)
+  id=$(xmode sandbox create -q)    # this directory's repository
   XMODE_SANDBOX_ENGINE=docker xmode sandbox create --repo . --runner-mode cloud_worker --image golang:1.26
   XMODE_PROJECT_MACHINES=1 xmode sandbox create --project prom --ref v3.0.0`,
 		Args: exactArgs(0, "no arguments"),
@@ -58,6 +59,7 @@ cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=c
 		},
 	}
 	addCreateFlags(cmd, &o.CreateOptions)
+	cmd.Flags().Lookup("repo").Usage += " (default: the repository of this directory)"
 	cmd.Flags().StringVar(&o.RunID, "run", "", "share this run's worktree instead of cloning")
 	return a.setTraits(cmd, traits{interrupted: "the sandbox was not created; what it had begun was cleaned up (`xmode sandbox list --all` shows the session as failed if it was recorded)"})
 }
@@ -77,8 +79,17 @@ func (a *App) runCreate(ctx context.Context, o createOptions) error {
 			a.info("xmode: %s", whichEngine(svc.Cfg))
 		}
 	}
+	// No --repo (nor --run, --project) is --repo .: the repository this
+	// directory is in, as git commands take it.
+	here := o.Repo == "" && o.RunID == "" && o.Project == ""
+	if here {
+		o.Repo = "."
+	}
 	start := time.Now()
 	sess, err := svc.Create(ctx, o.CreateOptions)
+	if here && fail.KindOf(err) == fail.Usage && fail.InputOf(err) == fail.Repo {
+		return fail.Usagef("this directory is not in a git repository, and no %s was given: give %s URL|PATH (a URL, a file:// URL or a local path)", fail.Repo, fail.Repo)
+	}
 	if err != nil {
 		return err
 	}
