@@ -483,7 +483,9 @@ func (a *App) newList() *cobra.Command {
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List open sessions (--all adds ended ones)",
-		Long:    "List open sessions (--all adds ended ones; -q: their IDs only)." + exitStatusHelp,
+		Long: `List open sessions (--all adds ended ones; -q: their IDs only). SIZE is what
+an open session's worktree holds on disk now; an ended session's is gone
+("-": sandbox show and --json give what it held at teardown).` + exitStatusHelp,
 		Example: `  xmode sandbox list
   xmode sandbox list --all --user alice
   xmode sandbox list -q              # IDs only, for scripts`,
@@ -522,9 +524,35 @@ func (a *App) runList(ctx context.Context, o listOptions) error {
 	now := clock()
 	t := newTable(a.Out, "ID", "STATUS", "USER", "ENGINE", "REPO", "REF", "SIZE", "CREATED", "EXPIRES")
 	for _, s := range sessions {
-		t.row(s.ID, a.status(s), clean(s.User), s.Engine, clean(repoLabel(s)), clean(truncate(s.Ref, 24)), size(s.WorktreeBytes), ago(s.CreatedAt, now), left(s, now))
+		t.row(s.ID, a.status(s), clean(s.User), s.Engine, clean(repoLabel(s)), clean(truncate(s.Ref, 24)), listedSize(s), ago(s.CreatedAt, now), left(s, now))
 	}
 	return t.flush()
+}
+
+// listedSize is list's SIZE: what an open session's worktree holds now;
+// nothing once the session ended, its worktree gone (show says what it
+// held at teardown).
+func listedSize(s *store.Session) string {
+	if s.Ended() {
+		return "-"
+	}
+	return size(s.WorktreeBytes)
+}
+
+// worktreeLine is show's Worktree: its path and size while the session is
+// open; for an ended one, whether it is still there, and what it held at
+// teardown.
+func worktreeLine(s *store.Session) string {
+	if !s.Ended() {
+		return s.WorktreePath + " (" + size(s.WorktreeBytes) + ")"
+	}
+	if _, err := os.Lstat(s.WorktreePath); err == nil {
+		return s.WorktreePath + " (still on disk: another session of its run shares it, or `xmode reap` has yet to remove it)"
+	}
+	if s.WorktreeBytes == nil {
+		return s.WorktreePath + " (removed)"
+	}
+	return s.WorktreePath + " (removed; it held " + size(s.WorktreeBytes) + " at teardown)"
 }
 
 // showOptions are `sandbox show`'s session.
@@ -589,7 +617,7 @@ func (a *App) runShow(ctx context.Context, o showOptions) error {
 	if s.EndedAt != nil {
 		kv.row("Ended:", s.EndedAt.Local().Format(time.DateTime))
 	}
-	kv.row("Worktree:", s.WorktreePath+" ("+size(s.WorktreeBytes)+")")
+	kv.row("Worktree:", worktreeLine(s))
 	kv.row("Evidence:", s.RunDir)
 	if s.ContainerID != "" {
 		kv.row("Container:", shortSHA(s.ContainerID)+" ("+s.MountMode+", "+s.Image+")")
