@@ -14,6 +14,7 @@ import (
 
 	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
 )
@@ -274,7 +275,7 @@ func (a *App) runCRList(ctx context.Context, o crListOptions) error {
 	t := newTable(a.Out, "ID", "STATUS", "RUN", "FILES", "+/-", "CREATED", "TITLE")
 	for _, c := range list {
 		t.row(c.ID, a.crStatus(c.Status), c.RunID, fmt.Sprint(c.Files), fmt.Sprintf("+%d -%d", c.Insertions, c.Deletions),
-			ago(c.CreatedAt, now), truncate(clean(c.Title), 50))
+			humanize.Ago(c.CreatedAt, now), truncate(clean(c.Title), 50))
 	}
 	return t.flush()
 }
@@ -422,7 +423,7 @@ func (a *App) writeCR(w io.Writer, p *changes.Package, ev *changes.Evidence, rep
 	kv.row("Base:", m.BaseCommit)
 	kv.row("Tree:", m.Tree)
 	kv.row("Author:", clean(m.Author))
-	kv.row("Created:", m.CreatedAt.Local().Format(time.DateTime)+" ("+ago(m.CreatedAt, now)+")")
+	kv.row("Created:", m.CreatedAt.Local().Format(time.DateTime)+" ("+humanize.Ago(m.CreatedAt, now)+")")
 	kv.row("Package:", p.Dir)
 	for _, r := range p.Reviews {
 		line := r.Decision + " by " + clean(r.Reviewer) + " at " + r.DecidedAt.Local().Format(time.DateTime)
@@ -478,7 +479,7 @@ func (a *App) writeCR(w io.Writer, p *changes.Package, ev *changes.Evidence, rep
 	for _, s := range ev.Steps {
 		dur := "-"
 		if s.FinishedAt != nil {
-			dur = (time.Duration(s.DurationMS) * time.Millisecond).String()
+			dur = humanize.Duration(time.Duration(s.DurationMS) * time.Millisecond)
 		}
 		t.row(fmt.Sprintf("%04d-%s", s.Seq, clean(s.Name)), truncate(clean(strings.Join(s.Argv, " ")), 50), a.stepResult(s), dur)
 	}

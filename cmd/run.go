@@ -14,6 +14,7 @@ import (
 	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/loop"
 	"github.com/xmode/xmode/plans"
@@ -247,7 +248,7 @@ func (a *App) runListRuns(ctx context.Context, o runListOptions) error {
 		if r.ExitCode != nil {
 			exit = fmt.Sprint(*r.ExitCode)
 		}
-		t.row(r.ID, a.runStatusColor(r.Status), exit, orDash(r.CR), ago(r.CreatedAt, now), truncate(clean(firstLine(r.Objective)), 50))
+		t.row(r.ID, a.runStatusColor(r.Status), exit, orDash(r.CR), humanize.Ago(r.CreatedAt, now), truncate(clean(firstLine(r.Objective)), 50))
 	}
 	return t.flush()
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
@@ -100,7 +101,7 @@ func (a *App) runCreate(ctx context.Context, o createOptions) error {
 	a.info("created %s: %s at %s (%s), worktree %s, %s",
 		sess.ID, sess.Repo, sess.Ref, shortSHA(sess.BaseCommit), sess.WorktreePath, left(sess, clock()))
 	if a.verbose {
-		a.info("xmode: created in %s", time.Since(start).Round(time.Millisecond))
+		a.info("xmode: created in %s", humanize.Duration(time.Since(start)))
 	}
 	return nil
 }
@@ -524,7 +525,7 @@ func (a *App) runList(ctx context.Context, o listOptions) error {
 	now := clock()
 	t := newTable(a.Out, "ID", "STATUS", "USER", "ENGINE", "REPO", "REF", "SIZE", "CREATED", "EXPIRES")
 	for _, s := range sessions {
-		t.row(s.ID, a.status(s), clean(s.User), s.Engine, clean(repoLabel(s)), clean(truncate(s.Ref, 24)), listedSize(s), ago(s.CreatedAt, now), left(s, now))
+		t.row(s.ID, a.status(s), clean(s.User), s.Engine, clean(repoLabel(s)), clean(truncate(s.Ref, 24)), listedSize(s), humanize.Ago(s.CreatedAt, now), left(s, now))
 	}
 	return t.flush()
 }
@@ -612,7 +613,7 @@ func (a *App) runShow(ctx context.Context, o showOptions) error {
 	kv.row("Engine:", s.Engine)
 	kv.row("Repo:", clean(s.Repo))
 	kv.row("Ref:", clean(s.Ref)+" "+shortSHA(s.BaseCommit))
-	kv.row("Created:", s.CreatedAt.Local().Format(time.DateTime)+" ("+ago(s.CreatedAt, now)+")")
+	kv.row("Created:", s.CreatedAt.Local().Format(time.DateTime)+" ("+humanize.Ago(s.CreatedAt, now)+")")
 	kv.row("Expires:", s.ExpiresAt.Local().Format(time.DateTime)+" ("+left(s, now)+")")
 	if s.EndedAt != nil {
 		kv.row("Ended:", s.EndedAt.Local().Format(time.DateTime))
@@ -691,7 +692,7 @@ func (a *App) runExtend(ctx context.Context, o extendOptions) error {
 		return a.printJSON(s)
 	}
 	fmt.Fprintln(a.Out, s.ID)
-	a.info("%s now expires at %s (in %s)", s.ID, s.ExpiresAt.Local().Format(time.DateTime), human(s.ExpiresAt.Sub(clock()).Round(time.Minute)))
+	a.info("%s now expires at %s (in %s)", s.ID, s.ExpiresAt.Local().Format(time.DateTime), humanize.Span(s.ExpiresAt.Sub(clock()).Round(time.Minute)))
 	return nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/machines"
 	"github.com/xmode/xmode/pool"
 	"github.com/xmode/xmode/reaper"
@@ -75,7 +76,7 @@ func (s *Service) seed(ctx context.Context, runID, commit string) {
 }
 
 // took is how long since start, for detail.
-func took(start time.Time) string { return time.Since(start).Round(time.Millisecond).String() }
+func took(start time.Time) string { return humanize.Duration(time.Since(start)) }
 
 // CreateOptions are `sandbox create`'s inputs, flags already merged into Cfg.
 type CreateOptions struct {
