@@ -94,8 +94,10 @@ STATUS
 
 EXIT STATUS
   the first failing required step's status (0 when every one passed; 130
-  after Ctrl-C); 1 the loop failed (the change request could not be built);
-  2 bad flag or plan, 3 not found, 4 refused, 5 engine unavailable.` + stepPipeExitHelp,
+  after Ctrl-C), or 1 when that status is 2-5, which are xmode's own (the
+  step keeps its status in the run's steps); 1 the loop failed (the change
+  request could not be built); 2 bad flag or plan, 3 not found, 4 refused,
+  5 engine unavailable.` + stepPipeExitHelp,
 		Example: `  xmode run --repo . --objective "fix the flaky test" --agent codex
   XMODE_AGENT_COMMAND_TEMPLATE="sh '$(xmode examples)/agent.sh' {prompt_file}" \
     xmode run --repo . --objective "add a NOTES.md" -f "$(xmode examples)/xmode.yaml"`,
