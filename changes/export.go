@@ -117,7 +117,7 @@ func (s *Service) Export(ctx context.Context, p *Package, repo, branch string) (
 	if squashed != nil || madeByXmode(m, chain) {
 		author, committer, err := gitcli.Identity(ctx, repo)
 		if err != nil {
-			return nil, fail.Failedf("the commit of the change is yours, and git does not know who you are in %s: set user.name and user.email (`git -C %s config user.email you@example.com`, or --global) (%w)", repo, repo, err)
+			return nil, fail.Failedf("the commit of the change is yours, and git does not know who you are in %s: set user.name and user.email (`git -C %s config user.email you@example.com`, or `git config --global …`) (%w)", repo, repo, err)
 		}
 		now := time.Now()
 		if squashed != nil {

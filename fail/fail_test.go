@@ -314,3 +314,13 @@ func TestInputsAreFlags(t *testing.T) {
 		t.Errorf("input.go declares %d inputs, Inputs lists %d", n, len(seen))
 	}
 }
+
+// An error rebuilt from its parts (in another process) reads the same and
+// names the same inputs; a '%' in its text stays one.
+func TestFromParts(t *testing.T) {
+	err := fmt.Errorf("start: %w", Usagef("%s %q is 100%% wrong, see %s", Workdir, "a%sb", Repo))
+	back := FromParts(KindOf(err), Parts(err))
+	if back.Error() != err.Error() || KindOf(back) != Usage || InputOf(back) != Workdir || Render(back, mcpWord) != Render(err, mcpWord) {
+		t.Fatalf("rebuilt %q (%s, %q), from %q", back, KindOf(back).Name(), Render(back, mcpWord), err)
+	}
+}

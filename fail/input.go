@@ -61,8 +61,8 @@ func (in Input) String() string { return in.Flag() }
 // A Part is a piece of an error's message: text, or (Input set) the
 // input it names, whose Text is the CLI's word for it.
 type Part struct {
-	Text  string
-	Input Input
+	Text  string `json:"text"`
+	Input Input  `json:"input,omitempty"`
 }
 
 // Parts cuts err's whole message (what Error() says, wrapping included)
@@ -116,6 +116,23 @@ func InputOf(err error) Input {
 		}
 	}
 	return ""
+}
+
+// FromParts is an error of kind k whose message is parts, as Parts cut it:
+// an error that crossed from one process to another as its parts keeps
+// the inputs it names.
+func FromParts(k Kind, parts []Part) error {
+	var format strings.Builder
+	var args []any
+	for _, p := range parts {
+		if p.Input != "" {
+			format.WriteString("%s")
+			args = append(args, p.Input)
+			continue
+		}
+		format.WriteString(strings.ReplaceAll(p.Text, "%", "%%"))
+	}
+	return newf(k, format.String(), args...)
 }
 
 // named is every *Error in err's tree whose arguments name an input,

@@ -68,6 +68,9 @@ type startReport struct {
 	Seq   int       `json:"seq,omitempty"`
 	Error string    `json:"error,omitempty"`
 	Kind  fail.Kind `json:"kind,omitempty"`
+	// Parts is Error cut at the inputs it names (fail.Parts), so that each
+	// front end still names them in its own words.
+	Parts []fail.Part `json:"parts,omitempty"`
 }
 
 // ExecDetached runs one step in the background and returns its number as
@@ -178,6 +181,9 @@ func startSupervisor(ctx context.Context, sessionID string, h handover) (int, er
 	defer timer.Stop()
 	select {
 	case r := <-got:
+		if r.Error != "" && len(r.Parts) > 0 {
+			return 0, fail.FromParts(r.Kind, r.Parts)
+		}
 		if r.Error != "" {
 			return 0, fail.As(r.Kind, errors.New(r.Error))
 		}
@@ -251,7 +257,7 @@ func Supervise(ctx context.Context, handoverR io.ReadCloser, report io.WriteClos
 			err = fmt.Errorf("supervisor: panic: %v", p)
 		}
 		if err != nil {
-			say(startReport{Error: err.Error(), Kind: fail.KindOf(err)})
+			say(startReport{Error: err.Error(), Kind: fail.KindOf(err), Parts: fail.Parts(err)})
 		}
 		say(startReport{Error: "the supervisor ended without recording the step", Kind: fail.Failed})
 	}()
