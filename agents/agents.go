@@ -45,7 +45,7 @@ const loginTimeout = 30 * time.Second
 // CheckKind refuses an unknown kind (exit 2).
 func CheckKind(kind string) error {
 	if !slices.Contains(Kinds, kind) {
-		return fail.Usagef("--agent %q is not an agent: use codex, claude or command", kind)
+		return fail.Usagef("%s %q is not an agent: use codex, claude or command", fail.Agent, kind)
 	}
 	return nil
 }
@@ -60,7 +60,7 @@ func Preflight(cfg *config.Config, kind, model string) error {
 		return nil
 	}
 	if model != "" {
-		return fail.Usagef("--model is for the codex and claude agents; a command agent takes what it needs in XMODE_AGENT_COMMAND_TEMPLATE")
+		return fail.Usagef("%s is for the codex and claude agents; a command agent takes what it needs in XMODE_AGENT_COMMAND_TEMPLATE", fail.Model)
 	}
 	if len(cfg.AgentCommandTemplate) == 0 {
 		return fail.Usagef(`XMODE_AGENT_COMMAND_TEMPLATE is not set: the command agent runs it, e.g. the stand-in agent installed with xmode: export XMODE_AGENT_COMMAND_TEMPLATE="sh '$(xmode examples)/agent.sh' {prompt_file}"`)
@@ -102,10 +102,10 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 		return nil, err
 	}
 	if strings.TrimSpace(req.Prompt) == "" {
-		return nil, fail.Usagef("the prompt is empty: give --prompt TEXT, --prompt-file FILE or - for standard input")
+		return nil, fail.Usagef("the prompt is empty: give %s TEXT, %s FILE or - for standard input", fail.Prompt, fail.PromptFile)
 	}
 	if req.Timeout < 0 {
-		return nil, fail.Usagef("--timeout %s must be positive", req.Timeout)
+		return nil, fail.Usagef("%s %s must be positive", fail.Timeout, req.Timeout)
 	}
 	if req.Timeout == 0 {
 		req.Timeout = DefaultTimeout
@@ -320,10 +320,10 @@ func passEnv(agentEnv, pass []string) ([]string, error) {
 	seen := map[string]bool{}
 	for _, n := range pass {
 		if !config.ValidEnvName(n) {
-			return nil, fail.Usagef("--env-pass %q is not a variable name", n)
+			return nil, fail.Usagef("%s %q is not a variable name", fail.EnvPass, n)
 		}
 		if _, ok := os.LookupEnv(n); !ok {
-			return nil, fail.Usagef("--env-pass %s: %s is not set in xmode's environment", n, n)
+			return nil, fail.Usagef("%s %s: %s is not set in xmode's environment", fail.EnvPass, n, n)
 		}
 	}
 	for _, n := range append(slices.Clone(agentEnv), pass...) {

@@ -7,12 +7,16 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/gitcli"
 	"github.com/xmode/xmode/gitread"
+	"github.com/xmode/xmode/store"
 )
 
 // Exported is what `cr export` made.
@@ -23,6 +27,12 @@ type Exported struct {
 	Commit  string `json:"commit"`
 	Commits int    `json:"commits"`
 	Tree    string `json:"tree"`
+	// Status is the change request's when it was exported: open (not
+	// reviewed), approved or rejected.
+	Status string `json:"status"`
+	// Warnings say what the reviewer should know: a change request not
+	// approved.
+	Warnings []string `json:"warnings"`
 	// Squashed is set when the agent's commits were not re-created, the
 	// branch holding one commit of the whole change instead: it names the
 	// commit that holds a path git refuses.
@@ -40,34 +50,36 @@ type RefusedCommit struct {
 // Export creates branch (default xmode/<cr_id>) in the repository repo
 // with the change on top of base_commit: the agent's commits as it made
 // them (messages, authors, dates), then one commit with what it left
-// uncommitted. When one of those commits holds a path git refuses (a
+// uncommitted, by whom `git commit` in repo would name (gitcli.Identity).
+// When one of those commits holds a path git refuses (a
 // .GIT/hooks/… the snapshot left out), none of them is re-created — git
 // could not check it out, fsck flags it, and it would reach a clone — and
 // the branch holds one commit of the whole change instead (Squashed says
 // why). It writes objects and one new branch, nothing else: the
 // checked-out branch, the index and the working tree are not touched. A
 // branch that exists is refused (exit 4), and so is a package that fails
-// verification.
+// verification; one not approved is exported with a warning, as a pull
+// request's branch is there before its review.
 func (s *Service) Export(ctx context.Context, p *Package, repo, branch string) (*Exported, error) {
 	if branch == "" {
 		branch = "xmode/" + p.ID
 	}
-	if strings.HasPrefix(branch, "-") {
-		return nil, fail.Usagef("--branch %q: a branch cannot start with '-'", branch)
+	if err := CheckBranch(branch); err != nil {
+		return nil, err
 	}
 	ref := "refs/heads/" + branch
-	if _, err := gitcli.RunOwned(ctx, gitcli.Owned{Dir: repo}, "check-ref-format", ref); err != nil {
-		return nil, fail.Usagef("--branch %q is not a valid branch name", branch)
-	}
 	if strings.HasPrefix(repo, "-") {
-		return nil, fail.Usagef("--repo %q: a path cannot start with '-'", repo)
+		return nil, fail.Usagef("%s %q: a path cannot start with '-'", fail.Repo, repo)
+	}
+	if _, err := os.Stat(repo); errors.Is(err, fs.ErrNotExist) {
+		return nil, fail.Usagef("%s %s: no such directory: give the path of your repository", fail.Repo, repo)
 	}
 	user := gitcli.Owned{Dir: repo}
 	if _, err := gitcli.RunOwned(ctx, user, "rev-parse", "--git-dir"); err != nil {
-		return nil, fail.Usagef("--repo %s is not a git repository", repo)
+		return nil, fail.Usagef("%s %s is not a git repository", fail.Repo, repo)
 	}
 	if _, err := gitcli.RunOwned(ctx, user, "rev-parse", "--verify", "--quiet", ref); err == nil {
-		return nil, fail.Refusedf("branch %s already exists in %s: choose another with --branch", branch, repo)
+		return nil, fail.Refusedf("branch %s already exists in %s: choose another with %s", branch, repo, fail.Branch)
 	}
 	rep, err := s.Verify(ctx, p)
 	if err != nil {
@@ -99,8 +111,22 @@ func (s *Service) Export(ctx context.Context, p *Package, repo, branch string) (
 	if err != nil {
 		return nil, fail.Failedf("change request %s: its commits cannot be read from the run's object store (%v)", p.ID, err)
 	}
-	if squashed != nil {
-		chain = []*Commit{squashCommit(m, squashed)}
+	// The commits xmode makes (of what the agent left uncommitted, or the
+	// one of the whole change) are the user's, as `git commit` would make
+	// them; the agent's keep their authors.
+	if squashed != nil || madeByXmode(m, chain) {
+		author, committer, err := gitcli.Identity(ctx, repo)
+		if err != nil {
+			return nil, fail.Failedf("the commit of the change is yours, and git does not know who you are in %s: set user.name and user.email (`git -C %s config user.email you@example.com`, or `git config --global …`) (%w)", repo, repo, err)
+		}
+		now := time.Now()
+		if squashed != nil {
+			chain = []*Commit{squashCommit(m, squashed)}
+		}
+		last := *chain[len(chain)-1]
+		last.Author = signature(author, m.CreatedAt)
+		last.Committer = signature(committer, now)
+		chain[len(chain)-1] = &last
 	}
 	var rnd [6]byte
 	rand.Read(rnd[:])
@@ -129,7 +155,35 @@ func (s *Service) Export(ctx context.Context, p *Package, repo, branch string) (
 	if _, err := gitcli.RunOwned(ctx, user, "update-ref", ref, commit, strings.Repeat("0", 40)); err != nil {
 		return nil, fail.Refusedf("branch %s could not be created in %s (did it appear meanwhile?): %v", branch, repo, err)
 	}
-	return &Exported{ID: p.ID, Repo: repo, Branch: branch, Commit: commit, Commits: len(chain), Tree: tree, Squashed: squashed}, nil
+	out := &Exported{ID: p.ID, Repo: repo, Branch: branch, Commit: commit, Commits: len(chain), Tree: tree, Status: p.Status, Squashed: squashed, Warnings: []string{}}
+	switch p.Status {
+	case store.ChangeOpen:
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%s is not reviewed yet: review it before you merge %s (`xmode cr review %s --approve`)", p.ID, branch, p.ID))
+	case store.ChangeRejected:
+		out.Warnings = append(out.Warnings, fmt.Sprintf("%s was rejected: %s holds a change its reviewer turned down", p.ID, branch))
+	}
+	return out, nil
+}
+
+// madeByXmode says whether the last commit of chain is the one xmode made
+// of what the agent left uncommitted, not one of the agent's.
+func madeByXmode(m *Manifest, chain []*Commit) bool {
+	if len(chain) == 0 {
+		return false
+	}
+	last := chain[len(chain)-1].ID
+	for _, c := range m.Commits {
+		if c.ID == last {
+			return false
+		}
+	}
+	return true
+}
+
+// signature is who at when, in UTC, as a commit records it.
+func signature(who gitcli.Ident, when time.Time) Signature {
+	email := strings.NewReplacer("<", "", ">", "", "\n", "", "\x00", "").Replace(who.Email)
+	return Signature{Name: who.Name, Email: email, Raw: fmt.Sprintf("<%s> %d +0000", email, when.Unix())}
 }
 
 // refusedCommit finds the first commit of chain (on top of the tree
@@ -198,8 +252,8 @@ func refusedEntry(obj *objects, a, b Hash, prefix string) (string, string, error
 }
 
 // squashCommit is the one commit of the whole change that export makes
-// instead of the agent's commits: by the change request's author, with
-// its message, saying why and listing the commits it stands for.
+// instead of the agent's commits (Export signs it): with the change
+// request's message, saying why and listing the commits it stands for.
 func squashCommit(m *Manifest, r *RefusedCommit) *Commit {
 	var why strings.Builder
 	fmt.Fprintf(&why, "The agent's commits are not re-created: %s holds %s (%s). This commit holds the whole change", r.Commit[:12], r.Path, r.Reason)
@@ -217,9 +271,8 @@ func squashCommit(m *Manifest, r *RefusedCommit) *Commit {
 	} else {
 		why.WriteString(".")
 	}
-	sig := Signature{Name: m.Author, Raw: fmt.Sprintf("<> %d +0000", m.CreatedAt.Unix())}
 	tree, _ := gitread.ParseHash(m.Tree)
-	return &Commit{Tree: tree, Author: sig, Committer: sig, Message: commitMessageWith(m, why.String())}
+	return &Commit{Tree: tree, Message: commitMessageWith(m, why.String())}
 }
 
 // exportChain is the commits from base_commit (exclusive) to the snapshot

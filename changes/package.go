@@ -583,7 +583,7 @@ const ChangesRequested = "changes requested: "
 // the note is required and is kept after ChangesRequested.
 func (s *Service) RequestChanges(ctx context.Context, p *Package, note string) error {
 	if strings.TrimSpace(note) == "" {
-		return fail.Usagef("requesting changes needs a note saying which: --note TEXT")
+		return fail.Usagef("requesting changes needs a note saying which: %s TEXT", fail.Note)
 	}
 	return s.Review(ctx, p, store.ChangeRejected, ChangesRequested+note)
 }

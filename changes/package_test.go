@@ -60,6 +60,8 @@ func TestExport(t *testing.T) {
 
 	// the user's repository, mid-work: a change staged, another not
 	user := e.repo
+	git(t, user, "config", "user.name", "Ann Example")
+	git(t, user, "config", "user.email", "ann@example.com")
 	write(t, filepath.Join(user, "README"), "the user's own edit\n")
 	write(t, filepath.Join(user, "staged.txt"), "staged\n")
 	git(t, user, "add", "staged.txt")
@@ -103,21 +105,88 @@ func TestExport(t *testing.T) {
 	if body := git(t, user, "log", "-1", "--format=%B", out.Branch); !strings.Contains(body, "two commits and a note") || !strings.Contains(body, p.ID) {
 		t.Fatalf("top commit message %q", body)
 	}
+	// The commit of what the agent left is the user's, as git commit would
+	// make it; the agent's keep their author.
+	if who := git(t, user, "log", "-3", "--format=%an <%ae> %at|%cn <%ce>", out.Branch); who != fmt.Sprintf("Ann Example <ann@example.com> %d|Ann Example <ann@example.com>\nagent <agent@example.com> %s|agent <agent@example.com>\nagent <agent@example.com> %s|agent <agent@example.com>",
+		p.Manifest.CreatedAt.Unix(), git(t, user, "log", "-1", "--format=%at", out.Branch+"~1"), git(t, user, "log", "-1", "--format=%at", out.Branch+"~2")) {
+		t.Fatalf("authors and committers:\n%s", who)
+	}
+	if out.Status != store.ChangeOpen || len(out.Warnings) != 1 || !strings.Contains(out.Warnings[0], "is not reviewed yet") {
+		t.Fatalf("an unreviewed export: status %q, warnings %q", out.Status, out.Warnings)
+	}
 
 	_, err = e.cr.Export(ctx, p, user, "")
 	if fail.KindOf(err) != fail.Refused || !strings.Contains(err.Error(), "already exists") {
 		t.Fatalf("second export: %v, want refused (exit 4)", err)
 	}
-	if _, err := e.cr.Export(ctx, p, user, "bad..name"); fail.KindOf(err) != fail.Usage {
-		t.Fatalf("bad branch: %v, want a usage error", err)
+	refsBefore := git(t, user, "for-each-ref")
+	for _, bad := range []string{"bad..name", "HEAD", "refs/heads/x", "@"} {
+		if _, err := e.cr.Export(ctx, p, user, bad); fail.KindOf(err) != fail.Usage || !strings.Contains(err.Error(), "--branch") {
+			t.Fatalf("branch %q: %v, want a usage error naming --branch", bad, err)
+		}
+	}
+	if refs := git(t, user, "for-each-ref"); refs != refsBefore {
+		t.Fatalf("refused exports changed the refs:\n%s\nwas\n%s", refs, refsBefore)
 	}
 	if _, err := e.cr.Export(ctx, p, t.TempDir(), ""); fail.KindOf(err) != fail.Usage {
 		t.Fatalf("not a repository: %v, want a usage error", err)
+	}
+	missing := filepath.Join(t.TempDir(), "nope")
+	if _, err := e.cr.Export(ctx, p, missing, ""); fail.KindOf(err) != fail.Usage || err.Error() != "--repo "+missing+": no such directory: give the path of your repository" {
+		t.Fatalf("a missing repository: %v", err)
+	}
+	if err := e.cr.Review(ctx, p, store.ChangeApproved, ""); err != nil {
+		t.Fatal(err)
+	}
+	p, err = e.cr.Open(ctx, p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := e.cr.Export(ctx, p, user, "approved"); err != nil || out.Status != store.ChangeApproved || len(out.Warnings) != 0 {
+		t.Fatalf("an approved export: %v %+v", err, out)
 	}
 	other := filepath.Join(t.TempDir(), "other")
 	git(t, e.dir, "init", "-q", other)
 	if _, err := e.cr.Export(ctx, p, other, ""); err == nil || !strings.Contains(err.Error(), "fetch it first") {
 		t.Fatalf("repository without the base: %v", err)
+	}
+}
+
+// TestExportWithoutIdentity: when git knows no one to make the commit of
+// what the agent left as (user.useConfigOnly, no user.email anywhere),
+// export fails as git commit would, saying what to set, and creates no
+// branch.
+func TestExportWithoutIdentity(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, nil)
+	_, p := agentWork(t, e)
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	t.Setenv("GIT_CONFIG_NOSYSTEM", "1")
+	for _, k := range []string{"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "EMAIL"} {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+	git(t, e.repo, "config", "user.useConfigOnly", "true")
+	refs := git(t, e.repo, "for-each-ref")
+	_, err := e.cr.Export(ctx, p, e.repo, "")
+	if fail.KindOf(err) != fail.Failed || !strings.Contains(err.Error(), "git does not know who you are in "+e.repo+": set user.name and user.email") {
+		t.Fatalf("export without an identity: %v", err)
+	}
+	if got := git(t, e.repo, "for-each-ref"); got != refs {
+		t.Fatalf("a failed export changed the refs:\n%s", got)
+	}
+	// GIT_AUTHOR_* name the author as for git commit.
+	t.Setenv("GIT_AUTHOR_NAME", "Env Author")
+	t.Setenv("GIT_AUTHOR_EMAIL", "env@example.com")
+	t.Setenv("GIT_COMMITTER_NAME", "Env Committer")
+	t.Setenv("GIT_COMMITTER_EMAIL", "committer@example.com")
+	out, err := e.cr.Export(ctx, p, e.repo, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if who := git(t, e.repo, "log", "-1", "--format=%an <%ae>|%cn <%ce>", out.Branch); who != "Env Author <env@example.com>|Env Committer <committer@example.com>" {
+		t.Fatalf("author|committer %q", who)
 	}
 }
 
@@ -389,6 +458,8 @@ func TestExportCommitWithRefusedPaths(t *testing.T) {
 	}
 
 	user := e.repo
+	git(t, user, "config", "user.name", "Ann Example")
+	git(t, user, "config", "user.email", "ann@example.com")
 	out, err := e.cr.Export(ctx, p, user, "")
 	if err != nil {
 		t.Fatal(err)
@@ -402,7 +473,7 @@ func TestExportCommitWithRefusedPaths(t *testing.T) {
 		t.Fatalf("the branch: %v, want one commit on the base", commits)
 	}
 	body := git(t, user, "log", "-1", "--format=%an%n%B", out.Branch)
-	for _, want := range []string{"tester\nAgent work\n", "three commits", "holds .GIT/", "first: README", "second: planted", "third: README again", "Change request: " + p.ID} {
+	for _, want := range []string{"Ann Example\nAgent work\n", "three commits", "holds .GIT/", "first: README", "second: planted", "third: README again", "Change request: " + p.ID} {
 		if !strings.Contains(body, want) {
 			t.Fatalf("the commit's message lacks %q:\n%s", want, body)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/xmode/xmode/agents"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/plans"
 	"github.com/xmode/xmode/sandbox"
@@ -295,7 +296,7 @@ func (a *App) outcomeTable(steps []plans.Outcome) {
 			if s.TimedOut {
 				exit += " (timeout)"
 			}
-			dur = (time.Duration(s.DurationMS) * time.Millisecond).String()
+			dur = humanize.Duration(time.Duration(s.DurationMS) * time.Millisecond)
 		}
 		status := s.Status
 		switch s.Status {

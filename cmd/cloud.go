@@ -13,6 +13,7 @@ import (
 	"github.com/xmode/xmode/codexcloud"
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/reaper"
 	"github.com/xmode/xmode/sandbox"
@@ -212,7 +213,7 @@ func (a *App) runCloudPoll(ctx context.Context, o cloudPollOptions) error {
 			return err
 		}
 		a.pollFailures(sum)
-		took := time.Duration(sum.DurationMS) * time.Millisecond
+		took := humanize.Duration(time.Duration(sum.DurationMS) * time.Millisecond)
 		if ctx.Err() != nil {
 			return fail.Failedf("poll interrupted after %s: %v; run it again to finish", took, err)
 		}
@@ -353,7 +354,7 @@ func (a *App) runCloudShow(ctx context.Context, o cloudShowOptions) error {
 		if at == nil {
 			return "never"
 		}
-		return at.Local().Format(time.DateTime) + " (" + ago(*at, now) + ")"
+		return at.Local().Format(time.DateTime) + " (" + humanize.Ago(*at, now) + ")"
 	}
 	kv := newTable(a.Out)
 	kv.row("Session:", t.SessionID+" ("+t.SessionStatus+")")
@@ -380,7 +381,7 @@ func (a *App) runCloudShow(ctx context.Context, o cloudShowOptions) error {
 	case !t.NextDueAt.After(now):
 		kv.row("Next due:", "now (the next `xmode cloud poll`)")
 	default:
-		kv.row("Next due:", t.NextDueAt.Local().Format(time.DateTime)+" (in "+human(t.NextDueAt.Sub(now))+")")
+		kv.row("Next due:", t.NextDueAt.Local().Format(time.DateTime)+" (in "+humanize.Span(t.NextDueAt.Sub(now))+")")
 	}
 	if t.LastError != "" {
 		e := clean(t.LastError)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
 )
@@ -273,7 +275,7 @@ func (a *App) runCRList(ctx context.Context, o crListOptions) error {
 	t := newTable(a.Out, "ID", "STATUS", "RUN", "FILES", "+/-", "CREATED", "TITLE")
 	for _, c := range list {
 		t.row(c.ID, a.crStatus(c.Status), c.RunID, fmt.Sprint(c.Files), fmt.Sprintf("+%d -%d", c.Insertions, c.Deletions),
-			ago(c.CreatedAt, now), truncate(clean(c.Title), 50))
+			humanize.Ago(c.CreatedAt, now), truncate(clean(c.Title), 50))
 	}
 	return t.flush()
 }
@@ -300,6 +302,9 @@ type crShowView struct {
 	*changes.Package
 	Manifest *changes.Manifest `json:"manifest"`
 	Evidence *changes.Evidence `json:"evidence"`
+	// Verify is cr verify's report: a manifest that is not intact says
+	// what its forger wants said.
+	Verify *changes.Report `json:"verify"`
 	// "patch" (cr show --json --patch) is streamed after these
 	// (printJSONWith).
 }
@@ -312,7 +317,9 @@ func (a *App) newCRShow() *cobra.Command {
 		Short:   "Show a change request: title, base, stat, the evidence's steps (and the patch)",
 		Long: `Show a change request: its title, status and reviews, base commit, the agent's
 commits, the diffstat and every step of the run with pass/fail at a glance;
---patch adds the patch. Paged on a terminal like git ($PAGER, else less -FRX).` + exitStatusHelp,
+--patch adds the patch. Paged on a terminal like git ($PAGER, else less -FRX).
+The package is verified as cr verify does: one that is not what was recorded is
+shown under a TAMPERED line naming each file that differs.` + exitStatusHelp,
 		Args: exactArgs(1, "one change request"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.ref = args[0]
@@ -332,28 +339,41 @@ func (a *App) runCRShow(ctx context.Context, o crShowOptions) error {
 	if err != nil {
 		return err
 	}
-	ev, err := cs.Evidence(p)
+	// What the manifest says (title, message, commits) is shown only with
+	// whether it is what was recorded.
+	rep, err := cs.Verify(ctx, p)
 	if err != nil {
 		return err
+	}
+	ev, err := cs.Evidence(p)
+	if err != nil && rep.Intact {
+		return err
+	}
+	if err != nil {
+		ev = nil // tampered with: the report names it
 	}
 	// The patch is streamed, never read whole: a change.patch that is not
 	// the size its manifest records is refused before anything is shown.
 	var patch io.ReadCloser
 	if o.patch {
-		if patch, _, err = cs.OpenFile(p, changes.PatchFile); err != nil {
+		if patch, _, err = cs.OpenFile(p, changes.PatchFile); err != nil && rep.Intact {
 			return err
+		} else if err == nil {
+			defer patch.Close()
 		}
-		defer patch.Close()
 	}
 	if a.json {
-		v := crShowView{Package: p, Manifest: p.Manifest, Evidence: ev}
+		v := crShowView{Package: p, Manifest: p.Manifest, Evidence: ev, Verify: rep}
 		if patch != nil {
 			return a.printJSONWith(v, "patch", patch)
 		}
 		return a.printJSON(v)
 	}
+	if !rep.Intact {
+		a.warn([]string{fmt.Sprintf("%s is tampered with: %s", p.ID, problemFiles(rep))})
+	}
 	return a.paged(func(w io.Writer) error {
-		if err := a.writeCR(w, p, ev); err != nil {
+		if err := a.writeCR(w, p, ev, rep); err != nil {
 			return err
 		}
 		if patch == nil {
@@ -369,17 +389,41 @@ func (a *App) runCRShow(ctx context.Context, o crShowOptions) error {
 	})
 }
 
-func (a *App) writeCR(w io.Writer, p *changes.Package, ev *changes.Evidence) error {
+// problemFiles names the files a report found differing, once each.
+func problemFiles(rep *changes.Report) string {
+	var files []string
+	for _, pr := range rep.Problems {
+		if !slices.Contains(files, pr.File) {
+			files = append(files, pr.File)
+		}
+	}
+	return strings.Join(files, ", ") + " differ(s) from what was recorded"
+}
+
+// writeCR shows a change request; one that is tampered with is said to be
+// before anything its package says, each problem named.
+func (a *App) writeCR(w io.Writer, p *changes.Package, ev *changes.Evidence, rep *changes.Report) error {
 	m := p.Manifest
 	now := clock()
-	fmt.Fprintf(w, "%s %s  %s\n", a.paint(color.Bold, p.ID), a.crStatus(p.Status), clean(m.Title))
+	if !rep.Intact {
+		fmt.Fprintf(w, "%s this package is not what was recorded: what it says below may be forged (xmode cr verify %s)\n", a.paint(color.FgRed, "TAMPERED:"), p.ID)
+		for _, pr := range rep.Problems {
+			fmt.Fprintf(w, "  %s: %s\n", clean(pr.File), clean(pr.Problem))
+		}
+		fmt.Fprintln(w)
+	}
+	status := a.crStatus(p.Status)
+	if !rep.Intact {
+		status += " " + a.paint(color.FgRed, "tampered")
+	}
+	fmt.Fprintf(w, "%s %s  %s\n", a.paint(color.Bold, p.ID), status, clean(m.Title))
 	kv := newTable(w)
 	kv.row("Run:", p.RunID+" (session "+p.SessionID+")")
 	kv.row("Repo:", clean(m.Repo)+" @ "+clean(m.Ref))
 	kv.row("Base:", m.BaseCommit)
 	kv.row("Tree:", m.Tree)
 	kv.row("Author:", clean(m.Author))
-	kv.row("Created:", m.CreatedAt.Local().Format(time.DateTime)+" ("+ago(m.CreatedAt, now)+")")
+	kv.row("Created:", m.CreatedAt.Local().Format(time.DateTime)+" ("+humanize.Ago(m.CreatedAt, now)+")")
 	kv.row("Package:", p.Dir)
 	for _, r := range p.Reviews {
 		line := r.Decision + " by " + clean(r.Reviewer) + " at " + r.DecidedAt.Local().Format(time.DateTime)
@@ -416,6 +460,10 @@ func (a *App) writeCR(w io.Writer, p *changes.Package, ev *changes.Evidence) err
 		return err
 	}
 	fmt.Fprintln(w)
+	if ev == nil {
+		fmt.Fprintf(w, "Evidence: not shown: %s is not what was recorded.\n", changes.EvidenceFile)
+		return nil
+	}
 	if len(ev.Steps) == 0 {
 		fmt.Fprintln(w, "Evidence: no steps ran in this run.")
 		return nil
@@ -431,7 +479,7 @@ func (a *App) writeCR(w io.Writer, p *changes.Package, ev *changes.Evidence) err
 	for _, s := range ev.Steps {
 		dur := "-"
 		if s.FinishedAt != nil {
-			dur = (time.Duration(s.DurationMS) * time.Millisecond).String()
+			dur = humanize.Duration(time.Duration(s.DurationMS) * time.Millisecond)
 		}
 		t.row(fmt.Sprintf("%04d-%s", s.Seq, clean(s.Name)), truncate(clean(strings.Join(s.Argv, " ")), 50), a.stepResult(s), dur)
 	}
@@ -470,7 +518,7 @@ func (a *App) newCRReview() *cobra.Command {
 	var o crReviewOptions
 	cmd := &cobra.Command{
 		Use: "review CR --approve|--request-changes|--reject [--note TEXT]",
-		Example: `  xmode cr review cr_7k2m --approve --note "looks right"
+		Example: `  xmode cr review cr_7k2m --approve -m "looks right"
   xmode cr review cr_7k2m --request-changes --note "the test still skips on CI"`,
 		Short: "Approve, reject or ask for changes to a change request (every decision is kept)",
 		Long: `Record a review decision, with the reviewer ($XMODE_USER, else the OS user) and
@@ -487,7 +535,7 @@ requested: ": the changes come as the next run's change request.` + exitStatusHe
 	cmd.Flags().BoolVar(&o.approve, "approve", false, "approve it")
 	cmd.Flags().BoolVar(&o.reject, "reject", false, "reject it")
 	cmd.Flags().BoolVar(&o.requestChanges, "request-changes", false, "reject it, asking for the changes --note names")
-	cmd.Flags().StringVar(&o.note, "note", "", "a note kept with the decision")
+	cmd.Flags().StringVarP(&o.note, "note", "m", "", "a note kept with the decision (-m as for git commit)")
 	return cmd
 }
 
@@ -609,7 +657,11 @@ path git refuses (.GIT/hooks/..., git~1), one commit of the whole change
 instead, with a warning. Only objects and the new branch are
 written: the checked-out branch, the index and the working tree are not
 touched. Merge it like any branch. A branch that exists is refused (exit 4), so
-is a package that fails verification (exit 1).` + exitStatusHelp,
+is a package that fails verification (exit 1). One not approved yet is exported
+with a warning, as a pull request's branch exists before its review: approve it
+(cr review --approve) before you merge. The commit of what the agent left
+uncommitted is yours: git's user.name and user.email in that repository, as
+git commit would take them (the agent's commits keep their authors).` + exitStatusHelp,
 		Example: `  xmode cr export cr_7k2m9q4x --repo ~/src/project
   git -C ~/src/project merge xmode/cr_7k2m9q4x`,
 		Args: exactArgs(1, "one change request"),
@@ -642,6 +694,7 @@ func (a *App) runCRExport(ctx context.Context, o crExportOptions) error {
 	if r := out.Squashed; r != nil {
 		a.warn([]string{fmt.Sprintf("the agent's commit %s holds %s (%s): %s has one commit of the whole change on top of the base instead of the agent's commits", shortSHA(r.Commit), r.Path, r.Reason, out.Branch)})
 	}
+	a.warn(out.Warnings)
 	if a.json {
 		return a.printJSON(out)
 	}

@@ -31,7 +31,10 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"sandbox", "show", "sbx_zzzzzzzz"}, 3, "no session sbx_zzzzzzzz"},
 		{[]string{"sandbox", "show", "run_x"}, 3, "IDs look like sbx_"},
 		{[]string{"cr", "review", "cr_x", "--approve", "--reject"}, 2, "exactly one of --approve, --request-changes and --reject"},
-		{[]string{"sandbox", "exec"}, 125, "give a session and a command"},
+		{[]string{"sandbox", "exec"}, 2, "give a session and a command"},
+		{[]string{"sandbox", "exec", "sbx_zzzzzzzz"}, 2, "no command: give one after --"},
+		{[]string{"sandbox", "exec", "sbx_zzzzzzzz", "--"}, 2, "no command: give one after --"},
+		{[]string{"sandbox", "exec", "--timeout", "1s", "sbx_zzzzzzzz"}, 2, "no command"},
 		{[]string{"sandbox", "exec", "--bogus", "sbx_zzzzzzzz", "--", "true"}, 125, "unknown flag: --bogus"},
 		{[]string{"sandbox", "exec", "sbx_zzzzzzzz", "--", "true"}, 125, "no session sbx_zzzzzzzz"},
 		{[]string{"sandbox", "exec", "sbx_zzzzzzzz", "x", "--", "true"}, 125, `unexpected "x" before --`},
@@ -42,6 +45,28 @@ func TestExitCodes(t *testing.T) {
 		if c.stdout.Len() != 0 {
 			t.Errorf("xmode %s printed on stdout without --json: %q", strings.Join(tc.args, " "), c.stdout.String())
 		}
+	}
+}
+
+// An unknown long flag comes with the flags it may have meant, by prefix
+// or by two edits at most, inherited flags included; one too far from any
+// gets none.
+func TestFlagSuggestions(t *testing.T) {
+	c := newTestCLI(t)
+	for _, tc := range []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"sandbox", "create", "--reop", "x"}, 2, "xmode: unknown flag: --reop: did you mean --repo? (see --help)\n"},
+		{[]string{"sandbox", "list", "--jsno"}, 2, "unknown flag: --jsno: did you mean --json? (see --help)\n"},
+		{[]string{"cr", "review", "cr_x", "--aprove"}, 2, "unknown flag: --aprove: did you mean --approve? (see --help)\n"},
+		{[]string{"sandbox", "create", "--re"}, 2, "unknown flag: --re: did you mean --ref or --refresh or --repo? (see --help)\n"},
+		{[]string{"sandbox", "exec", "--tiemout", "1s", "sbx_zzzzzzzz", "--", "true"}, 125, "unknown flag: --tiemout: did you mean --timeout? (see --help)\n"},
+		{[]string{"sandbox", "list", "--bogus"}, 2, "xmode: unknown flag: --bogus (see --help)\n"},
+		{[]string{"sandbox", "list", "-Z"}, 2, "xmode: unknown shorthand flag: 'Z' in -Z (see --help)\n"},
+	} {
+		c.fails(tc.code, tc.says, tc.args...)
 	}
 }
 

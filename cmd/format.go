@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/store"
 )
@@ -79,38 +80,15 @@ func visibleWidth(s string) int {
 	return n
 }
 
-// human prints a duration the way people read it: 42s, 5m, 1h59m, 3d4h.
-func human(d time.Duration) string {
-	if d < 0 {
-		d = -d
-	}
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm", int(d.Minutes()))
-	case d < 48*time.Hour:
-		h := int(d.Hours())
-		if m := int(d.Minutes()) % 60; m != 0 {
-			return fmt.Sprintf("%dh%dm", h, m)
-		}
-		return fmt.Sprintf("%dh", h)
-	}
-	days := int(d.Hours()) / 24
-	return fmt.Sprintf("%dd%dh", days, int(d.Hours())%24)
-}
-
-func ago(t, now time.Time) string { return human(now.Sub(t)) + " ago" }
-
 // left says how long a session has: "1h59m left", "expired 3m ago", "ended".
 func left(s *store.Session, now time.Time) string {
 	if s.Ended() {
 		return "ended"
 	}
 	if d := s.ExpiresAt.Sub(now); d > 0 {
-		return human(d) + " left"
+		return humanize.Span(d) + " left"
 	}
-	return "expired " + human(now.Sub(s.ExpiresAt)) + " ago"
+	return "expired " + humanize.Span(now.Sub(s.ExpiresAt)) + " ago"
 }
 
 // size prints a byte count the way du -h does; "-" when unknown.

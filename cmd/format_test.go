@@ -5,11 +5,16 @@ import (
 	"encoding/json"
 	"io"
 	"math/rand"
+	"regexp"
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/fatih/color"
+
+	"github.com/xmode/xmode/changes"
+	"github.com/xmode/xmode/store"
 )
 
 // Coloured cells take the room they show, not the bytes of their colour
@@ -109,5 +114,36 @@ func TestJSONStringStreamed(t *testing.T) {
 	}
 	if got.String() != want.String() {
 		t.Fatalf("printJSONWith:\n%s\nprintJSON:\n%s", got.String(), want.String())
+	}
+}
+
+// Every table that shows how long a step ran says it the one way
+// (internal/humanize): sandbox logs and show, run show, and cr show.
+func TestStepDurationsOneWay(t *testing.T) {
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	for took, want := range map[time.Duration]string{
+		340 * time.Millisecond:        "340ms",
+		1234 * time.Millisecond:       "1.2s",
+		3*time.Minute + 5*time.Second: "3m05s",
+	} {
+		end := start.Add(took)
+		if got := stepDuration(store.StepRow{StartedAt: start, FinishedAt: &end, State: "finished"}, end); got != want {
+			t.Errorf("stepDuration of %v = %q, want %q", took, got, want)
+		}
+		if got := stepDuration(store.StepRow{StartedAt: start, State: "running"}, end); got != want {
+			t.Errorf("stepDuration of a step running for %v = %q, want %q", took, got, want)
+		}
+		zero := 0
+		a := &App{Env: func(string) string { return "" }}
+		var out bytes.Buffer
+		p := &changes.Package{Change: &store.Change{ID: "cr_aaaaaaaa", Status: store.ChangeOpen}, Manifest: &changes.Manifest{Stat: &changes.Stat{}}}
+		ev := &changes.Evidence{Steps: []changes.StepEvidence{{Seq: 1, Name: "test", Argv: []string{"make", "test"}, Status: "passed",
+			ExitCode: &zero, StartedAt: start, FinishedAt: &end, DurationMS: took.Milliseconds()}}}
+		if err := a.writeCR(&out, p, ev, &changes.Report{Intact: true}); err != nil {
+			t.Fatal(err)
+		}
+		if !regexp.MustCompile(`\n0001-test +make test +✓ passed +` + regexp.QuoteMeta(want) + `\n`).MatchString(out.String()) {
+			t.Errorf("cr show of a step of %v, want %q:\n%s", took, want, out.String())
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
 )
@@ -384,7 +385,7 @@ func (a *App) logsTable(svc *sandbox.Service, sess *store.Session, steps []store
 	now := clock()
 	t := newTable(a.Out, "STEP", "NAME", "EXIT", "DURATION", "STARTED", "COMMAND")
 	for _, s := range steps {
-		t.row(strconv.Itoa(s.Seq), clean(s.Name), a.stepStatus(s), stepDuration(s, now), ago(s.StartedAt, now), truncate(clean(strings.Join(s.Argv, " ")), 50))
+		t.row(strconv.Itoa(s.Seq), clean(s.Name), a.stepStatus(s), stepDuration(s, now), humanize.Ago(s.StartedAt, now), truncate(clean(strings.Join(s.Argv, " ")), 50))
 	}
 	return t.flush()
 }
@@ -420,16 +421,14 @@ func (a *App) stepStatus(s store.StepRow) string {
 	return a.paint(color.FgCyan, "running")
 }
 
+// stepDuration is how long a step ran, or has run so far: "-" for one
+// lost before it finished.
 func stepDuration(s store.StepRow, now time.Time) string {
 	if s.FinishedAt == nil {
 		if s.State == "running" {
-			return human(now.Sub(s.StartedAt))
+			return humanize.Duration(now.Sub(s.StartedAt))
 		}
 		return "-"
 	}
-	d := s.FinishedAt.Sub(s.StartedAt)
-	if d < time.Second {
-		return d.Round(time.Millisecond).String()
-	}
-	return d.Round(100 * time.Millisecond).String()
+	return humanize.Duration(s.FinishedAt.Sub(s.StartedAt))
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/machines"
 )
 
@@ -84,7 +85,7 @@ func (a *App) runMachineWarm(ctx context.Context, o machineWarmOptions) error {
 		verb = "cloned"
 	}
 	a.info("%s %s from %s: %s at %s, in %s", verb, mach.Project, clean(mach.Repo), clean(mach.DefaultRef),
-		shortSHA(mach.HeadCommit), time.Since(start).Round(time.Millisecond))
+		shortSHA(mach.HeadCommit), humanize.Duration(time.Since(start)))
 	if err := a.warmPool(ctx, svc, mach.Project, o.pool, o.poolSet); err != nil {
 		return err
 	}
@@ -133,7 +134,7 @@ func (a *App) runMachineList(ctx context.Context) error {
 	now := clock()
 	t := newTable(a.Out, "PROJECT", "REF", "COMMIT", "FETCHED", "SESSIONS", "REPO")
 	for _, v := range views {
-		t.row(v.Project, clean(v.DefaultRef), shortSHA(v.HeadCommit), ago(v.LastFetchAt, now), fmt.Sprint(v.OpenSessions), clean(v.Repo))
+		t.row(v.Project, clean(v.DefaultRef), shortSHA(v.HeadCommit), humanize.Ago(v.LastFetchAt, now), fmt.Sprint(v.OpenSessions), clean(v.Repo))
 	}
 	return t.flush()
 }
@@ -177,8 +178,8 @@ func (a *App) runMachineShow(ctx context.Context, o machineShowOptions) error {
 	kv.row("Default ref:", clean(v.DefaultRef)+" "+shortSHA(v.HeadCommit))
 	kv.row("Checkout:", v.Path)
 	kv.row("Cache volume:", v.Volume+" (docker engine)")
-	kv.row("Created:", v.CreatedAt.Local().Format(time.DateTime)+" ("+ago(v.CreatedAt, now)+")")
-	kv.row("Last fetch:", v.LastFetchAt.Local().Format(time.DateTime)+" ("+ago(v.LastFetchAt, now)+")")
+	kv.row("Created:", v.CreatedAt.Local().Format(time.DateTime)+" ("+humanize.Ago(v.CreatedAt, now)+")")
+	kv.row("Last fetch:", v.LastFetchAt.Local().Format(time.DateTime)+" ("+humanize.Ago(v.LastFetchAt, now)+")")
 	kv.row("Open sessions:", fmt.Sprint(v.OpenSessions))
 	kv.row("Pool:", poolSummary(v))
 	if err := kv.flush(); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/pool"
 	"github.com/xmode/xmode/reaper"
 	"github.com/xmode/xmode/sandbox"
@@ -65,7 +66,7 @@ func (a *App) warmPool(ctx context.Context, svc *sandbox.Service, project string
 		return fmt.Errorf("warmed %s, but its pool: %w", project, rep.Err)
 	}
 	if rep.Filled > 0 || rep.Retired > 0 {
-		a.info("pool of %s: made %d, retired %d, in %s", project, rep.Filled, rep.Retired, time.Since(start).Round(time.Millisecond))
+		a.info("pool of %s: made %d, retired %d, in %s", project, rep.Filled, rep.Retired, humanize.Duration(time.Since(start)))
 	}
 	return nil
 }
@@ -104,7 +105,7 @@ func (a *App) printPool(w io.Writer, v pool.MachineView) error {
 		if e.Image != "" {
 			eng += " " + e.Image
 		}
-		t.row(e.SessionID, state, human(now.Sub(e.CreatedAt)), shortSHA(e.Commit), clean(eng))
+		t.row(e.SessionID, state, humanize.Span(now.Sub(e.CreatedAt)), shortSHA(e.Commit), clean(eng))
 	}
 	return t.flush()
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/reaper"
 )
@@ -107,7 +108,7 @@ func (a *App) runReap(ctx context.Context, o reapOptions) error {
 		}
 		// Cancelled part-way: say what was done, then fail.
 		a.reapFailures(sum)
-		return fail.Failedf("reap interrupted after %s: %v; run it again to finish", time.Duration(sum.DurationMS)*time.Millisecond, err)
+		return fail.Failedf("reap interrupted after %s: %v; run it again to finish", humanize.Duration(time.Duration(sum.DurationMS)*time.Millisecond), err)
 	}
 	a.reapPools(ctx, svc, sum, o.dryRun, r.Log)
 	if a.json {

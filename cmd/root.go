@@ -18,6 +18,7 @@ import (
 
 	"github.com/fatih/color"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/term"
 
 	"github.com/xmode/xmode/config"
@@ -203,12 +204,6 @@ func (a *App) exitCode(ctx context.Context, cmd *cobra.Command, err error) (code
 	return fail.ExitCode(err), err
 }
 
-// errorKinds names fail's kinds in --json errors.
-var errorKinds = map[fail.Kind]string{
-	fail.Failed: "failed", fail.Usage: "usage", fail.NotFound: "not_found",
-	fail.Refused: "refused", fail.EngineUnavailable: "engine",
-}
-
 // printError says what went wrong on stderr and, with --json, also as one
 // JSON object on stdout, so that a script never has to read stderr:
 // {"error":{"code":N,"kind":"usage|not_found|refused|engine|failed","message":"…"}}.
@@ -224,7 +219,7 @@ func (a *App) printError(err error, code int) {
 			Kind    string `json:"kind"`
 			Message string `json:"message"`
 		}
-		b, _ := json.Marshal(map[string]jsonError{"error": {Code: code, Kind: errorKinds[fail.KindOf(err)], Message: err.Error()}})
+		b, _ := json.Marshal(map[string]jsonError{"error": {Code: code, Kind: fail.KindOf(err).Name(), Message: err.Error()}})
 		fmt.Fprintln(a.Out, string(b))
 	}
 }
@@ -262,7 +257,7 @@ with evidence for every step that outlives the sandbox.` + exitStatusHelp,
 			return a.gettingStarted()
 		},
 	}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fail.Usagef("%v (see --help)", err) })
+	root.SetFlagErrorFunc(flagError)
 	// --version is long only: -v is --verbose everywhere (`xmode -v reap`
 	// reaps, verbosely; it does not print the version).
 	root.Flags().BoolVar(&version, "version", false, "print the version (with --json: as JSON)")
@@ -470,18 +465,59 @@ func unknownCommand(cmd *cobra.Command, name string) error {
 	return fail.Usagef("%s (see `%s --help`)", msg, cmd.CommandPath())
 }
 
+// flagError is the usage error for a flag cmd cannot take; an unknown
+// long flag comes with the flags it may have meant, as git suggests a
+// command ("--reop": did you mean --repo?).
+func flagError(cmd *cobra.Command, err error) error {
+	var ne *pflag.NotExistError
+	if errors.As(err, &ne) && ne.GetSpecifiedShortnames() == "" {
+		var names []string
+		cmd.Flags().VisitAll(func(f *pflag.Flag) {
+			if !f.Hidden {
+				names = append(names, f.Name)
+			}
+		})
+		if s := nearest(names, ne.GetSpecifiedName()); len(s) > 0 {
+			for i := range s {
+				s[i] = "--" + s[i]
+			}
+			return fail.Usagef("%v: did you mean %s? (see --help)", err, strings.Join(s, " or "))
+		}
+	}
+	return fail.Usagef("%v (see --help)", err)
+}
+
 // suggestions are cmd's subcommands nearest to name: those it begins
 // (creat → create), else those at the fewest edits, two at most, a swap of
 // two letters counting as one (wram → warm).
 func suggestions(cmd *cobra.Command, name string) []string {
+	var names [][]string
+	for _, c := range cmd.Commands() {
+		if c.IsAvailableCommand() {
+			names = append(names, append([]string{c.Name()}, c.Aliases...))
+		}
+	}
+	return nearestOf(names, name)
+}
+
+// nearest is nearestOf for names without aliases.
+func nearest(names []string, name string) []string {
+	var all [][]string
+	for _, n := range names {
+		all = append(all, []string{n})
+	}
+	return nearestOf(all, name)
+}
+
+// nearestOf is the first name of each entry of names nearest to name:
+// those that one of its names begins with, else those at the fewest
+// edits, two at most, a swap of two letters counting as one.
+func nearestOf(names [][]string, name string) []string {
 	name = strings.ToLower(name)
 	best, out := 3, []string(nil)
-	for _, c := range cmd.Commands() {
-		if !c.IsAvailableCommand() {
-			continue
-		}
+	for _, ns := range names {
 		d := 3
-		for _, n := range append([]string{c.Name()}, c.Aliases...) {
+		for _, n := range ns {
 			n = strings.ToLower(n)
 			if strings.HasPrefix(n, name) {
 				d = 0
@@ -491,9 +527,9 @@ func suggestions(cmd *cobra.Command, name string) []string {
 		}
 		switch {
 		case d < best:
-			best, out = d, []string{c.Name()}
+			best, out = d, []string{ns[0]}
 		case d == best && d < 3:
-			out = append(out, c.Name())
+			out = append(out, ns[0])
 		}
 	}
 	return out

@@ -14,6 +14,7 @@ import (
 	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/loop"
 	"github.com/xmode/xmode/plans"
@@ -93,8 +94,10 @@ STATUS
 
 EXIT STATUS
   the first failing required step's status (0 when every one passed; 130
-  after Ctrl-C); 1 the loop failed (the change request could not be built);
-  2 bad flag or plan, 3 not found, 4 refused, 5 engine unavailable.` + stepPipeExitHelp,
+  after Ctrl-C), or 1 when that status is 2-5, which are xmode's own (the
+  step keeps its status in the run's steps); 1 the loop failed (the change
+  request could not be built); 2 bad flag or plan, 3 not found, 4 refused,
+  5 engine unavailable.` + stepPipeExitHelp,
 		Example: `  xmode run --repo . --objective "fix the flaky test" --agent codex
   XMODE_AGENT_COMMAND_TEMPLATE="sh '$(xmode examples)/agent.sh' {prompt_file}" \
     xmode run --repo . --objective "add a NOTES.md" -f "$(xmode examples)/xmode.yaml"`,
@@ -247,7 +250,7 @@ func (a *App) runListRuns(ctx context.Context, o runListOptions) error {
 		if r.ExitCode != nil {
 			exit = fmt.Sprint(*r.ExitCode)
 		}
-		t.row(r.ID, a.runStatusColor(r.Status), exit, orDash(r.CR), ago(r.CreatedAt, now), truncate(clean(firstLine(r.Objective)), 50))
+		t.row(r.ID, a.runStatusColor(r.Status), exit, orDash(r.CR), humanize.Ago(r.CreatedAt, now), truncate(clean(firstLine(r.Objective)), 50))
 	}
 	return t.flush()
 }

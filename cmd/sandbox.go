@@ -15,6 +15,7 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
@@ -30,7 +31,7 @@ type createOptions struct {
 func (a *App) newCreate() *cobra.Command {
 	var o createOptions
 	cmd := &cobra.Command{
-		Use:   "create --repo URL|PATH [--ref REF]",
+		Use:   "create [--repo URL|PATH] [--ref REF]",
 		Short: "Provision a sandbox: a run directory, a worktree, and (docker engine) a bounded container",
 		Long: `Provision a sandbox session. Prints its ID on stdout (the session as JSON with --json).
 
@@ -41,12 +42,13 @@ commit of a local repository) leaves nothing at all; exit 2 either way.
 
 --repo . is the repository this directory is in (any subdirectory of it); the
 sandbox gets what is committed there, and a note says when there is more.
+Without --repo (nor --run or --project) it is --repo .
 
 Where it runs: on the host (runner mode local_worktree, the default), or in a
 hardened docker container with XMODE_SANDBOX_ENGINE=docker and runner mode
 cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=cloud_worker`" + `).` + exitStatusHelp,
 		Example: `  xmode sandbox create --repo https://example.com/project.git --ref main
-  id=$(xmode sandbox create --repo . -q)
+  id=$(xmode sandbox create -q)    # this directory's repository
   XMODE_SANDBOX_ENGINE=docker xmode sandbox create --repo . --runner-mode cloud_worker --image golang:1.26
   XMODE_PROJECT_MACHINES=1 xmode sandbox create --project prom --ref v3.0.0`,
 		Args: exactArgs(0, "no arguments"),
@@ -58,6 +60,7 @@ cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=c
 		},
 	}
 	addCreateFlags(cmd, &o.CreateOptions)
+	cmd.Flags().Lookup("repo").Usage += " (default: the repository of this directory)"
 	cmd.Flags().StringVar(&o.RunID, "run", "", "share this run's worktree instead of cloning")
 	return a.setTraits(cmd, traits{interrupted: "the sandbox was not created; what it had begun was cleaned up (`xmode sandbox list --all` shows the session as failed if it was recorded)"})
 }
@@ -77,8 +80,17 @@ func (a *App) runCreate(ctx context.Context, o createOptions) error {
 			a.info("xmode: %s", whichEngine(svc.Cfg))
 		}
 	}
+	// No --repo (nor --run, --project) is --repo .: the repository this
+	// directory is in, as git commands take it.
+	here := o.Repo == "" && o.RunID == "" && o.Project == ""
+	if here {
+		o.Repo = "."
+	}
 	start := time.Now()
 	sess, err := svc.Create(ctx, o.CreateOptions)
+	if here && fail.KindOf(err) == fail.Usage && fail.InputOf(err) == fail.Repo {
+		return fail.Usagef("this directory is not in a git repository, and no %s was given: give %s URL|PATH (a URL, a file:// URL or a local path)", fail.Repo, fail.Repo)
+	}
 	if err != nil {
 		return err
 	}
@@ -89,7 +101,7 @@ func (a *App) runCreate(ctx context.Context, o createOptions) error {
 	a.info("created %s: %s at %s (%s), worktree %s, %s",
 		sess.ID, sess.Repo, sess.Ref, shortSHA(sess.BaseCommit), sess.WorktreePath, left(sess, clock()))
 	if a.verbose {
-		a.info("xmode: created in %s", time.Since(start).Round(time.Millisecond))
+		a.info("xmode: created in %s", humanize.Duration(time.Since(start)))
 	}
 	return nil
 }
@@ -231,7 +243,7 @@ EXIT STATUS
   signal N (130 for Ctrl-C; 137 with oom_killed when the memory limit killed
   it); 126 not executable; 127 not found; 125 when xmode failed before the
   command could start (bad flag, unknown session, session not open, engine
-  unreachable). With --detach: 0 once the step runs, or has ended (a
+  unreachable); 2 when no command was given. With --detach: 0 once the step runs, or has ended (a
   command not found: its result says 127), 125 when xmode could not start
   it.` + stepPipeExitHelp,
 		Example: `  xmode sandbox exec sbx_7k2m9q4x -- make test
@@ -240,9 +252,11 @@ EXIT STATUS
   xmode sandbox exec 7k2m -it -- python3
   xmode sandbox exec 7k2m --json -- make lint | jq .exit_code
   xmode sandbox exec 7k2m --detach --name web -- busybox httpd -f -p 8080`,
+		// No command at all is a usage error (2), whatever the session:
+		// nothing was asked to run, so no status of docker's applies.
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return fail.Usagef("give a session and a command: xmode sandbox exec SESSION -- CMD [ARG...]")
+				return noCommand("give a session and a command: xmode sandbox exec SESSION -- CMD [ARG...]")
 			}
 			return nil
 		},
@@ -250,6 +264,9 @@ EXIT STATUS
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dash := cmd.ArgsLenAtDash(); dash > 1 {
 				return fail.Usagef("unexpected %q before --: xmode sandbox exec SESSION [flags] -- CMD [ARG...]", args[1])
+			}
+			if len(args) == 1 {
+				return noCommand(fmt.Sprintf("no command: give one after --, e.g. xmode sandbox exec %s -- make test", args[0]))
 			}
 			o.session, o.Argv = args[0], args[1:]
 			return a.runExec(cmd.Context(), o)
@@ -264,6 +281,12 @@ EXIT STATUS
 	f.BoolVarP(&o.tty, "tty", "t", false, "give the command a terminal (needs one here); its transcript is stdout.log")
 	f.BoolVarP(&o.detach, "detach", "d", false, "run the step in the background: print its number and return")
 	return a.setTraits(cmd, traits{exit: exitStepDocker, interrupted: "the step never started"})
+}
+
+// noCommand is `sandbox exec` without a command: a usage error that exits
+// 2, not the 125 of xmode's other failures before the command starts.
+func noCommand(msg string) error {
+	return &statusError{err: fail.Usagef("%s", msg), code: fail.Usage.ExitCode()}
 }
 
 func (a *App) runExec(ctx context.Context, o execOptions) error {
@@ -461,7 +484,9 @@ func (a *App) newList() *cobra.Command {
 		Use:     "list",
 		Aliases: []string{"ls"},
 		Short:   "List open sessions (--all adds ended ones)",
-		Long:    "List open sessions (--all adds ended ones; -q: their IDs only)." + exitStatusHelp,
+		Long: `List open sessions (--all adds ended ones; -q: their IDs only). SIZE is what
+an open session's worktree holds on disk now; an ended session's is gone
+("-": sandbox show and --json give what it held at teardown).` + exitStatusHelp,
 		Example: `  xmode sandbox list
   xmode sandbox list --all --user alice
   xmode sandbox list -q              # IDs only, for scripts`,
@@ -500,9 +525,35 @@ func (a *App) runList(ctx context.Context, o listOptions) error {
 	now := clock()
 	t := newTable(a.Out, "ID", "STATUS", "USER", "ENGINE", "REPO", "REF", "SIZE", "CREATED", "EXPIRES")
 	for _, s := range sessions {
-		t.row(s.ID, a.status(s), clean(s.User), s.Engine, clean(repoLabel(s)), clean(truncate(s.Ref, 24)), size(s.WorktreeBytes), ago(s.CreatedAt, now), left(s, now))
+		t.row(s.ID, a.status(s), clean(s.User), s.Engine, clean(repoLabel(s)), clean(truncate(s.Ref, 24)), listedSize(s), humanize.Ago(s.CreatedAt, now), left(s, now))
 	}
 	return t.flush()
+}
+
+// listedSize is list's SIZE: what an open session's worktree holds now;
+// nothing once the session ended, its worktree gone (show says what it
+// held at teardown).
+func listedSize(s *store.Session) string {
+	if s.Ended() {
+		return "-"
+	}
+	return size(s.WorktreeBytes)
+}
+
+// worktreeLine is show's Worktree: its path and size while the session is
+// open; for an ended one, whether it is still there, and what it held at
+// teardown.
+func worktreeLine(s *store.Session) string {
+	if !s.Ended() {
+		return s.WorktreePath + " (" + size(s.WorktreeBytes) + ")"
+	}
+	if _, err := os.Lstat(s.WorktreePath); err == nil {
+		return s.WorktreePath + " (still on disk: another session of its run shares it, or `xmode reap` has yet to remove it)"
+	}
+	if s.WorktreeBytes == nil {
+		return s.WorktreePath + " (removed)"
+	}
+	return s.WorktreePath + " (removed; it held " + size(s.WorktreeBytes) + " at teardown)"
 }
 
 // showOptions are `sandbox show`'s session.
@@ -562,12 +613,12 @@ func (a *App) runShow(ctx context.Context, o showOptions) error {
 	kv.row("Engine:", s.Engine)
 	kv.row("Repo:", clean(s.Repo))
 	kv.row("Ref:", clean(s.Ref)+" "+shortSHA(s.BaseCommit))
-	kv.row("Created:", s.CreatedAt.Local().Format(time.DateTime)+" ("+ago(s.CreatedAt, now)+")")
+	kv.row("Created:", s.CreatedAt.Local().Format(time.DateTime)+" ("+humanize.Ago(s.CreatedAt, now)+")")
 	kv.row("Expires:", s.ExpiresAt.Local().Format(time.DateTime)+" ("+left(s, now)+")")
 	if s.EndedAt != nil {
 		kv.row("Ended:", s.EndedAt.Local().Format(time.DateTime))
 	}
-	kv.row("Worktree:", s.WorktreePath+" ("+size(s.WorktreeBytes)+")")
+	kv.row("Worktree:", worktreeLine(s))
 	kv.row("Evidence:", s.RunDir)
 	if s.ContainerID != "" {
 		kv.row("Container:", shortSHA(s.ContainerID)+" ("+s.MountMode+", "+s.Image+")")
@@ -641,7 +692,7 @@ func (a *App) runExtend(ctx context.Context, o extendOptions) error {
 		return a.printJSON(s)
 	}
 	fmt.Fprintln(a.Out, s.ID)
-	a.info("%s now expires at %s (in %s)", s.ID, s.ExpiresAt.Local().Format(time.DateTime), human(s.ExpiresAt.Sub(clock()).Round(time.Minute)))
+	a.info("%s now expires at %s (in %s)", s.ID, s.ExpiresAt.Local().Format(time.DateTime), humanize.Span(s.ExpiresAt.Sub(clock()).Round(time.Minute)))
 	return nil
 }
 

@@ -131,6 +131,27 @@ func TestSandboxList(t *testing.T) {
 	}
 }
 
+// An ended session's worktree is gone: list shows no size for it, show says
+// it was removed and what it held at teardown; an open one's is measured.
+func TestEndedSessionSize(t *testing.T) {
+	c := newTestCLI(t)
+	id := c.session()
+	c.ok("sandbox", "exec", id, "--", "sh", "-c", "head -c 300000 /dev/zero > big")
+	if out := c.ok("sandbox", "show", id); !regexp.MustCompile(`\nWorktree: +\S+/worktree \(\d+\.\dK\)\n`).MatchString(out) {
+		t.Errorf("show of an open session:\n%s", out)
+	}
+	if out := c.ok("sandbox", "list"); !regexp.MustCompile(`\n` + id + ` +open .* \d+\.\dK +\d+s ago`).MatchString(out) {
+		t.Errorf("list of an open session:\n%s", out)
+	}
+	c.ok("sandbox", "stop", id)
+	if out := c.ok("sandbox", "list", "--all"); !regexp.MustCompile(`\n` + id + ` +destroyed \(stopped\) .* - +\d+s ago +ended\n`).MatchString(out) {
+		t.Errorf("list of an ended session shows a size:\n%s", out)
+	}
+	if out := c.ok("sandbox", "show", id); !regexp.MustCompile(`\nWorktree: +\S+/worktree \(removed; it held \d+\.\dK at teardown\)\n`).MatchString(out) {
+		t.Errorf("show of an ended session:\n%s", out)
+	}
+}
+
 // sandbox show: its fields as aligned "Label: value" lines, its steps under
 // them; --json is the session with its steps.
 func TestSandboxShow(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
 )
@@ -220,7 +221,7 @@ func (a *App) stepDone(cfg *config.Config, res *evidence.Result, err error, time
 	case res.StoppedBy != "":
 		fmt.Fprintf(a.Err, "xmode: step %d (%s) was stopped by `%s` (exit %d)\n", res.Seq, res.Name, res.StoppedBy, res.ExitCode)
 	case res.TimedOut:
-		fmt.Fprintf(a.Err, "xmode: step %d (%s) timed out after %s\n", res.Seq, clean(res.Name), timeout)
+		fmt.Fprintf(a.Err, "xmode: step %d (%s) timed out after %s\n", res.Seq, clean(res.Name), humanize.Duration(timeout))
 	case res.OOMKilled:
 		fmt.Fprintf(a.Err, "xmode: step %d was OOM-killed at the %s memory limit (XMODE_SANDBOX_MEMORY)\n", res.Seq, dockerSize(cfg.Memory))
 	}

@@ -233,7 +233,7 @@ func SignalStep(ctx context.Context, a Provider, sb Sandbox, tag string, sig sys
 	if sig == syscall.SIGTERM {
 		return a.KillStep(ctx, sb, tag)
 	}
-	return fail.Refusedf("the %s engine ends steps with TERM only, not %s: leave out --signal", a.Name(), sig)
+	return fail.Refusedf("the %s engine ends steps with TERM only, not %s: leave out %s", a.Name(), sig, fail.Signal)
 }
 
 // MountModer is an engine with more than one way to give a sandbox its

@@ -1,6 +1,8 @@
-// Package fail carries the kind of an error up to the one place that turns it
-// into an exit code (docs/reference.md, "Exit codes"). Packages wrap causes
-// with fmt.Errorf as usual; only the outermost classification matters.
+// Package fail carries the kind of an error, and the input it blames, up to
+// the front end that shows it: the CLI turns the kind into an exit code
+// (docs/reference.md, "Exit codes"), MCP into a tool error, the UI into an
+// HTTP status. Packages wrap causes with fmt.Errorf as usual; only the
+// outermost kind matters.
 package fail
 
 import (
@@ -24,20 +26,75 @@ const (
 	EngineUnavailable
 )
 
-// Error is an error with a Kind.
+// kinds is the one table of what each kind means to each front end. The
+// HTTP statuses are net/http's constants, written as numbers: every
+// command links this package, and net/http costs start-up.
+var kinds = [...]struct {
+	name string // in --json errors and docs/reference.md, "Error kind"
+	exit int    // the CLI's exit code
+	http int    // the UI's status
+	tool string // how an MCP tool error starts, so the model knows what to change
+	fix  string // what an MCP tool error ends with
+}{
+	Failed:            {"failed", 1, 500, "failed: ", ""},
+	Usage:             {"usage", 2, 400, "invalid input: ", ""},
+	NotFound:          {"not_found", 3, 404, "not found: ", ""},
+	Refused:           {"refused", 4, 409, "refused: ", ""},
+	EngineUnavailable: {"engine", 5, 503, "the sandbox engine is unavailable: ", " — tell the user; `xmode doctor` checks the engine"},
+}
+
+// Kinds lists every kind.
+func Kinds() []Kind {
+	ks := make([]Kind, len(kinds))
+	for i := range kinds {
+		ks[i] = Kind(i)
+	}
+	return ks
+}
+
+// known is k, or Failed for a number that is no kind.
+func (k Kind) known() Kind {
+	if k < 0 || int(k) >= len(kinds) {
+		return Failed
+	}
+	return k
+}
+
+// Name is k's name in --json errors: usage, not_found, refused, engine, failed.
+func (k Kind) Name() string { return kinds[k.known()].name }
+
+// ExitCode is the CLI's exit code for k.
+func (k Kind) ExitCode() int { return kinds[k.known()].exit }
+
+// HTTPStatus is the UI's status for k.
+func (k Kind) HTTPStatus() int { return kinds[k.known()].http }
+
+// ToolMessage is msg as an MCP tool error of kind k says it.
+func (k Kind) ToolMessage(msg string) string {
+	t := kinds[k.known()]
+	return t.tool + msg + t.fix
+}
+
+// Error is an error with a Kind. Made by Usagef and its siblings, it also
+// knows which inputs its message names (see Input).
 type Error struct {
 	Kind Kind
 	Err  error
+
+	// format and args made Err; kept to cut its message at the inputs.
+	format string
+	args   []any
 }
 
 func (e *Error) Error() string { return e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
 
 func newf(k Kind, format string, args ...any) error {
-	return &Error{Kind: k, Err: fmt.Errorf(format, args...)}
+	return &Error{Kind: k, Err: fmt.Errorf(format, args...), format: format, args: args}
 }
 
-// Usagef reports a bad flag or value; the message must name the flag or variable.
+// Usagef reports a bad flag or value; the message must name the input
+// (an Input argument) or the variable.
 func Usagef(format string, args ...any) error { return newf(Usage, format, args...) }
 
 // NotFoundf reports a missing session, run or machine.
@@ -68,7 +125,7 @@ func As(k Kind, err error) error {
 func KindOf(err error) Kind {
 	var e *Error
 	if errors.As(err, &e) {
-		return e.Kind
+		return e.Kind.known()
 	}
 	return Failed
 }
@@ -78,16 +135,5 @@ func ExitCode(err error) int {
 	if err == nil {
 		return 0
 	}
-	switch KindOf(err) {
-	case Usage:
-		return 2
-	case NotFound:
-		return 3
-	case Refused:
-		return 4
-	case EngineUnavailable:
-		return 5
-	default:
-		return 1
-	}
+	return KindOf(err).ExitCode()
 }

@@ -171,11 +171,11 @@ func ResolveWorkdir(worktree, rel string) (string, error) {
 		return worktree, nil
 	}
 	if filepath.IsAbs(rel) {
-		return "", fail.Usagef("--workdir %q must be relative to the worktree", rel)
+		return "", fail.Usagef("%s %q must be relative to the worktree", fail.Workdir, rel)
 	}
 	clean := filepath.Clean(rel)
 	if clean == ".." || strings.HasPrefix(clean, "../") {
-		return "", fail.Usagef("--workdir %q escapes the worktree", rel)
+		return "", fail.Usagef("%s %q escapes the worktree", fail.Workdir, rel)
 	}
 	dir := filepath.Join(worktree, clean)
 	realTree, err := filepath.EvalSymlinks(worktree)
@@ -184,13 +184,13 @@ func ResolveWorkdir(worktree, rel string) (string, error) {
 	}
 	real, err := filepath.EvalSymlinks(dir)
 	if err != nil {
-		return "", fail.Usagef("--workdir %q: no such directory in the worktree", rel)
+		return "", fail.Usagef("%s %q: no such directory in the worktree", fail.Workdir, rel)
 	}
 	if !isUnder(realTree, real) {
-		return "", fail.Usagef("--workdir %q escapes the worktree through a symlink", rel)
+		return "", fail.Usagef("%s %q escapes the worktree through a symlink", fail.Workdir, rel)
 	}
 	if st, err := os.Stat(real); err != nil || !st.IsDir() {
-		return "", fail.Usagef("--workdir %q is not a directory", rel)
+		return "", fail.Usagef("%s %q is not a directory", fail.Workdir, rel)
 	}
 	return dir, nil
 }

@@ -46,7 +46,7 @@ func WriteError(root string, err error) error {
 	case IsDiskFull(err):
 		return DiskFull(root, path, err)
 	case errors.Is(err, syscall.EROFS) || ReadOnly(root):
-		return fail.Failedf("storage root %s is read-only (%v): point --storage-root or XMODE_STORAGE_ROOT at a writable directory", root, err)
+		return fail.Failedf("storage root %s is read-only (%v): point %s or XMODE_STORAGE_ROOT at a writable directory", root, err, fail.StorageRoot)
 	}
 	return err
 }

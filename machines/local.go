@@ -24,7 +24,7 @@ func ResolveRepo(ctx context.Context, g fsguard.Guard, repo string) (norm string
 		if ctx.Err() != nil {
 			return "", false, ctx.Err()
 		}
-		return "", false, fail.Usagef("--repo %s is not a git repository, nor inside one: give a repository's path or URL", repo)
+		return "", false, fail.Usagef("%s %s is not a git repository, nor inside one: give a repository's path or URL", fail.Repo, repo)
 	}
 	if bare == "true" {
 		return norm, false, nil
@@ -34,7 +34,7 @@ func ResolveRepo(ctx context.Context, g fsguard.Guard, repo string) (norm string
 		return norm, false, nil // inside a .git directory: git takes it as it is
 	}
 	if g.Root != "" && g.Contains(top) {
-		return "", false, fail.Refusedf("--repo %s is inside the storage root %s: a sandbox's worktree is not a repository xmode clones from (a step may have written its .git)", repo, g.Root)
+		return "", false, fail.Refusedf("%s %s is inside the storage root %s: a sandbox's worktree is not a repository xmode clones from (a step may have written its .git)", fail.Repo, repo, g.Root)
 	}
 	status, err := gitcli.Run(ctx, nil, top, "status", "--porcelain", "--untracked-files=no")
 	return top, err == nil && status != "", nil

@@ -97,16 +97,16 @@ func NormaliseRepo(g fsguard.Guard, repo string) (string, error) {
 	}
 	abs, err := filepath.Abs(local)
 	if err != nil {
-		return "", fail.Usagef("--repo %q: %v", repo, err)
+		return "", fail.Usagef("%s %q: %v", fail.Repo, repo, err)
 	}
 	if g.Root != "" && g.Contains(abs) {
-		return "", fail.Refusedf("--repo %s is inside the storage root %s: a sandbox's worktree is not a repository xmode clones from (a step may have written its .git); push what you need from it to another repository first", repo, g.Root)
+		return "", fail.Refusedf("%s %s is inside the storage root %s: a sandbox's worktree is not a repository xmode clones from (a step may have written its .git); push what you need from it to another repository first", fail.Repo, repo, g.Root)
 	}
 	if isURL {
 		return repo, nil
 	}
 	if _, err := os.Stat(abs); err != nil {
-		return "", fail.Usagef("--repo %q: no such repository (give a URL, a file:// URL or an existing path)", repo)
+		return "", fail.Usagef("%s %q: no such repository (give a URL, a file:// URL or an existing path)", fail.Repo, repo)
 	}
 	return abs, nil
 }
@@ -146,7 +146,7 @@ func (m *Manager) Warm(ctx context.Context, project, repo, ref string) (mach *st
 	}
 	switch {
 	case prev == nil && repo == "":
-		return nil, false, fail.Usagef("--repo is required to warm project machine %s the first time", project)
+		return nil, false, fail.Usagef("%s is required to warm project machine %s the first time", fail.Repo, project)
 	case prev != nil && repo != "" && repo != prev.Repo:
 		return nil, false, fail.Refusedf("project machine %s was warmed from %s, not %s: remove it first with `xmode machine rm %s`", project, prev.Repo, repo, project)
 	case prev != nil:
@@ -186,7 +186,7 @@ func (m *Manager) Warm(ctx context.Context, project, repo, ref string) (mach *st
 	if defaultRef == "" {
 		head, err := gitcli.Run(ctx, nil, repoDir, "symbolic-ref", "--short", "refs/remotes/origin/HEAD")
 		if err != nil {
-			return nil, false, fail.Failedf("%s has no default branch (its HEAD is detached or missing): warm with --ref BRANCH", repo)
+			return nil, false, fail.Failedf("%s has no default branch (its HEAD is detached or missing): warm with %s BRANCH", repo, fail.Ref)
 		}
 		defaultRef = strings.TrimPrefix(head, "origin/")
 	}
@@ -290,7 +290,7 @@ func (m *Manager) refresh(ctx context.Context, mach *store.Machine, fetch bool) 
 		return err
 	}
 	if !found {
-		return fail.Usagef("--ref %q: no such branch, tag or commit in %s", mach.DefaultRef, mach.Repo)
+		return fail.Usagef("%s %q: no such branch, tag or commit in %s", fail.Ref, mach.DefaultRef, mach.Repo)
 	}
 	// The machine's own checkout follows the default ref, detached: no
 	// local branch exists, so `git checkout main` in a worktree starts

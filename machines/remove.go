@@ -67,8 +67,7 @@ func (m *Manager) Remove(ctx context.Context, project string) (Removed, error) {
 		for i, s := range users {
 			ids[i] = s.ID
 		}
-		return out, fail.Refusedf("project machine %s is in use by %d open session(s): %s; stop them (`xmode sandbox stop ID`) or use --force",
-			project, len(ids), strings.Join(ids, ", "))
+		return out, fail.Refusedf("project machine %s is in use by %d open session(s): %s; stop them (`xmode sandbox stop ID`) or use %s", project, len(ids), strings.Join(ids, ", "), fail.Force)
 	}
 	// The caller drains the pool first; an entry left is one being made
 	// right now (a refill that has not reached `git worktree add`).

@@ -37,7 +37,7 @@ func checkRef(ref string) error {
 		}
 	}
 	if bad {
-		return fail.Usagef("--ref %q is not a branch, tag or commit name", ref)
+		return fail.Usagef("%s %q is not a branch, tag or commit name", fail.Ref, ref)
 	}
 	return nil
 }

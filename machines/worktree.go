@@ -50,7 +50,7 @@ func (m *Manager) Checkout(ctx context.Context, project, repo, ref string, refre
 	warmed := false
 	switch {
 	case mach == nil && repo == "":
-		return nil, fail.NotFoundf("no project machine %s: warm it with `xmode machine warm %s --repo URL` (or give --repo to warm it now)", project, project)
+		return nil, fail.NotFoundf("no project machine %s: warm it with `xmode machine warm %s --repo URL` (or give %s to warm it now)", project, project, fail.Repo)
 	case mach == nil:
 		if mach, warmed, err = m.Warm(ctx, project, repo, ""); err != nil {
 			return nil, err
@@ -63,7 +63,7 @@ func (m *Manager) Checkout(ctx context.Context, project, repo, ref string, refre
 		if norm != mach.Repo {
 			// Refused, as by `machine warm`: the input is sound, the
 			// machine that exists is another repository's.
-			return nil, fail.Refusedf("--repo %s is not the repository of project machine %s (%s): drop --repo, or use another --project", repo, project, mach.Repo)
+			return nil, fail.Refusedf("%s %s is not the repository of project machine %s (%s): drop %s, or use another %s", fail.Repo, repo, project, mach.Repo, fail.Repo, fail.Project)
 		}
 	}
 	want := ref
@@ -125,7 +125,7 @@ func (m *Manager) resolveLocked(ctx context.Context, mach *store.Machine, repoDi
 		return "", err
 	}
 	if !found {
-		return "", fail.Usagef("--ref %q: no such branch, tag or commit in %s (project machine %s, fetched just now)", want, mach.Repo, mach.Project)
+		return "", fail.Usagef("%s %q: no such branch, tag or commit in %s (project machine %s, fetched just now)", fail.Ref, want, mach.Repo, mach.Project)
 	}
 	return commit, nil
 }

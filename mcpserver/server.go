@@ -197,18 +197,16 @@ func toolError(err error) error {
 	if err == nil {
 		return nil
 	}
-	msg := err.Error()
-	switch fail.KindOf(err) {
-	case fail.Usage:
-		return errors.New("invalid input: " + msg)
-	case fail.NotFound:
-		return errors.New("not found: " + msg)
-	case fail.Refused:
-		return errors.New("refused: " + msg)
-	case fail.EngineUnavailable:
-		return errors.New("the sandbox engine is unavailable: " + msg + " — tell the user; `xmode doctor` checks the engine")
+	return errors.New(fail.KindOf(err).ToolMessage(fail.Render(err, parameter)))
+}
+
+// parameter is MCP's word for an input a service names: the tools'
+// parameter of that name (repository for repo).
+func parameter(in fail.Input) string {
+	if in == fail.Repo {
+		return "repository"
 	}
-	return errors.New("failed: " + msg)
+	return string(in)
 }
 
 // scoped is the session id names, if this server may act on it: the

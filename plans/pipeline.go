@@ -82,7 +82,7 @@ func Check(p *Plan, o Options) error {
 			for i, s := range p.Steps {
 				names[i] = s.Name
 			}
-			return fail.Usagef("--from %q: the plan has no such step (its steps: %s)", o.From, strings.Join(names, ", "))
+			return fail.Usagef("%s %q: the plan has no such step (its steps: %s)", fail.From, o.From, strings.Join(names, ", "))
 		}
 	}
 	if o.Agent != "" {

@@ -64,7 +64,7 @@ func orHEAD(ref string) string {
 // start with '-'; git itself blocks such a path too, but xmode says why.
 func checkRepo(repo string) error {
 	if strings.HasPrefix(repo, "-") {
-		return fail.Usagef("--repo %q: a repository cannot start with '-'", repo)
+		return fail.Usagef("%s %q: a repository cannot start with '-'", fail.Repo, repo)
 	}
 	return nil
 }
@@ -124,7 +124,7 @@ func resolveRef(ctx context.Context, repo, ref string) (target, error) {
 		} else if h, ok := hashes["HEAD"]; ok {
 			return target{hash: h}, nil // a detached HEAD
 		}
-		return target{}, fail.Failedf("repository %s has no HEAD (empty?): give --ref", repo)
+		return target{}, fail.Failedf("repository %s has no HEAD (empty?): give %s", repo, fail.Ref)
 	}
 	for _, name := range []string{ref, "refs/heads/" + ref, "refs/tags/" + ref} {
 		if _, ok := hashes[name]; !ok || strings.HasSuffix(name, "^{}") {
@@ -155,12 +155,12 @@ func resolveRef(ctx context.Context, repo, ref string) (target, error) {
 				if ctx.Err() != nil {
 					return target{}, ctx.Err()
 				}
-				return target{}, fail.Usagef("--ref %q: no such branch, tag or commit in %s (or more than one commit starts with it)", ref, repo)
+				return target{}, fail.Usagef("%s %q: no such branch, tag or commit in %s (or more than one commit starts with it)", fail.Ref, ref, repo)
 			}
 		}
 		return target{hash: strings.ToLower(ref)}, nil
 	}
-	return target{}, fail.Usagef("--ref %q: no such branch, tag or commit in %s", ref, repo)
+	return target{}, fail.Usagef("%s %q: no such branch, tag or commit in %s", fail.Ref, ref, repo)
 }
 
 // clone checks out t into dir and returns the commit it checked out. A
@@ -212,9 +212,9 @@ func clone(ctx context.Context, repo string, t target, dir string, out io.Writer
 			}
 			// The same mistake as a bad branch (exit 2), found only now.
 			if len(t.hash) < 40 {
-				return "", fail.Usagef("--ref %q: no such branch, tag or commit in %s (or more than one commit starts with it)", t.hash, repo)
+				return "", fail.Usagef("%s %q: no such branch, tag or commit in %s (or more than one commit starts with it)", fail.Ref, t.hash, repo)
 			}
-			return "", fail.Usagef("--ref %q: no such branch, tag or commit in %s", t.hash, repo)
+			return "", fail.Usagef("%s %q: no such branch, tag or commit in %s", fail.Ref, t.hash, repo)
 		}
 		if _, err := gitcli.Run(ctx, nil, dir, "checkout", "--quiet", "--detach", h); err != nil {
 			return "", fmt.Errorf("git checkout %s: %w", t.hash, err)

@@ -68,6 +68,9 @@ type startReport struct {
 	Seq   int       `json:"seq,omitempty"`
 	Error string    `json:"error,omitempty"`
 	Kind  fail.Kind `json:"kind,omitempty"`
+	// Parts is Error cut at the inputs it names (fail.Parts), so that each
+	// front end still names them in its own words.
+	Parts []fail.Part `json:"parts,omitempty"`
 }
 
 // ExecDetached runs one step in the background and returns its number as
@@ -84,7 +87,7 @@ type startReport struct {
 func (s *Service) ExecDetached(ctx context.Context, sess *store.Session, o ExecOptions) (int, error) {
 	switch {
 	case len(o.Argv) == 0:
-		return 0, fail.Usagef("no command: give one after --, e.g. xmode sandbox exec --detach %s -- make serve", sess.ID)
+		return 0, fail.Usagef("no command: give the command to run in the background, e.g. `xmode sandbox exec --detach %s -- make serve`", sess.ID)
 	case o.TTY:
 		return 0, fail.Usagef("a background step has no terminal: leave out -t")
 	case o.Stdin != nil:
@@ -94,7 +97,7 @@ func (s *Service) ExecDetached(ctx context.Context, sess *store.Session, o ExecO
 	case o.LiveStdout != nil || o.LiveStderr != nil:
 		return 0, fail.Usagef("a background step's output goes to its logs only: follow it with `xmode sandbox logs %s STEP --follow`", sess.ID)
 	case o.Timeout < 0:
-		return 0, fail.Usagef("--timeout %s must be positive (or left out for none)", o.Timeout)
+		return 0, fail.Usagef("%s %s must be positive (or left out for none)", fail.Timeout, o.Timeout)
 	}
 	if _, err := o.environment(); err != nil {
 		return 0, err
@@ -178,6 +181,9 @@ func startSupervisor(ctx context.Context, sessionID string, h handover) (int, er
 	defer timer.Stop()
 	select {
 	case r := <-got:
+		if r.Error != "" && len(r.Parts) > 0 {
+			return 0, fail.FromParts(r.Kind, r.Parts)
+		}
 		if r.Error != "" {
 			return 0, fail.As(r.Kind, errors.New(r.Error))
 		}
@@ -251,7 +257,7 @@ func Supervise(ctx context.Context, handoverR io.ReadCloser, report io.WriteClos
 			err = fmt.Errorf("supervisor: panic: %v", p)
 		}
 		if err != nil {
-			say(startReport{Error: err.Error(), Kind: fail.KindOf(err)})
+			say(startReport{Error: err.Error(), Kind: fail.KindOf(err), Parts: fail.Parts(err)})
 		}
 		say(startReport{Error: "the supervisor ended without recording the step", Kind: fail.Failed})
 	}()

@@ -168,6 +168,13 @@ func TestExecDetachedRefusals(t *testing.T) {
 			}
 		})
 	}
+	// What the supervisor refuses still names its input, for each front
+	// end to say in its own words.
+	_, err = svc.ExecDetached(ctx, sess, ExecOptions{Argv: []string{"true"}, Workdir: "../outside"})
+	if fail.InputOf(err) != fail.Workdir || !strings.HasPrefix(err.Error(), "--workdir ") ||
+		!strings.HasPrefix(fail.Render(err, func(in fail.Input) string { return "parameter " + string(in) }), "parameter workdir ") {
+		t.Fatalf("a workdir the supervisor refused: %v (input %q)", err, fail.InputOf(err))
+	}
 	if steps, _ := svc.Store.Steps(ctx, sess.RunID); len(steps) != 0 {
 		t.Fatalf("refused background steps were recorded: %+v", steps)
 	}

@@ -82,7 +82,7 @@ func (s *Service) Exec(ctx context.Context, sess *store.Session, o ExecOptions) 
 		return nil, fail.Usagef("no command: give one after --, e.g. xmode sandbox exec %s -- make test", sess.ID)
 	}
 	if o.Timeout < 0 {
-		return nil, fail.Usagef("--timeout %s must be positive (or left out for none)", o.Timeout)
+		return nil, fail.Usagef("%s %s must be positive (or left out for none)", fail.Timeout, o.Timeout)
 	}
 	env, err := o.environment()
 	if err != nil {
@@ -181,7 +181,7 @@ func (o ExecOptions) environment() ([]string, error) {
 		k, _, ok := strings.Cut(kv, "=")
 		if k == "" || strings.ContainsAny(k, " \t\n") {
 			// Not the entry itself: its value may be a secret.
-			return nil, fail.Usagef("--env %q…: give KEY=VALUE, or a variable's NAME to pass its value from here", k)
+			return nil, fail.Usagef("%s %q…: give KEY=VALUE, or a variable's NAME to pass its value from here", fail.Env, k)
 		}
 		if ok {
 			env = append(env, kv)

@@ -18,6 +18,7 @@ import (
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/machines"
 	"github.com/xmode/xmode/pool"
 	"github.com/xmode/xmode/reaper"
@@ -75,7 +76,7 @@ func (s *Service) seed(ctx context.Context, runID, commit string) {
 }
 
 // took is how long since start, for detail.
-func took(start time.Time) string { return time.Since(start).Round(time.Millisecond).String() }
+func took(start time.Time) string { return humanize.Duration(time.Since(start)) }
 
 // CreateOptions are `sandbox create`'s inputs, flags already merged into Cfg.
 type CreateOptions struct {
@@ -160,14 +161,14 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	if network, ok := engine.Network(provider); ok {
 		sess.Network = network
 	} else if o.NetworkSet {
-		return nil, fail.Usagef("--network applies to docker sandboxes; this session runs on the host (%s engine), in the host's network", engineName)
+		return nil, fail.Usagef("%s applies to docker sandboxes; this session runs on the host (%s engine), in the host's network", fail.Network, engineName)
 	}
 	var tgt target
 	var co *machines.Checkout // the worktree comes from a project machine
 	newRun := o.RunID == ""
 	fromMachine := newRun && s.Cfg.ProjectMachines && o.Project != ""
 	if o.Refresh && !fromMachine {
-		return nil, fail.Usagef("--refresh fetches a project machine: it needs --project, XMODE_PROJECT_MACHINES=1 and no --run")
+		return nil, fail.Usagef("%s fetches a project machine: it needs %s, XMODE_PROJECT_MACHINES=1 and no %s", fail.Refresh, fail.Project, fail.RunID)
 	}
 	if fromMachine {
 		// A ready sandbox from the project's pool when one fits: nothing to
@@ -214,10 +215,10 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		sess.RunID = store.NewRunID()
 	} else {
 		if o.Repo != "" {
-			return nil, fail.Usagef("--repo and --run do not go together: a shared run already has its checkout")
+			return nil, fail.Usagef("%s and %s do not go together: a shared run already has its checkout", fail.Repo, fail.RunID)
 		}
 		if !fsguard.ValidID("run_", o.RunID) {
-			return nil, fail.Usagef("--run %q is not a run ID (run_…)", o.RunID)
+			return nil, fail.Usagef("%s %q is not a run ID (run_…)", fail.RunID, o.RunID)
 		}
 		run, err := s.Store.GetRun(ctx, o.RunID)
 		if err != nil {
@@ -240,7 +241,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		}
 	}
 	if o.Loop != nil && !newRun {
-		return nil, fail.Usagef("a run of the loop needs a new run, not --run")
+		return nil, fail.Usagef("a run of the loop needs a new run, not %s", fail.RunID)
 	}
 	if err := s.Store.CreateSession(ctx, store.NewSession{Session: sess, NewRun: newRun, MaxOpen: s.Cfg.MaxOpen, Loop: o.Loop}); err != nil {
 		return nil, err
@@ -267,11 +268,11 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 func (s *Service) noRepo(ctx context.Context, project string) error {
 	if project != "" {
 		if _, err := s.Store.GetMachine(ctx, project); err == nil {
-			return fail.Usagef("--project %s names a project machine, but project machines are off: set XMODE_PROJECT_MACHINES=1 to branch the sandbox from it, or give --repo to clone", project)
+			return fail.Usagef("%s %s names a project machine, but project machines are off: set XMODE_PROJECT_MACHINES=1 to branch the sandbox from it, or give %s to clone", fail.Project, project, fail.Repo)
 		}
-		return fail.Usagef("--repo is required: give a URL, a file:// URL or a local path (--project alone needs XMODE_PROJECT_MACHINES=1 and a machine warmed with `xmode machine warm %s --repo URL`)", project)
+		return fail.Usagef("%s is required: give a URL, a file:// URL or a local path (%s alone needs XMODE_PROJECT_MACHINES=1 and a machine warmed with `xmode machine warm %s --repo URL`)", fail.Repo, fail.Project, project)
 	}
-	return fail.Usagef("--repo is required: give a URL, a file:// URL or a local path (or --run to share a run's worktree)")
+	return fail.Usagef("%s is required: give a URL, a file:// URL or a local path (or %s to share a run's worktree)", fail.Repo, fail.RunID)
 }
 
 func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, co *machines.Checkout, engineName string, provider engine.Provider) (*store.Session, error) {
@@ -399,8 +400,7 @@ func (s *Service) checkJoin(run *store.Run, engineName string, provider engine.P
 	want := engineName + "/" + engine.MountMode(provider)
 	for _, e := range run.Engines {
 		if e != want {
-			return fail.Refusedf("run %s was written by a %s session; a %s session may not share it (--run joins sessions of one engine and mount model: what one sandbox wrote, the other would run)",
-				run.ID, describeEngine(e), describeEngine(want))
+			return fail.Refusedf("run %s was written by a %s session; a %s session may not share it (%s joins sessions of one engine and mount model: what one sandbox wrote, the other would run)", run.ID, describeEngine(e), describeEngine(want), fail.RunID)
 		}
 	}
 	return nil
@@ -505,10 +505,10 @@ func (s *Service) MissingPaths(ctx context.Context, sess *store.Session, paths [
 // is refused.
 func (s *Service) Extend(ctx context.Context, sess *store.Session, d time.Duration) (*store.Session, error) {
 	if d <= 0 {
-		return nil, fail.Usagef("--ttl %s: give a positive duration, e.g. 2h", d)
+		return nil, fail.Usagef("%s %s: give a positive duration, e.g. 2h", fail.TTL, d)
 	}
 	if err := s.Cfg.CheckTTL(d); err != nil {
-		return nil, fail.Usagef("--ttl: %v", err)
+		return nil, fail.Usagef("%s: %v", fail.TTL, err)
 	}
 	if err := s.Store.Extend(ctx, sess.ID, s.Now().Add(d)); err != nil {
 		return nil, err

@@ -32,7 +32,7 @@ type NewLoop struct {
 
 func startLoop(ctx context.Context, tx *sql.Tx, runID string, l NewLoop) error {
 	if strings.TrimSpace(l.Objective) == "" {
-		return fail.Usagef("--objective is required: say what the agent is to do")
+		return fail.Usagef("%s is required: say what the agent is to do", fail.Objective)
 	}
 	_, err := tx.ExecContext(ctx, `UPDATE runs SET objective = ?, status = ?, owner = ? WHERE id = ?`,
 		l.Objective, RunRunning, proc.Self(), runID)

@@ -171,7 +171,7 @@ func (s *Store) CreateSession(ctx context.Context, n NewSession) error {
 				return errNoRows(err, "no run %s", n.RunID)
 			}
 			if reclaimed.Valid {
-				return fail.Refusedf("run %s has ended and its worktree was reclaimed: create a new sandbox without --run", n.RunID)
+				return fail.Refusedf("run %s has ended and its worktree was reclaimed: create a new sandbox without %s", n.RunID, fail.RunID)
 			}
 			// A pool entry's run is nobody's yet: the claim gives it to one session.
 			var pooled int

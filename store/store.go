@@ -295,7 +295,7 @@ func foreignKeyCheck(ctx context.Context, tx *sql.Tx) error {
 }
 
 func schemaTooNew(path string, have, know int) error {
-	return fail.Failedf("%s has schema version %d, newer than this xmode understands (%d): upgrade xmode, or point --storage-root at another directory", path, have, know)
+	return fail.Failedf("%s has schema version %d, newer than this xmode understands (%d): upgrade xmode, or point %s at another directory", path, have, know, fail.StorageRoot)
 }
 
 // InstanceID identifies this storage root; the docker labels carry it so the

@@ -297,17 +297,7 @@ func (s *Server) render(w http.ResponseWriter, code int, v *view) {
 
 // errorPage shows an error in the layout with the HTTP status of its kind.
 func (s *Server) errorPage(w http.ResponseWriter, err error) {
-	code := http.StatusInternalServerError
-	switch fail.KindOf(err) {
-	case fail.Usage:
-		code = http.StatusBadRequest
-	case fail.NotFound:
-		code = http.StatusNotFound
-	case fail.Refused:
-		code = http.StatusConflict
-	case fail.EngineUnavailable:
-		code = http.StatusServiceUnavailable
-	}
+	code := fail.KindOf(err).HTTPStatus()
 	s.render(w, code, &view{tmpl: "error.html", title: http.StatusText(code), data: err.Error()})
 }
 

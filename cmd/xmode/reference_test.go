@@ -27,6 +27,7 @@ import (
 	"github.com/xmode/xmode/codexcloud/codexcloudtest"
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/internal/testenv"
 	"github.com/xmode/xmode/plans"
 	"github.com/xmode/xmode/providers/docker/dockertest"
@@ -873,9 +874,8 @@ echo uncommitted > notes.txt`)
 	}
 
 	r.check.finish()
-	// The error kinds have no list the test can read (cmd keeps them to
-	// itself); the commands above fail in every kind, so what they printed
-	// is the whole list.
+	// The commands above fail in every kind (fail.Kinds), so what they
+	// printed is the whole list.
 	for _, list := range []string{"Error kind"} {
 		var got []string
 		for v := range r.check.values[list] {
@@ -956,9 +956,10 @@ func TestReferenceStatuses(t *testing.T) {
 		"Runner mode":         {config.ModeLocalWorktree, config.ModeCloudWorker, config.ModeCloudSubscription},
 		"Engine":              append(engine.Names(), engine.Cloud),
 		"Worktree kind":       {changes.KindClone, changes.KindMachine, changes.KindPatch},
+		"Error kind":          errorKindNames(),
 	}
 	// Printed in full by TestReferenceJSON, or checked value by value.
-	printed := []string{"Error kind", "Evidence step status", "Mount mode", "File change status"}
+	printed := []string{"Evidence step status", "Mount mode", "File change status"}
 
 	for list, values := range doc.statuses {
 		var want []string
@@ -994,6 +995,42 @@ func TestReferenceStatuses(t *testing.T) {
 		if doc.statuses[list] == nil {
 			t.Errorf("docs/reference.md has no list %q (### %s under Statuses)", list, list)
 		}
+	}
+}
+
+func errorKindNames() []string {
+	var names []string
+	for _, k := range fail.Kinds() {
+		names = append(names, k.Name())
+	}
+	return names
+}
+
+// TestReferenceErrorKindCodes holds docs/reference.md's exit code of each
+// error kind to fail's table.
+func TestReferenceErrorKindCodes(t *testing.T) {
+	t.Parallel()
+	md, err := os.ReadFile(referenceMD)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, ok := strings.Cut(string(md), "### Error kind\n")
+	if !ok {
+		t.Fatal("docs/reference.md has no ### Error kind")
+	}
+	table, _, _ = strings.Cut(table, "\n\n###")
+	row := regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| ([0-9]+) \\|")
+	documented := map[string]string{}
+	for _, m := range row.FindAllStringSubmatch(table, -1) {
+		documented[m[1]] = m[2]
+	}
+	for _, k := range fail.Kinds() {
+		if got, want := documented[k.Name()], strconv.Itoa(k.ExitCode()); got != want {
+			t.Errorf("docs/reference.md: error kind %s exits %q; fail's table says %s", k.Name(), got, want)
+		}
+	}
+	if len(documented) != len(fail.Kinds()) {
+		t.Errorf("docs/reference.md documents %d error kinds, fail has %d", len(documented), len(fail.Kinds()))
 	}
 }
 

@@ -203,7 +203,7 @@ func (p *Provider) VolumePresent(ctx context.Context, name string) (bool, error)
 // SDK, which puts it into a request path.
 func checkImage(ref string) error {
 	if _, err := reference.ParseNormalizedNamed(ref); err != nil {
-		return fail.Usagef("image %q is not a valid image reference (XMODE_SANDBOX_IMAGE or --image): %v", ref, err)
+		return fail.Usagef("image %q is not a valid image reference (XMODE_SANDBOX_IMAGE or %s): %v", ref, fail.Image, err)
 	}
 	return nil
 }
