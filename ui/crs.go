@@ -302,12 +302,12 @@ func (s *Server) export(r *http.Request) (*view, error) {
 func (s *Server) patchFile(w http.ResponseWriter, r *http.Request) {
 	p, err := s.loadCR(r)
 	if err != nil {
-		s.errorPage(w, err)
+		s.errorPage(w, r, err)
 		return
 	}
 	f, size, err := s.o.Changes.OpenFile(p, changes.PatchFile)
 	if err != nil {
-		s.errorPage(w, err)
+		s.errorPage(w, r, err)
 		return
 	}
 	defer f.Close()

@@ -31,12 +31,12 @@ const (
 func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 	row, err := s.loadStep(r)
 	if err != nil {
-		s.errorPage(w, err)
+		s.errorPage(w, r, err)
 		return
 	}
 	file, err := streamFile(r.URL.Query().Get("stream"))
 	if err != nil {
-		s.errorPage(w, err)
+		s.errorPage(w, r, err)
 		return
 	}
 	from := r.URL.Query().Get("from")
@@ -49,7 +49,7 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 	}
 	f, size, err := s.openLog(row, file)
 	if err != nil {
-		s.errorPage(w, err)
+		s.errorPage(w, r, err)
 		return
 	}
 	defer f.Close()

@@ -58,7 +58,8 @@ func checkHeaders(t *testing.T, what string, resp *http.Response) {
 // nothing; and every route the list names is one the server has.
 func TestEveryRouteNeedsTheToken(t *testing.T) {
 	w := newWorld(t)
-	plain := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	w.client() // a login, whose CSRF token the refused requests carry
+	plain := &http.Client{Timeout: 10 * time.Second, Transport: localTransport(), CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for _, route := range Routes() {
 		method, path := w.fill(route)
 		req, _ := http.NewRequest(method, w.base+path, nil)
@@ -71,14 +72,14 @@ func TestEveryRouteNeedsTheToken(t *testing.T) {
 			query  string
 		}{
 			{"no cookie", nil, ""},
-			{"a wrong cookie", &http.Cookie{Name: w.srv.cookie, Value: strings.Repeat("0", 64)}, ""},
-			{"another port's cookie", &http.Cookie{Name: "xmode_ui_1", Value: w.srv.session}, ""},
+			{"a wrong cookie", &http.Cookie{Name: cookieName, Value: strings.Repeat("0", 64)}, ""},
+			{"the CSRF token as the cookie", &http.Cookie{Name: cookieName, Value: w.csrf}, ""},
 			{"a wrong token", nil, "?token=nope"},
 			{"an empty token", nil, "?token="},
 		} {
 			var body io.Reader
 			if method == http.MethodPost {
-				body = strings.NewReader(url.Values{"csrf": {w.srv.csrf}, "decision": {"approve"}, "ttl": {"1h"}, "repo": {w.repo}}.Encode())
+				body = strings.NewReader(url.Values{"csrf": {w.csrf}, "decision": {"approve"}, "ttl": {"1h"}, "repo": {w.repo}}.Encode())
 			}
 			req, _ := http.NewRequest(method, w.base+path+c.query, body)
 			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -119,7 +120,7 @@ func TestEveryRouteNeedsTheToken(t *testing.T) {
 // page answers, with the security headers.
 func TestTokenBecomesACookie(t *testing.T) {
 	w := newWorld(t)
-	plain := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	plain := &http.Client{Transport: localTransport(), CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := plain.Get(w.base + "/crs/" + w.cr + "?view=split&token=" + w.srv.Token())
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +130,7 @@ func TestTokenBecomesACookie(t *testing.T) {
 		t.Fatalf("login: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
 	sc := resp.Header.Get("Set-Cookie")
-	if !contains2(sc, w.srv.cookie+"=", "HttpOnly", "SameSite=Strict", "Path=/") || strings.Contains(sc, w.srv.Token()) {
+	if !contains2(sc, cookieName+"=", "HttpOnly", "SameSite=Strict", "Path=/", "Max-Age=") || strings.Contains(sc, w.srv.Token()) || strings.Contains(sc, "Domain") {
 		t.Fatalf("cookie: %q", sc)
 	}
 	c := w.client()
@@ -189,9 +190,9 @@ func TestPostNeedsSameOriginAndCSRF(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	good := url.Values{"csrf": {w.srv.csrf}, "decision": {"approve"}, "note": {"ok"}}
+	good := url.Values{"csrf": {w.csrf}, "decision": {"approve"}, "note": {"ok"}}
 	noCSRF := url.Values{"decision": {"approve"}}
-	badCSRF := url.Values{"csrf": {"x" + w.srv.csrf[1:]}, "decision": {"approve"}}
+	badCSRF := url.Values{"csrf": {"x" + w.csrf[1:]}, "decision": {"approve"}}
 	for _, c := range []struct {
 		name    string
 		form    url.Values
@@ -234,7 +235,7 @@ func TestReviewDecisions(t *testing.T) {
 	w := newWorld(t)
 	c := noRedirect(w.client())
 	post := func(path string, form url.Values) (int, string) {
-		form.Set("csrf", w.srv.csrf)
+		form.Set("csrf", w.csrf)
 		req, _ := http.NewRequest("POST", w.base+path, strings.NewReader(form.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("Origin", w.base)
@@ -293,7 +294,7 @@ func TestExportStopExtend(t *testing.T) {
 	w := newWorld(t)
 	c := noRedirect(w.client())
 	post := func(path string, form url.Values) (int, string) {
-		form.Set("csrf", w.srv.csrf)
+		form.Set("csrf", w.csrf)
 		req, _ := http.NewRequest("POST", w.base+path, strings.NewReader(form.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("Origin", w.base)
@@ -497,7 +498,7 @@ func TestPagesReadTheServiceClock(t *testing.T) {
 	if !strings.Contains(string(body), want) {
 		t.Errorf("the session page does not say %q", want)
 	}
-	form := url.Values{"ttl": {"30m"}, "csrf": {f.srv.csrf}}
+	form := url.Values{"ttl": {"30m"}, "csrf": {f.csrf}}
 	req, _ := http.NewRequest("POST", f.base+"/sessions/"+s.ID+"/extend", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", f.base)
