@@ -208,7 +208,7 @@ func (s *Store) ForgetRun(ctx context.Context, runID string) error {
 type RunQuery struct {
 	Status string // the status as users see it (RunSummary.Status); "" any
 	User   string // only runs with a session of this user
-	All    bool   // also the runs of plain sandboxes (no objective)
+	All    bool   // also the runs no session made (a warm pool's entries)
 	Before *RunCursor
 	Limit  int
 }
@@ -221,12 +221,15 @@ type RunCursor struct {
 
 // RunSummary is a run as a list of runs shows it: the run, the status
 // users see (its change request's review applied, and a running run whose
-// xmode is gone failed: loop.Status, scanRun), its sessions, its latest
+// xmode is gone failed: runview.Status, scanRun), its sessions, its latest
 // change request and who ran it.
 type RunSummary struct {
 	*LoopRun
 	Sessions []string
 	User     string
+	// SessionTitle and Origin are its first session's: what it was made
+	// for and what made it (OriginCLI, OriginMCP).
+	SessionTitle, Origin string
 	// CRStatus is the change request's status ("" without one).
 	CRStatus string
 }
@@ -244,6 +247,8 @@ func (s *Store) RunsPage(ctx context.Context, q RunQuery) ([]*RunSummary, *RunCu
 	base := `SELECT ` + prefixed("r.", runCols) + `,
 		coalesce((SELECT group_concat(id, ' ') FROM (SELECT id FROM sessions WHERE run_id = r.id ORDER BY created_at, id)), ''),
 		coalesce((SELECT user FROM sessions WHERE run_id = r.id ORDER BY created_at, id LIMIT 1), ''),
+		coalesce((SELECT title FROM sessions WHERE run_id = r.id ORDER BY created_at, id LIMIT 1), ''),
+		coalesce((SELECT origin FROM sessions WHERE run_id = r.id ORDER BY created_at, id LIMIT 1), ''),
 		coalesce(c.id, ''), coalesce(c.status, '')
 		FROM runs r
 		LEFT JOIN change_requests c ON c.id = coalesce(nullif(r.cr_id, ''),
@@ -251,7 +256,9 @@ func (s *Store) RunsPage(ctx context.Context, q RunQuery) ([]*RunSummary, *RunCu
 		WHERE 1=1`
 	var args []any
 	if !q.All {
-		base += ` AND r.status != ''`
+		// Runs of the loop, and the runs sessions made (the CLI's, an MCP
+		// client's); not a warm pool's, which are nobody's yet.
+		base += ` AND (r.status != '' OR r.id IN (SELECT run_id FROM sessions))`
 	}
 	switch q.Status {
 	case "":
@@ -315,7 +322,7 @@ func (s *Store) runSummaries(ctx context.Context, q string, args ...any) ([]*Run
 	for rows.Next() {
 		var rs RunSummary
 		var sessions, crID string
-		r, err := scanRun(rowWith{rows, []any{&sessions, &rs.User, &crID, &rs.CRStatus}})
+		r, err := scanRun(rowWith{rows, []any{&sessions, &rs.User, &rs.SessionTitle, &rs.Origin, &crID, &rs.CRStatus}})
 		if err != nil {
 			return nil, nil, err
 		}

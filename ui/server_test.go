@@ -446,33 +446,54 @@ func TestLiveStream(t *testing.T) {
 		}
 		close(events)
 	}()
+	states := 0
+	next := func() [2]string {
+		for {
+			select {
+			case e := <-events:
+				if e[0] == "state" {
+					var st liveState
+					if json.Unmarshal([]byte(e[1]), &st) != nil || st.Exit != "running" || st.Class != "run" || st.Duration == "" ||
+						st.Timeline == nil || len(st.Timeline.Rows) != 1 || st.Timeline.Rows[0].Seq != 1 {
+						t.Fatalf("a state event: %s", e[1])
+					}
+					states++
+					continue
+				}
+				return e
+			case <-time.After(20 * time.Second):
+				t.Fatal("no event came")
+			}
+		}
+	}
 	for i := 1; i <= 3; i++ {
 		start := time.Now()
 		release(t, gate)
-		select {
-		case e := <-events:
-			var segs []seg
-			if e[0] != "out" || json.Unmarshal([]byte(e[1]), &segs) != nil || len(segs) == 0 ||
-				joinSegs(segs) != fmt.Sprintf("<f2>line %d\n", i) {
-				t.Fatalf("event %d: %v", i, e)
-			}
-			t.Logf("line %d reached the stream %v after it was released", i, time.Since(start).Round(time.Millisecond))
-		case <-time.After(20 * time.Second):
-			t.Fatalf("line %d never came", i)
+		e := next()
+		var segs []seg
+		if e[0] != "out" || json.Unmarshal([]byte(e[1]), &segs) != nil || len(segs) == 0 ||
+			joinSegs(segs) != fmt.Sprintf("<f2>line %d\n", i) {
+			t.Fatalf("event %d: %v", i, e)
 		}
+		t.Logf("line %d reached the stream %v after it was released", i, time.Since(start).Round(time.Millisecond))
 	}
 	if code := <-done; code != 3 {
 		t.Fatalf("step: %d", code)
 	}
-	for e := range events {
-		if e[0] == "end" {
-			if !strings.Contains(e[1], `"exit":"exit 3"`) {
-				t.Fatalf("end: %s", e[1])
-			}
-			return
-		}
+	// The end carries the counters as they ended, not as they were.
+	e := next()
+	var end liveState
+	if e[0] != "end" || json.Unmarshal([]byte(e[1]), &end) != nil {
+		t.Fatalf("not an end event: %v", e)
 	}
-	t.Fatal("the stream ended without an end event")
+	row, _ := f.st.Step(context.Background(), runID, 1)
+	if end.Exit != "exit 3" || end.Class != "fail" || end.Bytes != int64(3*len("\x1b[32mline 1\x1b[0m\n")) ||
+		end.Duration != shortDuration(row.FinishedAt.Sub(row.StartedAt)) || end.Timeline == nil || end.Timeline.Rows[0].Class != "fail" {
+		t.Errorf("end: %s", e[1])
+	}
+	if states == 0 {
+		t.Error("no state event while the step ran")
+	}
 }
 
 // The pages and the extend form read the time of day from the sandbox
