@@ -32,7 +32,6 @@ func TestAReviewMovesTheRunsStatus(t *testing.T) {
 	}
 }
 
-
 func step(seq int, name, status string, argv ...string) changes.StepEvidence {
 	s := changes.StepEvidence{Seq: seq, Name: name, Status: status, Argv: argv}
 	if status == "passed" {

@@ -14,8 +14,9 @@ import (
 )
 
 // postAs posts form to path with c's cookie, from the server's own origin;
-// the test fails with the answer's text when it is not want.
-func (w *world) postAs(c *http.Client, path string, form url.Values, want int) {
+// the test fails with the answer's text when it is not want, which it
+// returns.
+func (w *world) postAs(c *http.Client, path string, form url.Values, want int) string {
 	w.t.Helper()
 	req, _ := http.NewRequest("POST", w.base+path, strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -29,6 +30,7 @@ func (w *world) postAs(c *http.Client, path string, form url.Values, want int) {
 	if resp.StatusCode != want {
 		w.t.Errorf("POST %s: %d, want %d: %s", path, resp.StatusCode, want, b)
 	}
+	return string(b)
 }
 
 func (w *world) status(c *http.Client, path string) int {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/internal/httpserve"
 	"github.com/xmode/xmode/sandbox"
 )
@@ -330,7 +331,9 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, code int, v *vie
 	_ = t.ExecuteTemplate(w, "layout", layoutData{Title: v.title, Nav: v.nav, CSRF: csrf, Data: v.data})
 }
 
-// errorPage shows an error in the layout with the HTTP status of its kind.
+// errorPage shows an error in the layout with the HTTP status of its
+// kind, and a link back: to the page the failed request came from or
+// belongs to (an action's item, a sub-page's item), else to its list.
 func (s *Server) errorPage(w http.ResponseWriter, r *http.Request, err error) {
 	code := http.StatusInternalServerError
 	switch fail.KindOf(err) {
@@ -343,7 +346,30 @@ func (s *Server) errorPage(w http.ResponseWriter, r *http.Request, err error) {
 	case fail.EngineUnavailable:
 		code = http.StatusServiceUnavailable
 	}
-	s.render(w, r, code, &view{tmpl: "error.html", title: http.StatusText(code), data: err.Error()})
+	back, to := backLink(r)
+	s.render(w, r, code, &view{tmpl: "error.html", title: http.StatusText(code), data: errorData{err.Error(), back, to}})
+}
+
+type errorData struct {
+	Message, Back, BackTo string
+}
+
+// backLink is where an error page leads back to, made from the request's
+// path pieces that are well-formed IDs only: a page of one thing (a run, a
+// change request, a session) after an action on it or on a page below it,
+// else the list it is in.
+func backLink(r *http.Request) (path, name string) {
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	lists := map[string]string{"runs": "Runs", "crs": "Change requests", "sessions": "Sessions", "machines": "Machines", "cloud": "Cloud tasks"}
+	prefix := map[string]string{"runs": "run_", "crs": "cr_", "sessions": "sbx_"}
+	list, ok := lists[parts[0]]
+	if !ok {
+		return "/runs", "Runs"
+	}
+	if p := prefix[parts[0]]; p != "" && len(parts) > 1 && fsguard.ValidID(p, parts[1]) && (len(parts) > 2 || r.Method == http.MethodPost) {
+		return "/" + parts[0] + "/" + parts[1], parts[1]
+	}
+	return "/" + parts[0], list
 }
 
 // template parses the templates once, the first time a page is shown (not
