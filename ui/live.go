@@ -88,6 +88,7 @@ func (s *Server) live(w http.ResponseWriter, r *http.Request) {
 				if err := writeEvent(w, "out", strconv.FormatInt(fw.Offset(0)-int64(conv.pending()), 10), segs); err != nil {
 					return err
 				}
+				fl.Flush()
 				lastWrite = time.Now()
 			}
 			if fw.Offset(0)-start > liveMax {
