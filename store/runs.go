@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -235,8 +236,11 @@ type RunSummary struct {
 }
 
 // RunsPage returns up to q.Limit runs and, when more follow, the cursor of
-// the next page. One query per page: sessions, user and change request
-// come from subqueries on their indexes.
+// the next page. One query per page: the page's runs are chosen first (the
+// filters, the order, the limit: no runs table index serves every run a
+// session made, so they are sorted), and only then are their sessions,
+// user, title and change request read, from subqueries on their indexes,
+// for the page's runs alone.
 func (s *Store) RunsPage(ctx context.Context, q RunQuery) ([]*RunSummary, *RunCursor, error) {
 	if q.Limit <= 0 {
 		q.Limit = 50
@@ -244,16 +248,20 @@ func (s *Store) RunsPage(ctx context.Context, q RunQuery) ([]*RunSummary, *RunCu
 	// The status users see, in SQL, for the filter; scanRun then applies
 	// the one rule SQL cannot know (a running run whose xmode is gone).
 	const shown = `CASE WHEN r.status = 'review' AND c.status IN ('approved', 'rejected') THEN c.status ELSE r.status END`
-	base := `SELECT ` + prefixed("r.", runCols) + `,
+	const crOf = `LEFT JOIN change_requests c ON c.id = coalesce(nullif(r.cr_id, ''),
+			(SELECT id FROM change_requests WHERE run_id = r.id ORDER BY number DESC LIMIT 1))`
+	const firstSession = `FROM sessions WHERE run_id = r.id ORDER BY created_at, id LIMIT 1`
+	outer := `SELECT ` + prefixed("r.", runCols) + `,
 		coalesce((SELECT group_concat(id, ' ') FROM (SELECT id FROM sessions WHERE run_id = r.id ORDER BY created_at, id)), ''),
-		coalesce((SELECT user FROM sessions WHERE run_id = r.id ORDER BY created_at, id LIMIT 1), ''),
-		coalesce((SELECT title FROM sessions WHERE run_id = r.id ORDER BY created_at, id LIMIT 1), ''),
-		coalesce((SELECT origin FROM sessions WHERE run_id = r.id ORDER BY created_at, id LIMIT 1), ''),
+		coalesce((SELECT json_array(user, title, origin) ` + firstSession + `), '[]'),
 		coalesce(c.id, ''), coalesce(c.status, '')
-		FROM runs r
-		LEFT JOIN change_requests c ON c.id = coalesce(nullif(r.cr_id, ''),
-			(SELECT id FROM change_requests WHERE run_id = r.id ORDER BY number DESC LIMIT 1))
-		WHERE 1=1`
+		FROM (%s) page JOIN runs r ON r.id = page.id ` + crOf + `
+		ORDER BY r.created_at DESC, r.id`
+	base := `SELECT r.id FROM runs r`
+	if q.Status != "" {
+		base += ` ` + crOf
+	}
+	base += ` WHERE 1=1`
 	var args []any
 	if !q.All {
 		// Runs of the loop, and the runs sessions made (the CLI's, an MCP
@@ -289,7 +297,7 @@ func (s *Store) RunsPage(ctx context.Context, q RunQuery) ([]*RunSummary, *RunCu
 		}
 		qs += ` ORDER BY r.created_at DESC, r.id LIMIT ?`
 		qa = append(qa, batch)
-		got, last, err := s.runSummaries(ctx, qs, qa...)
+		got, last, err := s.runSummaries(ctx, fmt.Sprintf(outer, qs), qa...)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -321,10 +329,15 @@ func (s *Store) runSummaries(ctx context.Context, q string, args ...any) ([]*Run
 	var last *RunCursor
 	for rows.Next() {
 		var rs RunSummary
-		var sessions, crID string
-		r, err := scanRun(rowWith{rows, []any{&sessions, &rs.User, &rs.SessionTitle, &rs.Origin, &crID, &rs.CRStatus}})
+		var sessions, first, crID string
+		r, err := scanRun(rowWith{rows, []any{&sessions, &first, &crID, &rs.CRStatus}})
 		if err != nil {
 			return nil, nil, err
+		}
+		// The first session's user, title and origin, in one subquery.
+		var f []string
+		if json.Unmarshal([]byte(first), &f) == nil && len(f) == 3 {
+			rs.User, rs.SessionTitle, rs.Origin = f[0], f[1], f[2]
 		}
 		rs.LoopRun = r
 		last = &RunCursor{CreatedAt: r.CreatedAt, ID: r.ID}
