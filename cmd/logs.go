@@ -340,8 +340,8 @@ func (a *App) stepStatus(s store.StepRow) string {
 			return a.paint(color.FgRed, text)
 		}
 		return a.paint(color.FgGreen, text)
-	case s.State == "lost":
-		return a.paint(color.FgRed, "lost")
+	case s.State == store.StateLost:
+		return a.paint(color.FgRed, store.StateLost)
 	}
 	if s.Detached {
 		return a.paint(color.FgCyan, "running (detached)")
@@ -351,7 +351,7 @@ func (a *App) stepStatus(s store.StepRow) string {
 
 func stepDuration(s store.StepRow, now time.Time) string {
 	if s.FinishedAt == nil {
-		if s.State == "running" {
+		if s.State == store.StateRunning {
 			return human(now.Sub(s.StartedAt))
 		}
 		return "-"

@@ -127,9 +127,9 @@ func stepExit(s store.StepRow) string {
 		}
 		return t
 	case s.State == store.StateLost:
-		return "lost"
+		return store.StateLost
 	}
-	return "running"
+	return store.StateRunning
 }
 
 // PlanStep is a step of the plan a run recorded.
