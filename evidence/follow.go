@@ -151,8 +151,8 @@ func (f *Follower) awaitResult(ctx context.Context) {
 // Stream is how Run follows: how often it looks, and where what it reads
 // goes.
 type Stream struct {
-	// Poll: how often the logs are looked at; StatePoll: how often the
-	// step's row is (Poll when zero).
+	// Poll: how often the logs are looked at (200 ms when zero);
+	// StatePoll: how often the step's row is (Poll when zero).
 	Poll, StatePoll time.Duration
 	// Chunk bounds one piece of a log handed to Out (32 KB when zero).
 	Chunk int
@@ -186,9 +186,10 @@ func (f *Follower) Run(ctx context.Context, s Stream) (store.StepRow, error) {
 		}
 		return nil
 	}
-	statePoll := max(s.StatePoll, s.Poll)
+	poll := cmp.Or(s.Poll, 200*time.Millisecond)
+	statePoll := max(s.StatePoll, poll)
 	var lastState time.Time
-	tick := time.NewTicker(s.Poll)
+	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	for {
 		if err := drain(); err != nil {
