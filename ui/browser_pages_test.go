@@ -93,7 +93,9 @@ until read x < `+gate+`; do :; done`)
 	if code := <-done; code != 0 {
 		t.Fatalf("the step: %d", code)
 	}
-	b.waitJS("the step's end", `document.getElementById('state-1').textContent === 'exit 0'`)
+	// Each log's stream ends with its own end event; the stdout one moves
+	// the timeline.
+	b.waitJS("the step's end on both streams", `[...document.querySelectorAll('#step-1 pre.log')].every(p => p.classList.contains('ended'))`)
 	row, err := f.st.Step(context.Background(), s.RunID, 1)
 	if err != nil || row.State != store.StateFinished {
 		t.Fatalf("the step's row: %+v %v", row, err)
