@@ -3,6 +3,8 @@ package ui
 import (
 	"context"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -33,10 +35,13 @@ func TestChangeRequestLeadsWithReviewsAndChecks(t *testing.T) {
 	server := make(chan int, 1)
 	go func() { server <- f.exec(s, "sh", "-c", "echo serving; exec sleep 60") }()
 	waitFor(t, "the server step to run", 20*time.Second, func() bool {
-		st, _ := f.st.Step(ctx, s.RunID, 5)
-		return st.Tag != "" && st.State == store.StateRunning
+		st, err := f.st.Step(ctx, s.RunID, 5)
+		if err != nil {
+			return false
+		}
+		out, err := os.ReadFile(filepath.Join(f.root, "runs", s.RunID, "steps", "0005-"+st.Name, "stdout.log"))
+		return err == nil && strings.Contains(string(out), "serving")
 	})
-	time.Sleep(200 * time.Millisecond) // its processes exist
 	if err := f.svc.KillStep(ctx, s, 5, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
