@@ -18,6 +18,7 @@ import (
 	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/loop"
 	"github.com/xmode/xmode/plans"
+	"github.com/xmode/xmode/runview"
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
 )
@@ -54,7 +55,7 @@ func (c crs) Decision(ctx context.Context, id string) (string, error) {
 
 // runStatus is a run's status with its change request's review applied.
 func runStatus(ctx context.Context, svc *sandbox.Service, r *store.LoopRun) string {
-	st, _ := loop.Status(ctx, r, changeRequests(svc))
+	st, _ := runview.Status(ctx, r, changeRequests(svc))
 	return st
 }
 
@@ -382,7 +383,7 @@ func (a *App) runShowRun(ctx context.Context, o runShowOptions) error {
 // it failed, the reason when there was nothing to review.
 func runWhy(status, err string) string {
 	if status == store.RunNoChange {
-		return loop.NoChange
+		return runview.NoChange
 	}
 	return err
 }

@@ -28,31 +28,6 @@ type ChangeRequester interface {
 	Create(ctx context.Context, sess *store.Session, title, message string) (crID string, err error)
 }
 
-// Reviews tells the latest review decision on a change request: "open",
-// "approved" or "rejected". A run in review takes its CR's decision as its
-// status (Status), so a review moves the run without the run being
-// written to.
-type Reviews interface {
-	Decision(ctx context.Context, crID string) (string, error)
-}
-
-// Status is a run's status as users see it: a run in review whose change
-// request has been approved or rejected is approved or rejected.
-func Status(ctx context.Context, r *store.LoopRun, rev Reviews) (string, error) {
-	if r.Status != store.RunReview || r.CR == "" || rev == nil {
-		return r.Status, nil
-	}
-	d, err := rev.Decision(ctx, r.CR)
-	if err != nil {
-		return r.Status, fmt.Errorf("review state of %s: %w", r.CR, err)
-	}
-	switch d {
-	case store.RunApproved, store.RunRejected:
-		return d, nil
-	}
-	return r.Status, nil
-}
-
 // Loop runs the loop against one storage root.
 type Loop struct {
 	Svc   *sandbox.Service
@@ -216,9 +191,6 @@ func runStatus(rep *plans.Report) int {
 	}
 	return rep.ExitCode
 }
-
-// NoChange is why a run ends no-change, as `xmode run` and `run show` say it.
-const NoChange = "every step passed, and the worktree has no change against its base commit: there is nothing to review"
 
 // outcome is how a run whose plan ran ends, and why (docs/agents.md, "The
 // loop"). A change request goes to review whatever the checks said — the
