@@ -1,11 +1,12 @@
 // Package mcpserver is `xmode mcp`: a Model Context Protocol server whose
-// tools (tools.go) are a thin adapter over the services the CLI uses —
-// sandbox.Service for sessions, steps and file steps, changes.Service for
-// diffs and change requests, the store for what was recorded — so that an
-// interactive agent (Claude Code, Codex CLI, Cursor…) runs every command in
-// an xmode sandbox, leaves evidence of every tool call, and ends its work in
-// a change request a person reviews (docs/mcp.md). It serves one client over
-// stdio, or many over streamable HTTP behind a bearer token.
+// tools (register.go, then a file a toolset) are a thin adapter over the
+// services the CLI uses — sandbox.Service for sessions, steps and file
+// steps, changes.Service for diffs and change requests, the store for what
+// was recorded — so that an interactive agent (Claude Code, Codex CLI,
+// Cursor…) runs every command in an xmode sandbox, leaves evidence of every
+// tool call, and ends its work in a change request a person reviews
+// (docs/mcp.md). It serves one client over stdio, or many over streamable
+// HTTP behind a bearer token.
 package mcpserver
 
 import (

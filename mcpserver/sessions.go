@@ -1,0 +1,330 @@
+package mcpserver
+
+import (
+	"bytes"
+	"context"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/sandbox"
+	"github.com/xmode/xmode/store"
+)
+
+// The sandbox's life: sandbox_create, sandbox_list, sandbox_show,
+// sandbox_stop.
+
+// sessionView is a sandbox as the tools show it.
+type sessionView struct {
+	ID         string `json:"id"`
+	Status     string `json:"status" jsonschema:"open, provisioning, destroyed or failed"`
+	EndReason  string `json:"end_reason,omitempty"`
+	Error      string `json:"error,omitempty"`
+	Title      string `json:"title,omitempty"`
+	Repository string `json:"repository"`
+	Ref        string `json:"ref"`
+	BaseCommit string `json:"base_commit"`
+	Engine     string `json:"engine" jsonschema:"where its commands run: docker (a container) or host (the user's machine)"`
+	Worktree   string `json:"worktree" jsonschema:"the worktree's path on the server's machine (not for your own tools: use the file tools)"`
+	Evidence   string `json:"evidence" jsonschema:"the directory of its evidence"`
+	CreatedAt  string `json:"created_at"`
+	ExpiresAt  string `json:"expires_at"`
+	Client     string `json:"client,omitempty" jsonschema:"the MCP client that made it"`
+}
+
+func viewSession(sess *store.Session) sessionView {
+	return sessionView{
+		ID: sess.ID, Status: sess.Status, EndReason: sess.EndReason, Error: sess.Error, Title: sess.Title,
+		Repository: sess.Repo, Ref: sess.Ref, BaseCommit: sess.BaseCommit, Engine: sess.Engine,
+		Worktree: sess.WorktreePath, Evidence: sess.RunDir, CreatedAt: stamp(sess.CreatedAt), ExpiresAt: stamp(sess.ExpiresAt),
+		Client: sess.OriginClient,
+	}
+}
+
+type createIn struct {
+	Repository string `json:"repository,omitempty" jsonschema:"the repository to check out: a local path or a git URL; default: the client's root (the project you were opened in), else the server's working directory"`
+	Ref        string `json:"ref,omitempty" jsonschema:"branch, tag or commit; default: the repository's HEAD branch"`
+	Project    string `json:"project,omitempty" jsonschema:"a project ID (with project machines: a warm checkout of that project)"`
+	Title      string `json:"title,omitempty" jsonschema:"what the sandbox is for, in a few words (the change request's default title)"`
+}
+
+type createOut struct {
+	Session sessionView `json:"session"`
+	// FollowAlong: what the user runs to watch and review.
+	FollowAlong []string `json:"follow_along" jsonschema:"commands for the user to watch and review your work: tell the user these"`
+	Warnings    []string `json:"warnings" jsonschema:"what the user should know: tell the user these"`
+}
+
+func (s *Server) addSandboxCreate() {
+	add(s, &mcp.Tool{Name: "sandbox_create", Title: "Create a sandbox",
+		Description: `Create a sandbox for a repository: a fresh checkout of its committed state (a branch, tag or commit) in which sandbox_exec and the file tools work, each call recorded as evidence. Returns the session ID every other tool takes, the base commit, and follow_along: the commands the user runs to watch and review your work — tell the user those. Uncommitted changes in the repository are not in the sandbox (a warning says so). Commands run where the user configured xmode's engine: a hardened docker container, or, with the host engine, on the user's machine as the user (a warning says so).`,
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(true)}}, s.sandboxCreate)
+}
+
+func (s *Server) sandboxCreate(ctx context.Context, req *mcp.CallToolRequest, in createIn) (*mcp.CallToolResult, createOut, error) {
+	if len(in.Title) > 200 || strings.ContainsAny(in.Title, "\x00\n\r") {
+		return nil, createOut{}, fail.Usagef("title: one line of at most 200 bytes")
+	}
+	root := ""
+	if req.Session != nil && wantsRoots(req, in.Repository) {
+		if multiRoundTrip(req.Session) {
+			// Ask for the client's roots first; the call comes again with
+			// them (a server may not send a request while serving one).
+			return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{rootsRequest: &mcp.ListRootsParams{}}}, createOut{}, nil
+		}
+		// An older protocol: ask directly, and do without the roots of a
+		// client that does not answer.
+		root = askRoots(ctx, req.Session)
+	}
+	repo, err := s.repository(req, root, in.Repository)
+	if err != nil {
+		return nil, createOut{}, err
+	}
+	// A service of this call's own, so the notes a create makes (uncommitted
+	// changes left out) come back to this caller only.
+	svc := *s.o.Sandbox
+	var notes bytes.Buffer
+	svc.Notices, svc.Progress, svc.Verbose, svc.Log = &notes, nil, nil, nil
+	sess, err := svc.Create(ctx, sandbox.CreateOptions{
+		Repo: repo, Ref: in.Ref, Project: in.Project, Title: in.Title,
+		Origin: store.OriginMCP, OriginClient: clientOf(req.Session),
+	})
+	if err != nil {
+		return nil, createOut{}, err
+	}
+	out := createOut{Session: viewSession(sess), FollowAlong: s.followAlong(sess.ID), Warnings: []string{}}
+	for _, l := range strings.Split(strings.TrimSpace(notes.String()), "\n") {
+		if l = strings.TrimPrefix(strings.TrimPrefix(l, "xmode: "), "note: "); l != "" {
+			out.Warnings = append(out.Warnings, l)
+		}
+	}
+	if s.o.Sandbox.OnHost(sess) {
+		out.Warnings = append(out.Warnings, "this sandbox's commands run on this machine as the user (the host engine): its worktree is separate, the machine is not; for isolation the user sets XMODE_SANDBOX_ENGINE=docker and XMODE_RUNNER_MODE=cloud_worker for the server")
+	}
+	s.logf("created %s (%s at %s) for %s", sess.ID, sess.Repo, sess.Ref, sess.OriginClient)
+	return nil, out, nil
+}
+
+// repository is the repository a create checks out: as given (a relative
+// path is taken from the client's root, else the server's directory), else
+// the client's first file:// root, else the server's working directory.
+func (s *Server) repository(req *mcp.CallToolRequest, root, given string) (string, error) {
+	if strings.ContainsRune(given, 0) {
+		return "", fail.Usagef("repository: holds a NUL byte")
+	}
+	base := s.o.WorkDir
+	if root == "" {
+		root = clientRoot(req)
+	}
+	if root != "" {
+		base = root
+	}
+	if err := checkTransport(given); err != nil {
+		return "", err
+	}
+	switch {
+	case given == "":
+		return base, nil
+	case strings.Contains(given, "://") || filepath.IsAbs(given):
+		return given, nil
+	case strings.Contains(given, ":") && !strings.Contains(strings.SplitN(given, ":", 2)[0], "/"):
+		return given, nil // host:path, as git reads it
+	}
+	return filepath.Join(base, given), nil
+}
+
+// checkTransport refuses a repository git would reach through a program
+// on this machine: a remote helper (TRANSPORT::ADDRESS runs
+// git-remote-TRANSPORT) or a URL scheme other than git's own transports,
+// which runs git-remote-SCHEME the same way. A client's word must not pick
+// a program to run on the host; the user's CLI may.
+func checkTransport(repo string) error {
+	if strings.Contains(repo, "::") {
+		return fail.Usagef("repository %q names a git remote helper (TRANSPORT::), which would run a program on the user's machine: give a path or an https://, ssh:// or git:// URL", repo)
+	}
+	if scheme, _, ok := strings.Cut(repo, "://"); ok {
+		switch strings.ToLower(scheme) {
+		case "https", "http", "ssh", "git", "file", "git+ssh", "ssh+git":
+		default:
+			return fail.Usagef("repository %q: %s:// is not a transport of git's own (it would run git-remote-%s on the user's machine): give a path or an https://, ssh:// or git:// URL", repo, scheme, scheme)
+		}
+	}
+	return nil
+}
+
+// rootsRequest is the id of sandbox_create's request for the client's
+// roots (multi round-trip: the SDK asks a client of an older protocol
+// directly and calls the tool again with the answer).
+const rootsRequest = "roots"
+
+// wantsRoots: sandbox_create needs the client's roots to find the
+// repository (none or a relative one given), the client has roots, and has
+// not yet said what they are.
+func wantsRoots(req *mcp.CallToolRequest, given string) bool {
+	if given != "" && (filepath.IsAbs(given) || strings.Contains(given, ":")) {
+		return false
+	}
+	if p := req.Session.InitializeParams(); p == nil || p.Capabilities == nil || p.Capabilities.RootsV2 == nil {
+		return false
+	}
+	_, answered := req.Params.InputResponses[rootsRequest]
+	return !answered
+}
+
+// multiRoundTrip: the client's protocol has a server ask for input in a
+// call's result (2026-07-28 on); before it, a server sends its request.
+func multiRoundTrip(ss *mcp.ServerSession) bool {
+	p := ss.InitializeParams()
+	return p != nil && p.ProtocolVersion >= "2026-07-28" // versions are dates: they sort as strings
+}
+
+// askRoots asks a client of an older protocol for its roots: the first
+// file:// one, "" when it has none or does not answer within a few seconds.
+func askRoots(ctx context.Context, ss *mcp.ServerSession) string {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, err := ss.ListRoots(ctx, nil)
+	if err != nil {
+		return ""
+	}
+	return firstFileRoot(res)
+}
+
+// clientRoot is the first file:// root the client gave in answer to
+// rootsRequest, "" when none.
+func clientRoot(req *mcp.CallToolRequest) string {
+	if req == nil || req.Params == nil {
+		return ""
+	}
+	res, ok := req.Params.InputResponses[rootsRequest].(*mcp.ListRootsResult)
+	if !ok || res == nil {
+		return ""
+	}
+	return firstFileRoot(res)
+}
+
+// firstFileRoot is the path of the first file:// root, "" when none.
+func firstFileRoot(res *mcp.ListRootsResult) string {
+	if res == nil {
+		return ""
+	}
+	for _, r := range res.Roots {
+		u, err := url.Parse(r.URI)
+		if err == nil && u.Scheme == "file" && u.Path != "" {
+			return u.Path
+		}
+	}
+	return ""
+}
+
+func (s *Server) followAlong(id string) []string {
+	x := s.xmodeCommand()
+	return []string{
+		x + " sandbox logs " + id + " --follow   # each step as it runs",
+		x + " sandbox diff " + id + "            # what changed so far",
+		x + " sandbox shell " + id + "           # a shell in the sandbox",
+	}
+}
+
+type listIn struct {
+	All bool `json:"all,omitempty" jsonschema:"also the sandboxes that have ended"`
+}
+
+type listOut struct {
+	Sandboxes []sessionView `json:"sandboxes"`
+}
+
+func (s *Server) addSandboxList() {
+	add(s, &mcp.Tool{Name: "sandbox_list", Title: "List sandboxes",
+		Description: `List your sandboxes (the ones MCP clients made for this user): ID, status, repository, ref, title, when it expires. Open ones only, unless all is set.`,
+		Annotations: readOnly}, s.sandboxList)
+}
+
+func (s *Server) sandboxList(ctx context.Context, _ *mcp.CallToolRequest, in listIn) (*mcp.CallToolResult, listOut, error) {
+	f := store.Filter{All: in.All, User: s.o.Sandbox.Cfg.User}
+	if !s.o.AllSessions {
+		f.Origin = store.OriginMCP
+	}
+	sessions, err := s.o.Sandbox.Store.List(ctx, f)
+	if err != nil {
+		return nil, listOut{}, err
+	}
+	out := listOut{Sandboxes: []sessionView{}}
+	for _, sess := range sessions {
+		out.Sandboxes = append(out.Sandboxes, viewSession(sess))
+	}
+	return nil, out, nil
+}
+
+type sessionIn struct {
+	Session string `json:"session" jsonschema:"the sandbox's ID (sbx_…), from sandbox_create or sandbox_list"`
+}
+
+// stepView is a step as the tools show it.
+type showOut struct {
+	Session sessionView `json:"session"`
+	Steps   []stepView  `json:"steps"`
+}
+
+func (s *Server) addSandboxShow() {
+	add(s, &mcp.Tool{Name: "sandbox_show", Title: "Show a sandbox",
+		Description: `Show one sandbox and the steps recorded in it so far (commands and file operations: number, name, state, exit code, duration).`,
+		Annotations: readOnly}, s.sandboxShow)
+}
+
+func (s *Server) sandboxShow(ctx context.Context, _ *mcp.CallToolRequest, in sessionIn) (*mcp.CallToolResult, showOut, error) {
+	sess, err := s.scoped(ctx, in.Session)
+	if err != nil {
+		return nil, showOut{}, err
+	}
+	rows, err := s.o.Sandbox.Store.Steps(ctx, sess.RunID)
+	if err != nil {
+		return nil, showOut{}, err
+	}
+	out := showOut{Session: viewSession(sess), Steps: []stepView{}}
+	for _, r := range rows {
+		if r.SessionID == sess.ID {
+			out.Steps = append(out.Steps, viewStep(r))
+		}
+	}
+	return nil, out, nil
+}
+
+type stopIn struct {
+	Session string `json:"session" jsonschema:"the sandbox's ID"`
+	Force   bool   `json:"force,omitempty" jsonschema:"stop it even while a step runs in it (the step is ended)"`
+}
+
+type stopOut struct {
+	Session sessionView `json:"session"`
+	Note    string      `json:"note"`
+}
+
+func (s *Server) addSandboxStop() {
+	add(s, &mcp.Tool{Name: "sandbox_stop", Title: "Stop a sandbox",
+		Description: `Stop a sandbox: its container and worktree go, its evidence and change requests stay. Only when the user no longer needs it. A step still running (another call's) makes it refuse unless force is set, which ends that step.`,
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), IdempotentHint: true, OpenWorldHint: ptr(false)}}, s.sandboxStop)
+}
+
+func (s *Server) sandboxStop(ctx context.Context, _ *mcp.CallToolRequest, in stopIn) (*mcp.CallToolResult, stopOut, error) {
+	sess, err := s.scoped(ctx, in.Session)
+	if err != nil {
+		return nil, stopOut{}, err
+	}
+	wasEnded := sess.Ended()
+	if _, err := s.o.Sandbox.Stop(ctx, sess, in.Force); err != nil {
+		return nil, stopOut{}, err
+	}
+	if sess, err = s.o.Sandbox.Store.Get(ctx, sess.ID); err != nil {
+		return nil, stopOut{}, err
+	}
+	note := "stopped; its evidence stays in " + sess.RunDir + " and its change requests stay"
+	if wasEnded {
+		note = "it had already ended (" + sess.Status + ")"
+	}
+	return nil, stopOut{Session: viewSession(sess), Note: note}, nil
+}
