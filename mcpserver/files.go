@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -34,10 +35,11 @@ func stepOf(r *evidence.Result) int {
 }
 
 type readIn struct {
-	Session   string `json:"session" jsonschema:"the sandbox's ID"`
-	Path      string `json:"path" jsonschema:"the file's path, relative to the worktree (e.g. src/main.go)"`
-	StartLine int    `json:"start_line,omitempty" jsonschema:"the first line to return, from 1 (default 1)"`
-	EndLine   int    `json:"end_line,omitempty" jsonschema:"the last line to return (default: the last)"`
+	Session     string `json:"session" jsonschema:"the sandbox's ID"`
+	Path        string `json:"path" jsonschema:"the file's path, relative to the worktree (e.g. src/main.go)"`
+	StartLine   int    `json:"start_line,omitempty" jsonschema:"the first line to return, from 1 (default 1)"`
+	EndLine     int    `json:"end_line,omitempty" jsonschema:"the last line to return (default: the last)"`
+	LineNumbers bool   `json:"line_numbers,omitempty" jsonschema:"number each line as cat -n does: its number right-aligned in 6 columns, then a tab (not part of the file: leave them out of file_edit's old_string)"`
 }
 
 type readOut struct {
@@ -45,16 +47,16 @@ type readOut struct {
 	Content    string    `json:"content"`
 	StartLine  int       `json:"start_line"`
 	EndLine    int       `json:"end_line"`
-	TotalLines int       `json:"total_lines"`
-	NextLine   int       `json:"next_line" jsonschema:"where to go on: the read stopped at 1 MiB; 0 when the range was read whole"`
-	Binary     bool      `json:"binary" jsonschema:"not text: content is empty (inspect it with sandbox_exec, e.g. od or base64)"`
-	File       *hashView `json:"file"`
+	TotalLines *int      `json:"total_lines" jsonschema:"the file's number of lines; null when unknown: the file is longer than the 32 MiB a read scans"`
+	NextLine   int       `json:"next_line" jsonschema:"where to go on: the read stopped at 1 MiB (or at the 32 MiB a read scans); 0 when the range was read whole"`
+	Binary     bool      `json:"binary" jsonschema:"not text (a NUL byte, or not UTF-8): content is empty (inspect it with sandbox_exec, e.g. od or base64)"`
+	File       *hashView `json:"file" jsonschema:"the file's size, and its sha256 when it is at most 32 MiB (else empty)"`
 	Step       int       `json:"step"`
 }
 
 func (s *Server) addFileRead() {
 	addRaw(s, &mcp.Tool{Name: "file_read", Title: "Read a file",
-		Description: `Read a text file of the sandbox's worktree: all of it, or lines start_line to end_line (1-based). At most 1 MiB per call: a longer read stops at a line and next_line says where to go on. Paths are relative to the worktree; links are not followed and .git is not readable (use git through sandbox_exec).`,
+		Description: `Read a text file of the sandbox's worktree: all of it, or lines start_line to end_line (1-based), with line_numbers numbered as cat -n does. At most 1 MiB per call: a longer read stops at a line and next_line says where to go on. A read looks at the first 32 MiB of a file at most: past them total_lines is null, and lines beyond are read with sandbox_exec (sed -n, tail). A file holding a NUL byte or that is not UTF-8 is binary: its content is not returned. Paths are relative to the worktree; links are not followed and .git is not readable (use git through sandbox_exec).`,
 		Annotations: readOnly}, s.fileRead)
 }
 
@@ -67,18 +69,45 @@ func (s *Server) fileRead(ctx context.Context, _ *mcp.CallToolRequest, in readIn
 	if err != nil {
 		return nil, readOut{}, err
 	}
-	out := readOut{Path: r.Path, Content: r.Content, StartLine: r.StartLine, EndLine: r.EndLine, TotalLines: r.TotalLines,
+	out := readOut{Path: r.Path, Content: r.Content, StartLine: r.StartLine, EndLine: r.EndLine,
 		NextLine: r.NextLine, Binary: r.Binary, File: viewHash(r.Before), Step: stepOf(r.Step)}
+	total := "more than the 32 MiB a read scans"
+	if r.TotalLines >= 0 {
+		out.TotalLines, total = ptr(r.TotalLines), fmt.Sprint(r.TotalLines)
+	}
+	if in.LineNumbers && out.StartLine > 0 {
+		out.Content = numberLines(out.Content, out.StartLine)
+	}
 	text := out.Content
 	switch {
 	case out.Binary:
-		text = fmt.Sprintf("[%s is not text (%d bytes, sha256 %s): inspect it with sandbox_exec]", out.Path, out.File.Bytes, out.File.SHA256)
+		sum := "sha256 " + out.File.SHA256
+		if out.File.SHA256 == "" {
+			sum = "not hashed: larger than 32 MiB"
+		}
+		text = fmt.Sprintf("[%s is not text (%d bytes, %s): its content is not returned; inspect it with sandbox_exec (e.g. od -c, base64, file)]", out.Path, out.File.Bytes, sum)
 	case out.NextLine > 0:
-		text += fmt.Sprintf("\n[lines %d-%d of %d; the read stopped at 1 MiB: go on with start_line %d]", out.StartLine, out.EndLine, out.TotalLines, out.NextLine)
-	case out.StartLine == 0 && out.TotalLines > 0:
-		text = fmt.Sprintf("[%s has %d lines: nothing in lines %d-%d]", out.Path, out.TotalLines, in.StartLine, in.EndLine)
+		text += fmt.Sprintf("\n[lines %d-%d of %s; the read stopped at 1 MiB: go on with start_line %d]", out.StartLine, out.EndLine, total, out.NextLine)
+	case out.StartLine == 0 && r.TotalLines > 0:
+		text = fmt.Sprintf("[%s has %d lines: nothing in lines %d-%d]", out.Path, r.TotalLines, in.StartLine, in.EndLine)
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, out, nil
+}
+
+// numberLines numbers the lines of content, the first being first, as
+// cat -n does: the number right-aligned in 6 columns, then a tab.
+func numberLines(content string, first int) string {
+	var b strings.Builder
+	b.Grow(len(content) + 8*strings.Count(content, "\n") + 8)
+	for n := first; content != ""; n++ {
+		line, rest, ok := strings.Cut(content, "\n")
+		fmt.Fprintf(&b, "%6d\t%s", n, line)
+		if ok {
+			b.WriteByte('\n')
+		}
+		content = rest
+	}
+	return b.String()
 }
 
 type listFilesIn struct {

@@ -82,6 +82,13 @@ func (r *mcpRig) cliOut(env []string, args ...string) string {
 // stdio starts `xmode mcp ARGS` and connects a client to it.
 func (r *mcpRig) stdio(opts *mcp.ClientOptions, env []string, args ...string) *mcp.ClientSession {
 	r.t.Helper()
+	cs, _ := r.stdioServer(opts, env, args...)
+	return cs
+}
+
+// stdioServer is stdio, with the server's process.
+func (r *mcpRig) stdioServer(opts *mcp.ClientOptions, env []string, args ...string) (*mcp.ClientSession, *os.Process) {
+	r.t.Helper()
 	c := r.cli(env, append([]string{"mcp"}, args...)...)
 	c.Stderr = &testLog{t: r.t, prefix: "server: "}
 	client := mcp.NewClient(&mcp.Implementation{Name: "xmode-test", Version: "1.0"}, opts)
@@ -90,7 +97,7 @@ func (r *mcpRig) stdio(opts *mcp.ClientOptions, env []string, args ...string) *m
 		r.t.Fatalf("connect to xmode mcp: %v", err)
 	}
 	r.t.Cleanup(func() { cs.Close() })
-	return cs
+	return cs, c.Process
 }
 
 // httpServer starts `xmode mcp --listen 127.0.0.1:0 ARGS` and returns its
