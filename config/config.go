@@ -66,6 +66,12 @@ type Config struct {
 	CloudPollInterval  time.Duration
 	CloudStaleAfter    time.Duration
 
+	// The MCP server (docs/mcp.md): the repositories its clients may name
+	// besides their roots and the server's directory, and the variables
+	// of its environment they may ask for by name (path.Match patterns).
+	MCPRepos []string
+	MCPEnv   []string
+
 	// Agents (docs/agents.md).
 	AgentCommandTemplate []string // XMODE_AGENT_COMMAND_TEMPLATE split into argv elements; nil when unset
 	AgentEnv             []string // variable names passed to agent steps
@@ -432,6 +438,17 @@ var settings = []setting{
 	{name: "XMODE_CLOUD_STALE_AFTER", def: lit("10m"), apply: func(c *Config, v string) error {
 		d, err := ParseDuration(v)
 		c.CloudStaleAfter = d
+		return err
+	}},
+	// The MCP server (docs/mcp.md, "Security model").
+	{name: "XMODE_MCP_REPOS", def: lit(""), apply: func(c *Config, v string) error {
+		pats, err := ParseRepoPatterns(v)
+		c.MCPRepos = pats
+		return err
+	}},
+	{name: "XMODE_MCP_ENV", def: lit(""), apply: func(c *Config, v string) error {
+		pats, err := ParseEnvPatterns(v)
+		c.MCPEnv = pats
 		return err
 	}},
 }

@@ -3,10 +3,8 @@ package mcpserver
 import (
 	"bytes"
 	"context"
-	"net/url"
-	"path/filepath"
+	"errors"
 	"strings"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -69,7 +67,10 @@ func (s *Server) sandboxCreate(ctx context.Context, req *mcp.CallToolRequest, in
 	if len(in.Title) > 200 || strings.ContainsAny(in.Title, "\x00\n\r") {
 		return nil, createOut{}, fail.Usagef("title: one line of at most 200 bytes")
 	}
-	root := ""
+	if err := checkTransport(in.Repository); err != nil {
+		return nil, createOut{}, err
+	}
+	roots := clientRoots(req)
 	if req.Session != nil && wantsRoots(req, in.Repository) {
 		if multiRoundTrip(req.Session) {
 			// Ask for the client's roots first; the call comes again with
@@ -78,9 +79,9 @@ func (s *Server) sandboxCreate(ctx context.Context, req *mcp.CallToolRequest, in
 		}
 		// An older protocol: ask directly, and do without the roots of a
 		// client that does not answer.
-		root = askRoots(ctx, req.Session)
+		roots = askRoots(ctx, req.Session)
 	}
-	repo, err := s.repository(req, root, in.Repository)
+	repo, err := s.repository(roots, in.Repository)
 	if err != nil {
 		return nil, createOut{}, err
 	}
@@ -93,6 +94,11 @@ func (s *Server) sandboxCreate(ctx context.Context, req *mcp.CallToolRequest, in
 		Repo: repo, Ref: in.Ref, Project: in.Project, Title: in.Title,
 		Origin: store.OriginMCP, OriginClient: clientOf(req.Session),
 	})
+	if re := (*sandbox.RepoError)(nil); errors.As(err, &re) {
+		// Whether it could be reached is not the client's to learn.
+		s.logf("sandbox_create: repository %q (%s) could not be read: %v", in.Repository, repo, err)
+		return nil, createOut{}, repoRefused(in.Repository)
+	}
 	if err != nil {
 		return nil, createOut{}, err
 	}
@@ -107,118 +113,6 @@ func (s *Server) sandboxCreate(ctx context.Context, req *mcp.CallToolRequest, in
 	}
 	s.logf("created %s (%s at %s) for %s", sess.ID, sess.Repo, sess.Ref, sess.OriginClient)
 	return nil, out, nil
-}
-
-// repository is the repository a create checks out: as given (a relative
-// path is taken from the client's root, else the server's directory), else
-// the client's first file:// root, else the server's working directory.
-func (s *Server) repository(req *mcp.CallToolRequest, root, given string) (string, error) {
-	if strings.ContainsRune(given, 0) {
-		return "", fail.Usagef("repository: holds a NUL byte")
-	}
-	base := s.o.WorkDir
-	if root == "" {
-		root = clientRoot(req)
-	}
-	if root != "" {
-		base = root
-	}
-	if err := checkTransport(given); err != nil {
-		return "", err
-	}
-	switch {
-	case given == "":
-		return base, nil
-	case strings.Contains(given, "://") || filepath.IsAbs(given):
-		return given, nil
-	case strings.Contains(given, ":") && !strings.Contains(strings.SplitN(given, ":", 2)[0], "/"):
-		return given, nil // host:path, as git reads it
-	}
-	return filepath.Join(base, given), nil
-}
-
-// checkTransport refuses a repository git would reach through a program
-// on this machine: a remote helper (TRANSPORT::ADDRESS runs
-// git-remote-TRANSPORT) or a URL scheme other than git's own transports,
-// which runs git-remote-SCHEME the same way. A client's word must not pick
-// a program to run on the host; the user's CLI may.
-func checkTransport(repo string) error {
-	if strings.Contains(repo, "::") {
-		return fail.Usagef("repository %q names a git remote helper (TRANSPORT::), which would run a program on the user's machine: give a path or an https://, ssh:// or git:// URL", repo)
-	}
-	if scheme, _, ok := strings.Cut(repo, "://"); ok {
-		switch strings.ToLower(scheme) {
-		case "https", "http", "ssh", "git", "file", "git+ssh", "ssh+git":
-		default:
-			return fail.Usagef("repository %q: %s:// is not a transport of git's own (it would run git-remote-%s on the user's machine): give a path or an https://, ssh:// or git:// URL", repo, scheme, scheme)
-		}
-	}
-	return nil
-}
-
-// rootsRequest is the id of sandbox_create's request for the client's
-// roots (multi round-trip: the SDK asks a client of an older protocol
-// directly and calls the tool again with the answer).
-const rootsRequest = "roots"
-
-// wantsRoots: sandbox_create needs the client's roots to find the
-// repository (none or a relative one given), the client has roots, and has
-// not yet said what they are.
-func wantsRoots(req *mcp.CallToolRequest, given string) bool {
-	if given != "" && (filepath.IsAbs(given) || strings.Contains(given, ":")) {
-		return false
-	}
-	if p := req.Session.InitializeParams(); p == nil || p.Capabilities == nil || p.Capabilities.RootsV2 == nil {
-		return false
-	}
-	_, answered := req.Params.InputResponses[rootsRequest]
-	return !answered
-}
-
-// multiRoundTrip: the client's protocol has a server ask for input in a
-// call's result (2026-07-28 on); before it, a server sends its request.
-func multiRoundTrip(ss *mcp.ServerSession) bool {
-	p := ss.InitializeParams()
-	return p != nil && p.ProtocolVersion >= "2026-07-28" // versions are dates: they sort as strings
-}
-
-// askRoots asks a client of an older protocol for its roots: the first
-// file:// one, "" when it has none or does not answer within a few seconds.
-func askRoots(ctx context.Context, ss *mcp.ServerSession) string {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	res, err := ss.ListRoots(ctx, nil)
-	if err != nil {
-		return ""
-	}
-	return firstFileRoot(res)
-}
-
-// clientRoot is the first file:// root the client gave in answer to
-// rootsRequest, "" when none.
-func clientRoot(req *mcp.CallToolRequest) string {
-	if req == nil || req.Params == nil {
-		return ""
-	}
-	res, ok := req.Params.InputResponses[rootsRequest].(*mcp.ListRootsResult)
-	if !ok || res == nil {
-		return ""
-	}
-	return firstFileRoot(res)
-}
-
-// firstFileRoot is the path of the first file:// root, "" when none.
-func firstFileRoot(res *mcp.ListRootsResult) string {
-	if res == nil {
-		return ""
-	}
-	for _, r := range res.Roots {
-		u, err := url.Parse(r.URI)
-		if err == nil && u.Scheme == "file" && u.Path != "" {
-			return u.Path
-		}
-	}
-	return ""
 }
 
 func (s *Server) followAlong(id string) []string {

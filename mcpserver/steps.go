@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
@@ -60,7 +62,7 @@ type execIn struct {
 	Argv           []string `json:"argv,omitempty" jsonschema:"the program and its arguments, run without a shell (give this or command)"`
 	Workdir        string   `json:"workdir,omitempty" jsonschema:"directory to run in, relative to the worktree (default: its top)"`
 	TimeoutSeconds int      `json:"timeout_seconds,omitempty" jsonschema:"end the command after this many seconds (default 600)"`
-	Env            []string `json:"env,omitempty" jsonschema:"names of variables of the server's environment to pass to the command (names only: their values are taken from the server and masked in the output)"`
+	Env            []string `json:"env,omitempty" jsonschema:"variables for the command: NAME=VALUE of your own, or the NAME of a variable of the server's environment the user allowed (XMODE_MCP_ENV), whose value is taken from the server and kept out of the evidence and the reply (masked), not out of the command's reach"`
 	Name           string   `json:"name,omitempty" jsonschema:"the step's name (letters, digits, . _ -); default: from the command's words"`
 	Background     bool     `json:"background,omitempty" jsonschema:"return the step number at once and let the command run on (a server, a watcher): step_status, step_logs and step_kill follow it; no timeout unless timeout_seconds is given"`
 }
@@ -91,7 +93,7 @@ type execOut struct {
 
 func (s *Server) addSandboxExec() {
 	add(s, &mcp.Tool{Name: "sandbox_exec", Title: "Run a command in a sandbox",
-		Description: `Run one command in the sandbox's worktree and wait for it: give command (a shell string, run by /bin/sh -c in the sandbox: pipes, &&, globs work) or argv (no shell). Returns the exit code, the step number and stdout and stderr — each cut to its first 16 KiB and last 48 KiB when longer (the whole output is in the step's evidence: step_logs). A non-zero exit is a result, not an error. The command runs in the sandbox's engine only: in a docker sandbox, a hardened container; with the host engine, on the user's machine as the user. timeout_seconds bounds it (default 600); a cancelled call ends the step's processes as Ctrl-C would. With background set, the call returns the step number at once while the command goes on (a server, a watcher, a long build): read it with step_status and step_logs, end it with step_kill; it has no timeout unless you give one and ends at the latest with the sandbox; later steps reach a server it starts on localhost. env names variables of the server's environment to pass in (their values are masked in what is recorded and returned).`,
+		Description: `Run one command in the sandbox's worktree and wait for it: give command (a shell string, run by /bin/sh -c in the sandbox: pipes, &&, globs work) or argv (no shell). Returns the exit code, the step number and stdout and stderr — each cut to its first 16 KiB and last 48 KiB when longer (the whole output is in the step's evidence: step_logs). A non-zero exit is a result, not an error. The command runs in the sandbox's engine only: in a docker sandbox, a hardened container; with the host engine, on the user's machine as the user. timeout_seconds bounds it (default 600); a cancelled call ends the step's processes as Ctrl-C would. With background set, the call returns the step number at once while the command goes on (a server, a watcher, a long build): read it with step_status and step_logs, end it with step_kill; it has no timeout unless you give one and ends at the latest with the sandbox; later steps reach a server it starts on localhost. env gives the command variables: NAME=VALUE of your own, or the NAME of a variable of the server's environment the user allowed for MCP clients (XMODE_MCP_ENV; any other is refused), whose value is masked in what is recorded and returned — which keeps it out of the evidence, not away from the command.`,
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(true), OpenWorldHint: ptr(true)}}, s.sandboxExec)
 }
 
@@ -175,9 +177,19 @@ func (s *Server) execOptions(ctx context.Context, in execIn) (*store.Session, sa
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
-	for _, name := range in.Env {
-		if name == "" || strings.ContainsAny(name, "= \t\n\x00") {
-			return nil, o, fail.Usagef("env %q: give a variable's name only (its value comes from the server's environment); for a value of your own, set it in command (NAME=value cmd)", name)
+	for _, e := range in.Env {
+		name, value, isValue := strings.Cut(e, "=")
+		if !config.ValidEnvName(name) {
+			return nil, o, fail.Usagef("env %q: give a variable's name (one the user allowed: XMODE_MCP_ENV), or NAME=VALUE for a value of your own", e)
+		}
+		if isValue {
+			// The client's own value: it knows it already.
+			o.Env = append(o.Env, name+"="+value)
+			continue
+		}
+		if !envAllowed(s.o.Sandbox.Cfg.MCPEnv, name) {
+			s.logf("sandbox_exec: env %s refused: XMODE_MCP_ENV (%s) does not list it", name, strings.Join(s.o.Sandbox.Cfg.MCPEnv, ","))
+			return nil, o, fail.Refusedf("env %s: the user has not allowed MCP clients to ask for that variable of the server's environment (XMODE_MCP_ENV lists those they may); give NAME=VALUE for a value of your own, or ask the user", name)
 		}
 		v, ok := lookup(name)
 		if !ok {
@@ -479,4 +491,15 @@ func (s *Server) stepLogs(ctx context.Context, _ *mcp.CallToolRequest, in logsIn
 	out.EOF = row.State != "running" && out.NextOffset >= size
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("step %d %s, bytes %d-%d of %d (%s)%s\n%s",
 		out.Step, out.Stream, out.Offset, out.NextOffset, out.Size, out.State, map[bool]string{true: ", all of it", false: ""}[out.EOF], out.Content)}}}, out, nil
+}
+
+// envAllowed: the user lets MCP clients ask for variable name of the
+// server's environment (a pattern of XMODE_MCP_ENV matches it).
+func envAllowed(patterns []string, name string) bool {
+	for _, p := range patterns {
+		if ok, _ := path.Match(p, name); ok {
+			return true
+		}
+	}
+	return false
 }

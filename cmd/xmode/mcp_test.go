@@ -250,7 +250,7 @@ func TestMCPEveryTool(t *testing.T) {
 	for _, transport := range []string{"stdio", "http"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
-			r := newMCPRig(t, "SECRET_FOR_MCP=hunter2-very-secret")
+			r := newMCPRig(t, "SECRET_FOR_MCP=hunter2-very-secret", "XMODE_MCP_ENV=SECRET_*")
 			var cs *mcp.ClientSession
 			if transport == "stdio" {
 				cs = r.stdio(nil, nil)
@@ -487,7 +487,7 @@ func verifyAndApply(t *testing.T, r *mcpRig, crID, file, want string) {
 // a session the server did not create is not found; another user's never.
 func TestMCPErrorsAndScope(t *testing.T) {
 	t.Parallel()
-	r := newMCPRig(t)
+	r := newMCPRig(t, "XMODE_MCP_ENV=XMODE_TEST_*")
 	cli := r.cliOut(nil, "sandbox", "create", "--repo", r.repo, "-q")
 	other := r.cliOut([]string{"XMODE_USER=mallory"}, "sandbox", "create", "--repo", r.repo, "-q")
 	cs := r.stdio(nil, nil)
@@ -506,8 +506,9 @@ func TestMCPErrorsAndScope(t *testing.T) {
 		{"cr_create", map[string]any{"session": cli}, "not found"},
 		{"sandbox_exec", map[string]any{"session": id}, "invalid input: give the command to run"},
 		{"sandbox_exec", map[string]any{"session": id, "command": "x", "argv": []string{"y"}}, "not both"},
-		{"sandbox_exec", map[string]any{"session": id, "command": "true", "env": []string{"A=b"}}, "give a variable's name only"},
+		{"sandbox_exec", map[string]any{"session": id, "command": "true", "env": []string{"1A=b"}}, "give a variable's name"},
 		{"sandbox_exec", map[string]any{"session": id, "command": "true", "env": []string{"XMODE_TEST_NO_SUCH_VAR"}}, "server's environment has no XMODE_TEST_NO_SUCH_VAR"},
+		{"sandbox_exec", map[string]any{"session": id, "command": "true", "env": []string{"HOME"}}, "refused: env HOME: the user has not allowed"},
 		{"sandbox_exec", map[string]any{"session": id, "command": "true", "workdir": "../.."}, "invalid input"},
 		{"sandbox_exec", map[string]any{"session": id, "command": "true", "timeout_seconds": -1}, "timeout_seconds"},
 		{"file_edit", map[string]any{"session": id, "path": "README", "old_string": "nope", "new_string": "x"}, "old_string was not found in README: read the file (file_read)"},
@@ -516,7 +517,7 @@ func TestMCPErrorsAndScope(t *testing.T) {
 		{"step_logs", map[string]any{"session": id, "step": 1, "stream": "both"}, "stdout or stderr"},
 		{"cr_create", map[string]any{"session": id}, "nothing to package"},
 		{"cr_show", map[string]any{"change_request": "cr_nosuch00"}, "not found"},
-		{"sandbox_create", map[string]any{"repository": filepath.Join(r.dir, "no-such-repo")}, "invalid input"},
+		{"sandbox_create", map[string]any{"repository": filepath.Join(r.dir, "no-such-repo")}, "refused: repository"},
 		{"sandbox_exec", map[string]any{"session": id, "command": "true", "bogus": 1}, "bogus"},
 		{"file_write", map[string]any{"session": id, "path": "x", "content": "x", "bogus": 1}, `invalid input: the arguments: json: unknown field "bogus"`},
 		{"file_write", map[string]any{"session": id, "path": "x"}, `invalid input: "content" is required`},
