@@ -27,6 +27,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/xmode/xmode/changes"
+	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/sandbox"
@@ -55,6 +56,9 @@ type Options struct {
 	// StorageRootArg is --storage-root for the commands a person is given
 	// to follow along, when the server's storage root is not the default.
 	StorageRootArg string
+	// LoadConfig loads the server's configuration with overrides (with
+	// ConfigDefaults): sandbox_create's image is one.
+	LoadConfig func(overrides map[string]config.Flag) (*config.Config, error)
 }
 
 // Server is one xmode MCP server: its tools, and the calls in flight.

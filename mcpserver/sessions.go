@@ -48,6 +48,7 @@ type createIn struct {
 	Ref        string `json:"ref,omitempty" jsonschema:"branch, tag or commit; default: the repository's HEAD branch"`
 	Project    string `json:"project,omitempty" jsonschema:"a project ID (with project machines: a warm checkout of that project)"`
 	Title      string `json:"title,omitempty" jsonschema:"what the sandbox is for, in a few words (the change request's default title)"`
+	Image      string `json:"image,omitempty" jsonschema:"the image a docker sandbox runs, one with the project's toolchain (e.g. golang:1.26); default: the user's XMODE_SANDBOX_IMAGE. Refused when sandboxes run on the host"`
 }
 
 type createOut struct {
@@ -59,7 +60,7 @@ type createOut struct {
 
 func (s *Server) addSandboxCreate() {
 	add(s, &mcp.Tool{Name: "sandbox_create", Title: "Create a sandbox",
-		Description: `Create a sandbox for a repository: a fresh checkout of its committed state (a branch, tag or commit) in which sandbox_exec and the file tools work, each call recorded as evidence. Returns the session ID every other tool takes, the base commit, and follow_along: the commands the user runs to watch and review your work — tell the user those. Uncommitted changes in the repository are not in the sandbox (a warning says so). Commands run where the user configured xmode's engine: a hardened docker container, or, with the host engine, on the user's machine as the user (a warning says so).`,
+		Description: `Create a sandbox for a repository: a fresh checkout of its committed state (a branch, tag or commit) in which sandbox_exec and the file tools work, each call recorded as evidence. Returns the session ID every other tool takes, the base commit, and follow_along: the commands the user runs to watch and review your work — tell the user those. Uncommitted changes in the repository are not in the sandbox (a warning says so). Commands run where the user configured xmode's engine: a docker container — hardened, with limits and no network, unless the user opted out — or, with the host engine, on the user's machine as the user; warnings say plainly what the sandbox lacks (tell the user). image picks a docker sandbox's image. The repository is one the user allowed: the project you were opened in unless the user allowed others.`,
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(true)}}, s.sandboxCreate)
 }
 
@@ -88,6 +89,11 @@ func (s *Server) sandboxCreate(ctx context.Context, req *mcp.CallToolRequest, in
 	// A service of this call's own, so the notes a create makes (uncommitted
 	// changes left out) come back to this caller only.
 	svc := *s.o.Sandbox
+	if in.Image != "" {
+		if svc.Cfg, err = s.imageConfig(in.Image); err != nil {
+			return nil, createOut{}, err
+		}
+	}
 	var notes bytes.Buffer
 	svc.Notices, svc.Progress, svc.Verbose, svc.Log = &notes, nil, nil, nil
 	sess, err := svc.Create(ctx, sandbox.CreateOptions{
@@ -108,8 +114,8 @@ func (s *Server) sandboxCreate(ctx context.Context, req *mcp.CallToolRequest, in
 			out.Warnings = append(out.Warnings, l)
 		}
 	}
-	if s.o.Sandbox.OnHost(sess) {
-		out.Warnings = append(out.Warnings, "this sandbox's commands run on this machine as the user (the host engine): its worktree is separate, the machine is not; for isolation the user sets XMODE_SANDBOX_ENGINE=docker and XMODE_RUNNER_MODE=cloud_worker for the server")
+	for _, gap := range svc.IsolationGaps(sess) {
+		out.Warnings = append(out.Warnings, "this sandbox lacks "+gap)
 	}
 	s.logf("created %s (%s at %s) for %s", sess.ID, sess.Repo, sess.Ref, sess.OriginClient)
 	return nil, out, nil
