@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/store"
 )
 
 // The change: sandbox_diff, cr_create, cr_show.
@@ -125,7 +127,7 @@ type crOut struct {
 	Dir       string      `json:"dir" jsonschema:"its package: change.patch, manifest.json, evidence.json"`
 	Review    []string    `json:"review" jsonschema:"the commands the user reviews it with: give the user these"`
 	Reviews   []string    `json:"reviews" jsonschema:"decisions so far"`
-	Steps     []crStep    `json:"steps" jsonschema:"the evidence: every step of the sandbox's run"`
+	Steps     []crStep    `json:"steps" jsonschema:"the evidence: every step of the sandbox's run, as the package froze it"`
 	Patch     string      `json:"patch,omitempty"`
 	PatchCut  bool        `json:"patch_cut,omitempty"`
 	CreatedAt string      `json:"created_at"`
@@ -147,7 +149,7 @@ type crStep struct {
 
 func (s *Server) addCRCreate() {
 	add(s, &mcp.Tool{Name: "cr_create", Title: "Create a change request",
-		Description: `Freeze what the sandbox changed into a change request for the user to review: the patch, the stat, and the evidence of every step. title says what it does (default: the sandbox's title, else your last commit's subject); message says what you changed and why. Returns its ID and the commands the user reviews it with — give them to the user. You cannot approve it yourself.`,
+		Description: `Freeze what the sandbox changed into a change request for the user to review: the patch, the stat, and the evidence of every step. title says what it does (default: the sandbox's title, else your last commit's subject); message says what you changed and why. Returns its ID, the steps of its evidence (each command and file operation with its status) and the commands the user reviews it with — give them to the user. You cannot approve it yourself.`,
 		Annotations: additive}, s.crCreate)
 }
 
@@ -164,7 +166,11 @@ func (s *Server) crCreate(ctx context.Context, _ *mcp.CallToolRequest, in crCrea
 	if err != nil {
 		return nil, crOut{}, err
 	}
-	return nil, s.viewCR(p, nil, nil), nil
+	ev, err := s.o.Changes.Evidence(p)
+	if err != nil {
+		return nil, crOut{}, err
+	}
+	return nil, s.viewCR(p, sess, ev, nil), nil
 }
 
 type crShowIn struct {
@@ -183,9 +189,10 @@ func (s *Server) crShow(ctx context.Context, _ *mcp.CallToolRequest, in crShowIn
 		return nil, crOut{}, fail.Usagef("give the change request's ID (cr_create returns it)")
 	}
 	p, err := s.o.Changes.Open(ctx, in.ChangeRequest)
+	var sess *store.Session
 	if err == nil {
 		// Only a change request of a session in scope: any other is not found.
-		if _, err = s.scoped(ctx, p.SessionID); err != nil || p.ID != in.ChangeRequest {
+		if sess, err = s.scoped(ctx, p.SessionID); err != nil || p.ID != in.ChangeRequest {
 			err = fail.NotFoundf("no change request %q of your sandboxes (give the whole ID cr_create returned)", in.ChangeRequest)
 		}
 	}
@@ -209,19 +216,23 @@ func (s *Server) crShow(ctx context.Context, _ *mcp.CallToolRequest, in crShowIn
 			return nil, crOut{}, err
 		}
 	}
-	return nil, s.viewCR(p, ev, patch), nil
+	return nil, s.viewCR(p, sess, ev, patch), nil
 }
 
-func (s *Server) viewCR(p *changes.Package, ev *changes.Evidence, patch *capWriter) crOut {
-	x := "xmode"
-	if s.o.StorageRootArg != "" {
-		x += " --storage-root " + shellQuote(s.o.StorageRootArg)
+// viewCR is a change request of sess as the tools show it: its review
+// commands (the export's --repo the session's repository when that is a
+// path of this machine), and its steps when ev is given.
+func (s *Server) viewCR(p *changes.Package, sess *store.Session, ev *changes.Evidence, patch *capWriter) crOut {
+	x := s.xmodeCommand()
+	repo := "REPO"
+	if filepath.IsAbs(sess.Repo) {
+		repo = shellQuote(sess.Repo)
 	}
 	out := crOut{ID: p.ID, Title: p.Title, Status: p.Status, Session: p.SessionID, Dir: p.Dir, CreatedAt: stamp(p.CreatedAt),
 		Review: []string{
 			x + " cr show " + p.ID + " --patch     # read it",
 			x + " cr review " + p.ID + " --approve # or --reject, with --note",
-			x + " cr export " + p.ID + " --repo REPO # a branch of it in your repository",
+			x + " cr export " + p.ID + " --repo " + repo + " # a branch of it in your repository",
 		},
 		Reviews: []string{}, Steps: []crStep{}}
 	if p.Manifest != nil {

@@ -46,7 +46,7 @@ const (
 // addTools registers every tool, toolset by toolset.
 func (s *Server) addTools() {
 	for _, add := range []func(){
-		s.addSandboxCreate, s.addSandboxList, s.addSandboxShow, s.addSandboxStop,
+		s.addSandboxCreate, s.addSandboxList, s.addSandboxShow, s.addSandboxStop, s.addSandboxExtend,
 		s.addSandboxExec, s.addStepStatus, s.addStepLogs, s.addStepKill,
 		s.addFileRead, s.addFileList, s.addFileWrite, s.addFileEdit, s.addFileDelete,
 		s.addSandboxDiff, s.addCRCreate, s.addCRShow,
@@ -58,6 +58,7 @@ func (s *Server) addTools() {
 // add registers a tool whose handler returns its output or an error that
 // toolError turns into the model's message, and logs the call.
 func add[In, Out any](s *Server, t *mcp.Tool, h func(context.Context, *mcp.CallToolRequest, In) (*mcp.CallToolResult, Out, error)) {
+	t.InputSchema = inputSchema[In](t.Name)
 	mcp.AddTool(s.mcp, t, func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
 		s.inflight.Add(1)
 		defer s.inflight.Done()
@@ -82,10 +83,7 @@ func add[In, Out any](s *Server, t *mcp.Tool, h func(context.Context, *mcp.CallT
 // strictly (an object, every required field, no unknown one, each of its
 // type); the output is xmode's own types, encoded as they are, once.
 func addRaw[In, Out any](s *Server, t *mcp.Tool, h func(context.Context, *mcp.CallToolRequest, In) (*mcp.CallToolResult, Out, error)) {
-	in, err := jsonschema.For[In](nil)
-	if err != nil {
-		panic(fmt.Sprintf("tool %s: input schema: %v", t.Name, err))
-	}
+	in := inputSchema[In](t.Name)
 	out, err := jsonschema.For[Out](nil)
 	if err != nil {
 		panic(fmt.Sprintf("tool %s: output schema: %v", t.Name, err))
@@ -127,6 +125,37 @@ func addRaw[In, Out any](s *Server, t *mcp.Tool, h func(context.Context, *mcp.Ca
 		s.logf("%s: ok (%s)", t.Name, time.Since(start).Round(time.Millisecond))
 		return res, nil
 	})
+}
+
+// inputSchema is the schema of a tool's input type, each optional field
+// a plain type: jsonschema infers ["null", T] from a pointer field, which
+// strict clients refuse in an input (an omitted field is the optional
+// one; null is not needed).
+func inputSchema[In any](tool string) *jsonschema.Schema {
+	in, err := jsonschema.For[In](nil)
+	if err != nil {
+		panic(fmt.Sprintf("tool %s: input schema: %v", tool, err))
+	}
+	noNull(in)
+	return in
+}
+
+// noNull makes every ["null", T] type of sc and its subschemas T.
+func noNull(sc *jsonschema.Schema) {
+	if sc == nil {
+		return
+	}
+	if len(sc.Types) == 2 && (sc.Types[0] == "null" || sc.Types[1] == "null") {
+		sc.Type = sc.Types[0]
+		if sc.Type == "null" {
+			sc.Type = sc.Types[1]
+		}
+		sc.Types = nil
+	}
+	for _, p := range sc.Properties {
+		noNull(p)
+	}
+	noNull(sc.Items)
 }
 
 // argFields maps the JSON names of a tool's input type to its fields.

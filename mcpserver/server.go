@@ -75,8 +75,12 @@ func New(o Options) *Server {
 		o.ProgressEvery = time.Second
 	}
 	s := &Server{o: o}
+	ttl := 2 * time.Hour // XMODE_SANDBOX_TTL's default, for a server without a service
+	if o.Sandbox != nil && o.Sandbox.Cfg != nil {
+		ttl = o.Sandbox.Cfg.TTL
+	}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "xmode", Title: "xmode sandboxes", Version: o.Version}, &mcp.ServerOptions{
-		Instructions: Instructions,
+		Instructions: Instructions(ttl),
 		// Tools only: no logging, prompts or resources.
 		Capabilities: &mcp.ServerCapabilities{},
 	})
@@ -85,16 +89,31 @@ func New(o Options) *Server {
 }
 
 // Instructions is what the server tells the agent at initialize (the MCP
-// "instructions"): how to work through xmode.
-const Instructions = `xmode gives you a sandbox: a checkout of the user's repository in which every command you run and every file you change is recorded as evidence, and whose work ends in a change request that the user reviews. Work like this:
+// "instructions"): how to work through xmode, sessions living ttl
+// (XMODE_SANDBOX_TTL as the user configured it).
+func Instructions(ttl time.Duration) string {
+	return `xmode gives you a sandbox: a checkout of the user's repository in which every command you run and every file you change is recorded as evidence, and whose work ends in a change request that the user reviews. Work like this:
 
-1. Start with sandbox_create for the repository you are asked to work on (leave "repository" empty for the project the user has open). Keep the session ID it returns and use it for every later call. If a sandbox for this work already exists (sandbox_list shows yours), use it instead of creating another.
-2. Right after creating it, tell the user the follow_along commands it returned, so they can watch and review as you work: xmode sandbox logs ID --follow, xmode sandbox diff ID, xmode sandbox shell ID. If it returned warnings (uncommitted changes the sandbox does not have, commands running on the user's host), tell the user those too.
+1. Start with sandbox_create for the repository you are asked to work on (leave "repository" empty for the project the user has open; the user allows which others you may name). Keep the session ID it returns and use it for every later call. If a sandbox for this work already exists (sandbox_list shows yours), use it instead of creating another.
+2. Right after creating it, tell the user the follow_along commands it returned, so they can watch and review as you work: xmode sandbox logs ID --follow, xmode sandbox diff ID, xmode sandbox shell ID. If it returned warnings (uncommitted changes the sandbox does not have, what the sandbox lacks: limits, network isolation, hardening, isolation of any kind), tell the user those too.
 3. Do all the work through the sandbox: run builds, tests and git with sandbox_exec; read, list, write, edit and delete files with file_read, file_list, file_write, file_edit and file_delete. Do not change the user's own checkout with other tools: it is not the sandbox, and nothing done there reaches the change request. Give long commands a timeout_seconds; a step's full output stays in its logs (step_logs) when the reply cuts it short. Start what must keep running (a dev server, a watcher) with sandbox_exec's background set: later steps reach it on localhost, step_status and step_logs read it, step_kill ends it.
 4. When the work is done and the checks pass, look at it with sandbox_diff, then call cr_create with a title and a message that says what you changed and why. Give the user the change request's ID and the review commands it returned. You cannot approve your own change request: the user reviews it.
 5. Call sandbox_stop only when the user no longer needs the sandbox; the change request and the evidence stay after it.
 
-Sessions expire (after 2 hours unless the user configured otherwise); a tool that says a session expired or was not found means: create a new one and tell the user.`
+A sandbox lives ` + humanTTL(ttl) + ` from its creation (XMODE_SANDBOX_TTL, as the user configured it), then expires and is stopped: what you had not put in a change request goes with it. When the work will take longer, or its expires_at (sandbox_show) is near, call sandbox_extend — do not create a new sandbox instead, which starts from the repository again without your uncommitted work. Only when a tool says the session expired or was not found, create a new one and tell the user.`
+}
+
+// humanTTL is d as a person writes it: 2h, 90m → 1h30m, 45s.
+func humanTTL(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
 
 // ServeStdio serves one client over r and w (newline-delimited JSON-RPC)
 // until the client goes away or ctx ends; then it waits for the calls in
@@ -202,7 +221,7 @@ func toolError(err error) error {
 	if err == nil {
 		return nil
 	}
-	msg := err.Error()
+	msg := mcpWords(err.Error())
 	switch fail.KindOf(err) {
 	case fail.Usage:
 		return errors.New("invalid input: " + msg)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
@@ -227,4 +228,37 @@ func (s *Server) sandboxStop(ctx context.Context, _ *mcp.CallToolRequest, in sto
 		note = "it had already ended (" + sess.Status + ")"
 	}
 	return nil, stopOut{Session: viewSession(sess), Note: note}, nil
+}
+
+type extendIn struct {
+	Session string `json:"session" jsonschema:"the sandbox's ID"`
+	TTL     string `json:"ttl,omitempty" jsonschema:"how long from now the sandbox lives, a duration such as 90m or 4h (default: the configured lifetime, XMODE_SANDBOX_TTL; at most XMODE_SANDBOX_MAX_TTL)"`
+}
+
+type extendOut struct {
+	Session sessionView `json:"session"`
+	Note    string      `json:"note"`
+}
+
+func (s *Server) addSandboxExtend() {
+	add(s, &mcp.Tool{Name: "sandbox_extend", Title: "Extend a sandbox's life",
+		Description: `Push back when a sandbox expires: it lives ttl from now (default: the configured lifetime). An expired sandbox is stopped and its uncommitted work goes with it, so extend one whose work is not done — do not create a new one instead. Returns the sandbox with its new expires_at. A sandbox that has ended cannot be extended.`,
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(false)}}, s.sandboxExtend)
+}
+
+func (s *Server) sandboxExtend(ctx context.Context, _ *mcp.CallToolRequest, in extendIn) (*mcp.CallToolResult, extendOut, error) {
+	sess, err := s.scoped(ctx, in.Session)
+	if err != nil {
+		return nil, extendOut{}, err
+	}
+	d := s.o.Sandbox.Cfg.TTL
+	if in.TTL != "" {
+		if d, err = config.ParseDuration(in.TTL); err != nil {
+			return nil, extendOut{}, fail.Usagef("ttl: %v", err)
+		}
+	}
+	if sess, err = s.o.Sandbox.Extend(ctx, sess, d); err != nil {
+		return nil, extendOut{}, err
+	}
+	return nil, extendOut{Session: viewSession(sess), Note: "it now expires at " + stamp(sess.ExpiresAt) + ", " + humanTTL(d) + " from now"}, nil
 }

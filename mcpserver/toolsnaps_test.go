@@ -114,3 +114,34 @@ func TestDocsListEveryTool(t *testing.T) {
 		t.Fatalf("docs/mcp.md's tool table lists %q; tools/list has %q", documented, served)
 	}
 }
+
+// No tool's input schema has a type union with null (["null", "integer"]
+// from a pointer field, ["null", "array"] from a slice), which strict
+// clients refuse: an optional parameter is one left out.
+func TestInputSchemasHaveNoNullTypes(t *testing.T) {
+	var walk func(tool, at string, v any)
+	walk = func(tool, at string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if ty, ok := x["type"].([]any); ok {
+				t.Errorf("%s: %s has the type union %v", tool, at, ty)
+			}
+			if x["type"] == "null" {
+				t.Errorf("%s: %s is of type null", tool, at)
+			}
+			for k, c := range x {
+				walk(tool, at+"."+k, c)
+			}
+		case []any:
+			for _, c := range x {
+				walk(tool, at, c)
+			}
+		}
+	}
+	for _, tool := range listTools(t) {
+		b, _ := json.Marshal(tool.InputSchema)
+		var v any
+		json.Unmarshal(b, &v)
+		walk(tool.Name, "inputSchema", v)
+	}
+}

@@ -241,7 +241,7 @@ func str(v map[string]any, path ...string) string {
 }
 
 var mcpTools = []string{"cr_create", "cr_show", "file_delete", "file_edit", "file_list", "file_read", "file_write",
-	"sandbox_create", "sandbox_diff", "sandbox_exec", "sandbox_list", "sandbox_show", "sandbox_stop", "step_kill", "step_logs", "step_status"}
+	"sandbox_create", "sandbox_diff", "sandbox_exec", "sandbox_extend", "sandbox_list", "sandbox_show", "sandbox_stop", "step_kill", "step_logs", "step_status"}
 
 // Every tool, over stdio and over HTTP: a session from create to change
 // request, recorded as MCP's, whose change request verifies and applies.
@@ -400,6 +400,13 @@ func everyTool(t *testing.T, r *mcpRig, cs *mcp.ClientSession) {
 	crID := str(cr, "id")
 	if !strings.HasPrefix(crID, "cr_") || str(cr, "title") != "Make README say three" || !strings.Contains(str(cr, "review"), "cr review "+crID) {
 		t.Fatalf("cr_create: %v", cr)
+	}
+	// Its steps, and the export prefilled with the session's repository.
+	if steps := str(cr, "steps"); !strings.Contains(steps, `"file-edit"`) || !strings.Contains(steps, `"name":"pwd"`) || !strings.Contains(steps, `"status":"failed"`) {
+		t.Fatalf("cr_create's steps: %s", steps)
+	}
+	if rv := str(cr, "review"); !strings.Contains(rv, "cr export "+crID+" --repo "+r.repo+" ") || strings.Contains(rv, "REPO") {
+		t.Fatalf("cr_create's export command is not of the session's repository: %s", rv)
 	}
 	crs := ok(t, cs, "cr_show", map[string]any{"change_request": crID, "patch": true})
 	if !strings.Contains(str(crs, "patch"), "+version three") || str(crs, "status") != "open" || !strings.Contains(str(crs, "steps"), "file-edit") {
