@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/config"
@@ -67,6 +68,8 @@ type Server struct {
 	mcp      *mcp.Server
 	inflight sync.WaitGroup
 	logMu    sync.Mutex
+	// budget bounds the bytes of messages in flight (bodies.go).
+	budget *semaphore.Weighted
 }
 
 // New makes a server with every tool.
@@ -74,7 +77,7 @@ func New(o Options) *Server {
 	if o.ProgressEvery <= 0 {
 		o.ProgressEvery = time.Second
 	}
-	s := &Server{o: o}
+	s := &Server{o: o, budget: newBudget()}
 	ttl := 2 * time.Hour // XMODE_SANDBOX_TTL's default, for a server without a service
 	if o.Sandbox != nil && o.Sandbox.Cfg != nil {
 		ttl = o.Sandbox.Cfg.TTL
@@ -119,7 +122,7 @@ func humanTTL(d time.Duration) string {
 // until the client goes away or ctx ends; then it waits for the calls in
 // flight, whose steps a cancelled context has ended, to record their end.
 func (s *Server) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) error {
-	err := s.mcp.Run(ctx, &lineTransport{r: r, w: w, maxLine: MaxMessageBytes})
+	err := s.mcp.Run(ctx, &lineTransport{r: r, w: w, budget: s.budget, release: s.release})
 	s.drain()
 	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return nil
@@ -145,7 +148,7 @@ func (s *Server) HTTPHandler(token string) http.Handler {
 		SessionTimeout:      time.Hour,
 	})
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", h)
+	mux.Handle("/mcp", s.limitBodies(h))
 	return RequireToken(token, mux)
 }
 

@@ -104,6 +104,13 @@ func (r *mcpRig) stdioServer(opts *mcp.ClientOptions, env []string, args ...stri
 // endpoint and the token it printed.
 func (r *mcpRig) httpServer(env []string, args ...string) (endpoint, token string) {
 	r.t.Helper()
+	endpoint, token, _ = r.httpServerProc(env, args...)
+	return endpoint, token
+}
+
+// httpServerProc is httpServer, with the server's process.
+func (r *mcpRig) httpServerProc(env []string, args ...string) (endpoint, token string, proc *os.Process) {
+	r.t.Helper()
 	c := r.cli(env, append([]string{"mcp", "--listen", "127.0.0.1:0"}, args...)...)
 	stderr, err := c.StderrPipe()
 	if err != nil {
@@ -134,7 +141,7 @@ func (r *mcpRig) httpServer(env []string, args ...string) (endpoint, token strin
 		r.t.Fatalf("xmode mcp --listen printed no URL or token")
 	}
 	go io.Copy(&testLog{t: r.t, prefix: "server: "}, stderr)
-	return endpoint, token
+	return endpoint, token, c.Process
 }
 
 // httpClient connects a client to endpoint with token.
