@@ -116,7 +116,7 @@ var settings = []setting{
 			// silently be a new, empty one there.
 			return fmt.Errorf("%q must be an absolute path (e.g. %s)", v, filepath.Join("$PWD", v))
 		}
-		c.StorageRoot = resolveExisting(filepath.Clean(v))
+		c.StorageRoot = ResolveExisting(filepath.Clean(v))
 		return nil
 	}},
 	{name: "XMODE_USER", def: defaultUser, apply: func(c *Config, v string) error {
@@ -578,10 +578,10 @@ func (c *Config) CheckTTL(d time.Duration) error {
 	return nil
 }
 
-// resolveExisting resolves the symlinks of the longest part of p that
+// ResolveExisting resolves the symlinks of the longest part of p that
 // exists, so that a storage root reached through a symlink is one path for
 // every command, and the paths derived from it match what is on disk.
-func resolveExisting(p string) string {
+func ResolveExisting(p string) string {
 	rest := ""
 	for cur := p; ; cur = filepath.Dir(cur) {
 		if real, err := filepath.EvalSymlinks(cur); err == nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
 )
 
@@ -113,16 +114,7 @@ func realPath(p string) string {
 		return ""
 	}
 	p, _ = filepath.Abs(p)
-	rest := ""
-	for cur := p; ; cur = filepath.Dir(cur) {
-		if real, err := filepath.EvalSymlinks(cur); err == nil {
-			return filepath.Join(real, rest)
-		}
-		if filepath.Dir(cur) == cur {
-			return p
-		}
-		rest = filepath.Join(filepath.Base(cur), rest)
-	}
+	return config.ResolveExisting(p)
 }
 
 // realPattern is a path pattern with the links of its leading literal

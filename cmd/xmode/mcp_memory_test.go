@@ -1,37 +1,17 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 )
 
 // peakRSS is process pid's peak resident memory so far (VmHWM), in bytes.
-func peakRSS(t *testing.T, pid int) int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("no VmHWM for %d", pid)
-	return 0
-}
+func peakRSS(t *testing.T, pid int) int64 { return procValue(t, pid, "status", "VmHWM") }
 
 // writeCall is a tools/call of file_write of size bytes of content, as a
 // JSON-RPC request of id.
@@ -147,16 +127,7 @@ type rpcErrorReply struct {
 func TestMCPStdioLineMemory(t *testing.T) {
 	t.Parallel()
 	r := newMCPRig(t)
-	c := r.cli(nil, "mcp")
-	in, _ := c.StdinPipe()
-	outPipe, _ := c.StdoutPipe()
-	c.Stderr = &testLog{t: t, prefix: "server: "}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Wait()
-	defer in.Close()
-	out := bufio.NewReaderSize(outPipe, 1<<20)
+	c, in, out := r.rawStdio()
 	replies := make(chan map[string]any, 32)
 	go func() {
 		for {

@@ -12,25 +12,33 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// procRead is how many bytes process pid has read (/proc/PID/io rchar).
-func procRead(t *testing.T, pid int) int64 {
+// procValue is the number after "key:" in /proc/PID/file (rchar in io,
+// VmHWM in status, whose kB it turns into bytes).
+func procValue(t *testing.T, pid int, file, key string) int64 {
 	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/io")
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/" + file)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "rchar: "); ok {
+		if v, ok := strings.CutPrefix(l, key+":"); ok {
+			v, kb := strings.CutSuffix(strings.TrimSpace(v), " kB")
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("/proc/%d/%s: %s: %v", pid, file, l, err)
+			}
+			if kb {
+				n <<= 10
 			}
 			return n
 		}
 	}
-	t.Fatalf("no rchar in /proc/%d/io", pid)
+	t.Fatalf("no %s in /proc/%d/%s", key, pid, file)
 	return 0
 }
+
+// procRead is how many bytes process pid has read (rchar).
+func procRead(t *testing.T, pid int) int64 { return procValue(t, pid, "io", "rchar") }
 
 // file_read of a 100 GB sparse file (a real one, on the real filesystem)
 // costs the server what it returns plus a bounded scan — counted in the

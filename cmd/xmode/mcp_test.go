@@ -100,6 +100,31 @@ func (r *mcpRig) stdioServer(opts *mcp.ClientOptions, env []string, args ...stri
 	return cs, c.Process
 }
 
+// rawStdio starts `xmode mcp` for a test that speaks JSON-RPC itself: its
+// standard input and a reader of its output. The server ends when the
+// test does.
+func (r *mcpRig) rawStdio() (*exec.Cmd, io.WriteCloser, *bufio.Reader) {
+	r.t.Helper()
+	c := r.cli(nil, "mcp")
+	in, err := c.StdinPipe()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	out, err := c.StdoutPipe()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	c.Stderr = &testLog{t: r.t, prefix: "server: "}
+	if err := c.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() {
+		in.Close()
+		c.Wait()
+	})
+	return c, in, bufio.NewReaderSize(out, 1<<20)
+}
+
 // httpServer starts `xmode mcp --listen 127.0.0.1:0 ARGS` and returns its
 // endpoint and the token it printed.
 func (r *mcpRig) httpServer(env []string, args ...string) (endpoint, token string) {
@@ -1170,16 +1195,7 @@ func TestMCPRootsOlderProtocol(t *testing.T) {
 	if err := makeRepo(other); err != nil {
 		t.Fatal(err)
 	}
-	c := r.cli(nil, "mcp")
-	in, _ := c.StdinPipe()
-	outPipe, _ := c.StdoutPipe()
-	c.Stderr = &testLog{t: t, prefix: "server: "}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Wait()
-	defer in.Close()
-	out := bufio.NewReader(outPipe)
+	_, in, out := r.rawStdio()
 	read := func() map[string]any {
 		t.Helper()
 		l, err := out.ReadString('\n')
