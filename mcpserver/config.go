@@ -38,7 +38,7 @@ func (s *Server) imageConfig(image string) (*config.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !(&sandbox.Service{Cfg: cfg}).RunsImage() {
+	if ok, _ := sandbox.RunsImage(cfg); !ok {
 		return nil, fail.Usagef("image %q: this server's sandboxes run on the host, which runs no image; the user sets XMODE_SANDBOX_ENGINE=docker and XMODE_RUNNER_MODE=cloud_worker for the server to get docker sandboxes", image)
 	}
 	return cfg, nil
