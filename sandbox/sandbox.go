@@ -18,6 +18,7 @@ import (
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
+	"github.com/xmode/xmode/internal/hostenv"
 	"github.com/xmode/xmode/machines"
 	"github.com/xmode/xmode/pool"
 	"github.com/xmode/xmode/reaper"
@@ -94,6 +95,12 @@ type CreateOptions struct {
 	// Origin is what makes the session (store.OriginMCP; "" is the CLI),
 	// OriginClient the MCP client's name and version, Title what it is for.
 	Origin, OriginClient, Title string
+	// EnvPolicy is what the session's host steps inherit of the
+	// environment of the xmode that runs them; nil: the configured one
+	// (config.Config.HostEnvFor the origin: `core` for an MCP client's
+	// unless XMODE_HOST_ENV says otherwise). Recorded on the session; a
+	// session whose steps do not run on the host records none.
+	EnvPolicy *hostenv.Policy
 }
 
 // Machines is the project machines of this storage root.
@@ -161,6 +168,13 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		sess.Network = network
 	} else if o.NetworkSet {
 		return nil, fail.Usagef("--network applies to docker sandboxes; this session runs on the host (%s engine), in the host's network", engineName)
+	}
+	if engine.OnHost(provider) {
+		policy := s.Cfg.HostEnvFor(sess.Origin)
+		if o.EnvPolicy != nil {
+			policy = *o.EnvPolicy
+		}
+		sess.HostEnv = policy.String()
 	}
 	var tgt target
 	var co *machines.Checkout // the worktree comes from a project machine

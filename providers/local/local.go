@@ -22,6 +22,7 @@ import (
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/internal/hostenv"
 )
 
 // EngineName is the name the provider registers under.
@@ -131,7 +132,17 @@ func (p *Provider) Exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 		return engine.Status{}, fmt.Errorf("host engine: workdir %s is not a directory", dir)
 	}
 
-	env := mergeEnv(os.Environ(), req.Env)
+	inherited := os.Environ()
+	if sb.HostEnv != "" {
+		policy, err := hostenv.Parse(sb.HostEnv)
+		if err != nil {
+			return engine.Status{}, fmt.Errorf("host engine: the session's environment policy: %w", err)
+		}
+		inherited = policy.Filter(inherited)
+	}
+	// What the step is given by name (--env, an agent's keys) comes on top
+	// of what the policy lets it inherit.
+	env := mergeEnv(inherited, req.Env)
 	if req.Tag != "" {
 		// Last, so that it wins over a same-named entry of req.Env.
 		env = mergeEnv(env, []string{engine.ExecTagEnv + "=" + req.Tag})
