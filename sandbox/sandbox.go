@@ -381,7 +381,9 @@ func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree,
 	}
 	if co != nil {
 		spec.MachineGitDir = co.GitDir()
-		spec.CacheVolume, spec.CacheMount = co.Machine.Volume, s.Cfg.ProjectCacheMount
+		// The cache of this service's user: what a create makes for its
+		// user, and what a pool refill makes for the user who fills it.
+		spec.CacheVolume, spec.CacheMount = machines.CacheVolume(project, s.Cfg.User), s.Cfg.ProjectCacheMount
 		spec.Env = machines.CacheEnv(s.Cfg.ProjectCacheMount)
 	}
 	return spec, nil
