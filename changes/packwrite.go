@@ -98,7 +98,12 @@ func (s *objectStore) writePackFrom(order []Hash, get func(Hash) (pendingObject,
 		return "", fmt.Errorf("write a pack index: %w", err)
 	}
 	defer s.root.Remove(tmpIdx) //nolint:errcheck // gone after the rename
-	_, err = idxfile.NewEncoder(fi).Encode(idx)
+	// Buffered: the encoder writes the fan-out table four bytes at a time.
+	ibw := bufio.NewWriterSize(fi, 64<<10)
+	_, err = idxfile.NewEncoder(ibw).Encode(idx)
+	if err == nil {
+		err = ibw.Flush()
+	}
 	if cerr := fi.Close(); err == nil {
 		err = cerr
 	}

@@ -1,6 +1,7 @@
 package changes
 
 import (
+	"bufio"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -165,7 +166,7 @@ func (s *objectStore) packIDs(base string) ([]Hash, error) {
 	}
 	defer f.Close()
 	idx := idxfile.NewMemoryIndex()
-	if err := idxfile.NewDecoder(f).Decode(idx); err != nil {
+	if err := idxfile.NewDecoder(bufio.NewReaderSize(f, 64<<10)).Decode(idx); err != nil {
 		return nil, err
 	}
 	it, err := idx.Entries()

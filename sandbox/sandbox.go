@@ -75,6 +75,30 @@ func (s *Service) seed(ctx context.Context, runID, commit string) {
 	s.detail("stat cache: %d of the checkout's %d files recorded (%s)", n.Recorded, n.Files, took(start))
 }
 
+// seedBase starts changes.Service.SeedBase in the background; the
+// function it returns waits for it to end. Only a cache: a failure is a -v
+// line, and the seed does that part itself.
+func (s *Service) seedBase(ctx context.Context, runID, project, commit string) (wait func()) {
+	done := make(chan struct{})
+	var err error
+	var spent string
+	go func() {
+		defer close(done)
+		start := time.Now()
+		cr := &changes.Service{Store: s.Store, Guard: s.Guard, MaxBytes: s.Cfg.CRMaxBytes}
+		err = cr.SeedBase(ctx, runID, project, commit)
+		spent = took(start)
+	}()
+	return func() {
+		<-done
+		if err != nil {
+			s.detail("the base's trees were not copied beside the checkout (the seed copies them): %v", err)
+			return
+		}
+		s.detail("the base's trees copied into the run's object store beside the checkout (%s)", spent)
+	}
+}
+
 // took is how long since start, for detail.
 func took(start time.Time) string { return time.Since(start).Round(time.Millisecond).String() }
 
@@ -297,7 +321,12 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 		var err error
 		start := time.Now()
 		if co != nil {
+			// The base's trees go into the run's object store while git
+			// checks the worktree out; the seed below then only records
+			// the files.
+			based := s.seedBase(ctx, sess.RunID, co.Machine.Project, co.Commit)
 			base, err = s.branch(ctx, sess, co)
+			based()
 		} else {
 			base, err = clone(ctx, sess.Repo, tgt, sess.WorktreePath, s.Progress)
 		}
