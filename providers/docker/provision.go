@@ -804,5 +804,5 @@ func (p *Provider) EnsureImage(ctx context.Context, ref string) error {
 }
 
 func pullFailed(ref string, err error) error {
-	return fail.Enginef("image %s is not present locally and the docker daemon could not pull it: %v — check the image name and the daemon's registry access, or load the image with `docker load`", ref, err)
+	return fail.Enginef("image %s is not present locally and the docker daemon could not pull it: %v — check the image name and the daemon's registry access, load the image with `docker load`, or name one the daemon has in XMODE_SANDBOX_IMAGE (docs/images.md builds one offline)", ref, err)
 }
