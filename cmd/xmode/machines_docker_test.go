@@ -59,9 +59,8 @@ func TestMachineCacheVolumeDocker(t *testing.T) {
 		for _, id := range sessions {
 			cli.ContainerRemove(ctx, "xmode-"+id, container.RemoveOptions{Force: true})
 		}
-		for _, v := range append(volumesOf(one), volumesOf(two)...) {
-			cli.VolumeRemove(ctx, v, true)
-		}
+		removeProjectVolumes(cli, one)
+		removeProjectVolumes(cli, two)
 	})
 	create := func(user, project string) string {
 		id := mustRun(t, dx(user, "sandbox", "create", "--project", project, "-q"))
@@ -148,7 +147,7 @@ func TestGitInDockerMachineWorktree(t *testing.T) {
 			id := mustRun(t, dx("sandbox", "create", "--project", project, "-q"))
 			t.Cleanup(func() {
 				dx("sandbox", "stop", id).Run()
-				cli.VolumeRemove(context.Background(), "xmode_proj_"+project, true)
+				removeProjectVolumes(cli, project)
 			})
 			out := mustRun(t, dx("sandbox", "exec", id, "--env", "HOME=/tmp", "--", "sh", "-c", `set -e
 export GIT_AUTHOR_NAME=agent GIT_AUTHOR_EMAIL=agent@example.com GIT_COMMITTER_NAME=agent GIT_COMMITTER_EMAIL=agent@example.com
@@ -175,5 +174,18 @@ git log --oneline -1 --format=%s`))
 			}
 			mustRun(t, dx("cr", "verify", cr))
 		})
+	}
+}
+
+// removeProjectVolumes removes a test project's cache volumes: each user's
+// (xmode_proj_<project>.u<hash>), found by their project label.
+func removeProjectVolumes(cli *client.Client, project string) {
+	ctx := context.Background()
+	vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", "xmode.project="+project))})
+	if err != nil {
+		return
+	}
+	for _, v := range vs.Volumes {
+		_ = cli.VolumeRemove(ctx, v.Name, true)
 	}
 }
