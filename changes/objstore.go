@@ -90,9 +90,9 @@ func (s *objectStore) flush() error {
 		s.srcMu.Unlock()
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err != nil {
 		s.order = append(order, s.order...)
+		s.mu.Unlock()
 		return err
 	}
 	for _, h := range order {
@@ -100,6 +100,10 @@ func (s *objectStore) flush() error {
 		delete(s.pending, h)
 		s.known[h] = true
 	}
+	s.mu.Unlock()
+	// Only a cost: packs left unconsolidated are read as they are, and the
+	// next flush tries again.
+	_ = s.consolidate()
 	return nil
 }
 
@@ -316,6 +320,12 @@ func (s *objectStore) read(h Hash) (string, []byte, error) {
 	}
 	s.srcMu.Lock()
 	typ, data, err := s.src.Read(h)
+	if errors.Is(err, gitread.ErrNotFound) {
+		// Its pack may have been consolidated into a new one since the
+		// packs were listed (another xmode's flush): list them again.
+		s.src.Refresh()
+		typ, data, err = s.src.Read(h)
+	}
 	s.srcMu.Unlock()
 	switch {
 	case errors.Is(err, gitread.ErrNotFound):
@@ -334,7 +344,12 @@ func (s *objectStore) size(h Hash) (int64, error) {
 	}
 	s.srcMu.Lock()
 	defer s.srcMu.Unlock()
-	return s.src.Size(h)
+	n, err := s.src.Size(h)
+	if errors.Is(err, gitread.ErrNotFound) {
+		s.src.Refresh() // as in read
+		n, err = s.src.Size(h)
+	}
+	return n, err
 }
 
 // setRef points refs/<name> at h.

@@ -553,8 +553,7 @@ func (w *walker) regular(dir *os.File, p, name string, st *unix.Stat_t) (e TreeE
 	want := statEntryOf(st)
 	_, inBase := w.base[p]
 	if c, ok := w.cache.entries[p]; ok {
-		if c.Size == want.Size && c.Mtime == want.Mtime && c.Ctime == want.Ctime && c.Ino == want.Ino &&
-			c.Dev == want.Dev && c.Mode == want.Mode && (!w.changed(p, mode, c.Hash) || w.store.has(c.Hash)) {
+		if c.matches(&want) && (!w.changed(p, mode, c.Hash) || w.store.has(c.Hash)) {
 			c.seen = true // each path is met by one walker only
 			if w.changed(p, mode, c.Hash) {
 				w.budget.charge(p, want.Size)

@@ -610,6 +610,9 @@ func (a *App) runShow(ctx context.Context, o showOptions) error {
 	if s.Network != "" {
 		kv.row("Network:", s.Network)
 	}
+	if s.HostEnv != "" {
+		kv.row("Host env:", s.HostEnv+" (what its steps inherit of xmode's environment)")
+	}
 	if s.Error != "" {
 		kv.row("Error:", clean(s.Error))
 	}

@@ -109,6 +109,9 @@ type VolumeRemover interface {
 	// storage root's ID) and refuses anyone else's; one that does not exist
 	// is success.
 	RemoveVolume(ctx context.Context, name, instance string) error
+	// ProjectVolumes lists the cache volumes of a project of this install
+	// (one per user whose sandboxes ran it), found by their labels.
+	ProjectVolumes(ctx context.Context, project, instance string) ([]string, error)
 }
 
 // WorktreeSyncer is an engine whose sandboxes work on a copy of the

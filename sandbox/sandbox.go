@@ -18,6 +18,7 @@ import (
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
+	"github.com/xmode/xmode/internal/hostenv"
 	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/machines"
 	"github.com/xmode/xmode/pool"
@@ -75,6 +76,30 @@ func (s *Service) seed(ctx context.Context, runID, commit string) {
 	s.detail("stat cache: %d of the checkout's %d files recorded (%s)", n.Recorded, n.Files, took(start))
 }
 
+// seedBase starts changes.Service.SeedBase in the background; the
+// function it returns waits for it to end. Only a cache: a failure is a -v
+// line, and the seed does that part itself.
+func (s *Service) seedBase(ctx context.Context, runID, project, commit string) (wait func()) {
+	done := make(chan struct{})
+	var err error
+	var spent string
+	go func() {
+		defer close(done)
+		start := time.Now()
+		cr := &changes.Service{Store: s.Store, Guard: s.Guard, MaxBytes: s.Cfg.CRMaxBytes}
+		err = cr.SeedBase(ctx, runID, project, commit)
+		spent = took(start)
+	}()
+	return func() {
+		<-done
+		if err != nil {
+			s.detail("the base's trees were not copied beside the checkout (the seed copies them): %v", err)
+			return
+		}
+		s.detail("the base's trees copied into the run's object store beside the checkout (%s)", spent)
+	}
+}
+
 // took is how long since start, for detail.
 func took(start time.Time) string { return humanize.Duration(time.Since(start)) }
 
@@ -95,6 +120,12 @@ type CreateOptions struct {
 	// Origin is what makes the session (store.OriginMCP; "" is the CLI),
 	// OriginClient the MCP client's name and version, Title what it is for.
 	Origin, OriginClient, Title string
+	// EnvPolicy is what the session's host steps inherit of the
+	// environment of the xmode that runs them; nil: the configured one
+	// (config.Config.HostEnvFor the origin: `core` for an MCP client's
+	// unless XMODE_HOST_ENV says otherwise). Recorded on the session; a
+	// session whose steps do not run on the host records none.
+	EnvPolicy *hostenv.Policy
 }
 
 // Machines is the project machines of this storage root.
@@ -162,6 +193,13 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		sess.Network = network
 	} else if o.NetworkSet {
 		return nil, fail.Usagef("%s applies to docker sandboxes; this session runs on the host (%s engine), in the host's network", fail.Network, engineName)
+	}
+	if engine.OnHost(provider) {
+		policy := s.Cfg.HostEnvFor(sess.Origin)
+		if o.EnvPolicy != nil {
+			policy = *o.EnvPolicy
+		}
+		sess.HostEnv = policy.String()
 	}
 	var tgt target
 	var co *machines.Checkout // the worktree comes from a project machine
@@ -284,7 +322,12 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 		var err error
 		start := time.Now()
 		if co != nil {
+			// The base's trees go into the run's object store while git
+			// checks the worktree out; the seed below then only records
+			// the files.
+			based := s.seedBase(ctx, sess.RunID, co.Machine.Project, co.Commit)
 			base, err = s.branch(ctx, sess, co)
+			based()
 		} else {
 			base, err = clone(ctx, sess.Repo, tgt, sess.WorktreePath, s.Progress)
 		}
@@ -368,7 +411,9 @@ func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree,
 	}
 	if co != nil {
 		spec.MachineGitDir = co.GitDir()
-		spec.CacheVolume, spec.CacheMount = co.Machine.Volume, s.Cfg.ProjectCacheMount
+		// The cache of this service's user: what a create makes for its
+		// user, and what a pool refill makes for the user who fills it.
+		spec.CacheVolume, spec.CacheMount = machines.CacheVolume(project, s.Cfg.User), s.Cfg.ProjectCacheMount
 		spec.Env = machines.CacheEnv(s.Cfg.ProjectCacheMount)
 	}
 	return spec, nil

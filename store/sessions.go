@@ -81,6 +81,11 @@ type Session struct {
 	OriginClient string `json:"origin_client"`
 	// Title is what the sandbox is for, as its maker said ("" when none).
 	Title string `json:"title"`
+	// HostEnv is the environment policy of a host session's steps
+	// (internal/hostenv, its String form): "" when its steps do not run on
+	// the host, or for a session made before it was recorded (everything
+	// inherited).
+	HostEnv string `json:"host_env"`
 }
 
 // Ended reports whether the session is over.
@@ -93,7 +98,7 @@ func (s *Session) Expired(now time.Time) bool { return !now.Before(s.ExpiresAt) 
 
 const sessionCols = `id, run_id, user, project, runner_mode, engine, status, end_reason, error,
 	created_at, expires_at, ended_at, worktree_path, repo, ref, base_commit,
-	container_id, mount_mode, image, volumes, worktree_bytes, network, origin, origin_client, title`
+	container_id, mount_mode, image, volumes, worktree_bytes, network, origin, origin_client, title, host_env`
 
 type scanner interface{ Scan(...any) error }
 
@@ -106,7 +111,7 @@ func (st *Store) scanSession(row scanner) (*Session, error) {
 	if err := row.Scan(&s.ID, &s.RunID, &s.User, &s.Project, &s.RunnerMode, &s.Engine, &s.Status,
 		&s.EndReason, &s.Error, &created, &expires, &ended, &s.WorktreePath, &s.Repo, &s.Ref,
 		&s.BaseCommit, &s.ContainerID, &s.MountMode, &s.Image, &volumes, &size, &s.Network,
-		&s.Origin, &s.OriginClient, &s.Title); err != nil {
+		&s.Origin, &s.OriginClient, &s.Title, &s.HostEnv); err != nil {
 		return nil, err
 	}
 	if size.Valid {
@@ -196,10 +201,10 @@ func insertSession(ctx context.Context, tx *sql.Tx, s Session) error {
 		origin = OriginCLI
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO sessions (`+sessionCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, '', '', ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, '', '', ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?)`,
 		s.ID, s.RunID, s.User, s.Project, s.RunnerMode, s.Engine, s.Status,
 		millis(s.CreatedAt), millis(s.ExpiresAt), s.WorktreePath, s.Repo, s.Ref, s.BaseCommit,
-		s.ContainerID, s.MountMode, s.Image, string(vols), s.Network, origin, s.OriginClient, s.Title)
+		s.ContainerID, s.MountMode, s.Image, string(vols), s.Network, origin, s.OriginClient, s.Title, s.HostEnv)
 	if err != nil {
 		return fmt.Errorf("insert session %s: %w", s.ID, err)
 	}
@@ -496,5 +501,6 @@ func (s *Session) Sandbox() engine.Sandbox {
 	return engine.Sandbox{
 		Engine: s.Engine, ContainerID: s.ContainerID, MountMode: s.MountMode, Image: s.Image,
 		Volumes: s.Volumes, Worktree: s.WorktreePath, RunID: s.RunID, SessionID: s.ID, Project: s.Project,
+		HostEnv: s.HostEnv,
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -159,6 +160,34 @@ func (p *Provider) removeVolume(ctx context.Context, name, instance string) erro
 		return p.wrap(err, "remove volume "+name)
 	}
 	return nil
+}
+
+// ProjectVolumes lists the cache volumes of a project of this install
+// (engine.VolumeRemover): managed, this instance's, labelled with the
+// project and with no session.
+func (p *Provider) ProjectVolumes(ctx context.Context, project, instance string) ([]string, error) {
+	if instance == "" || project == "" {
+		return nil, errors.New("list a project's cache volumes: no instance id or project: refusing to list others'")
+	}
+	if _, err := p.Ping(ctx); err != nil {
+		return nil, err
+	}
+	f := filters.NewArgs(filters.Arg("label", LabelManaged+"=true"), filters.Arg("label", LabelInstance+"="+instance),
+		filters.Arg("label", LabelProject+"="+project))
+	cctx, cancel := p.call(ctx)
+	defer cancel()
+	vs, err := p.cli.VolumeList(cctx, volume.ListOptions{Filters: f})
+	if err != nil {
+		return nil, p.wrap(err, "list the cache volumes of project "+project)
+	}
+	var out []string
+	for _, v := range vs.Volumes {
+		if v != nil && v.Labels[LabelSession] == "" && v.Name != p.cfg.StorageVolume {
+			out = append(out, v.Name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // ListObjects lists the containers (running or not) and volumes labelled
