@@ -81,6 +81,13 @@ type Session struct {
 	OriginClient string `json:"origin_client"`
 	// Title is what the sandbox is for, as its maker said ("" when none).
 	Title string `json:"title"`
+	// ForkedFrom is the session `sandbox fork` made this one of ("" for
+	// any other), and ForkedAtSeq the last step that session's run had
+	// begun then (0: none); FromSnapshot the snapshot `sandbox create
+	// --from-snapshot` started it from.
+	ForkedFrom   string `json:"forked_from"`
+	ForkedAtSeq  int    `json:"forked_at_seq"`
+	FromSnapshot string `json:"from_snapshot"`
 }
 
 // Ended reports whether the session is over.
@@ -93,7 +100,8 @@ func (s *Session) Expired(now time.Time) bool { return !now.Before(s.ExpiresAt) 
 
 const sessionCols = `id, run_id, user, project, runner_mode, engine, status, end_reason, error,
 	created_at, expires_at, ended_at, worktree_path, repo, ref, base_commit,
-	container_id, mount_mode, image, volumes, worktree_bytes, network, origin, origin_client, title`
+	container_id, mount_mode, image, volumes, worktree_bytes, network, origin, origin_client, title,
+	forked_from, forked_at_seq, from_snapshot`
 
 type scanner interface{ Scan(...any) error }
 
@@ -106,7 +114,7 @@ func (st *Store) scanSession(row scanner) (*Session, error) {
 	if err := row.Scan(&s.ID, &s.RunID, &s.User, &s.Project, &s.RunnerMode, &s.Engine, &s.Status,
 		&s.EndReason, &s.Error, &created, &expires, &ended, &s.WorktreePath, &s.Repo, &s.Ref,
 		&s.BaseCommit, &s.ContainerID, &s.MountMode, &s.Image, &volumes, &size, &s.Network,
-		&s.Origin, &s.OriginClient, &s.Title); err != nil {
+		&s.Origin, &s.OriginClient, &s.Title, &s.ForkedFrom, &s.ForkedAtSeq, &s.FromSnapshot); err != nil {
 		return nil, err
 	}
 	if size.Valid {
@@ -196,10 +204,11 @@ func insertSession(ctx context.Context, tx *sql.Tx, s Session) error {
 		origin = OriginCLI
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO sessions (`+sessionCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, '', '', ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, '', '', ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?)`,
 		s.ID, s.RunID, s.User, s.Project, s.RunnerMode, s.Engine, s.Status,
 		millis(s.CreatedAt), millis(s.ExpiresAt), s.WorktreePath, s.Repo, s.Ref, s.BaseCommit,
-		s.ContainerID, s.MountMode, s.Image, string(vols), s.Network, origin, s.OriginClient, s.Title)
+		s.ContainerID, s.MountMode, s.Image, string(vols), s.Network, origin, s.OriginClient, s.Title,
+		s.ForkedFrom, s.ForkedAtSeq, s.FromSnapshot)
 	if err != nil {
 		return fmt.Errorf("insert session %s: %w", s.ID, err)
 	}

@@ -1,0 +1,47 @@
+package fsguard
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/xmode/xmode/fail"
+)
+
+// SnapshotsDir is <root>/snapshots: what `sandbox snapshot` keeps of a
+// session without a running sandbox, one directory per snapshot.
+func (g Guard) SnapshotsDir() string { return filepath.Join(g.Root, "snapshots") }
+
+// SnapshotDir is <root>/snapshots/<snapshot>.
+func (g Guard) SnapshotDir(id string) (string, error) {
+	if !ValidID("snp_", id) {
+		return "", fail.Refusedf("snapshot id %q is malformed; refusing to derive a path from it", id)
+	}
+	return filepath.Join(g.SnapshotsDir(), id), nil
+}
+
+// RemoveSnapshot deletes <root>/snapshots/<snapshot> and nothing else,
+// confined with os.Root (a symlink put in its place is removed, not
+// followed). It reports whether there was anything to remove.
+func (g Guard) RemoveSnapshot(id string) (bool, error) {
+	if _, err := g.SnapshotDir(id); err != nil {
+		return false, err
+	}
+	root, err := os.OpenRoot(g.SnapshotsDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("open %s: %w", g.SnapshotsDir(), err)
+	}
+	defer root.Close()
+	if _, err := root.Lstat(id); errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err := root.RemoveAll(id); err != nil {
+		return false, fmt.Errorf("remove snapshot %s: %w", id, err)
+	}
+	return true, nil
+}
