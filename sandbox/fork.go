@@ -133,22 +133,13 @@ func (s *Service) Fork(ctx context.Context, parent *store.Session, o ForkOptions
 	if sess.WorktreePath, err = s.Guard.Worktree(sess.RunID); err != nil {
 		return nil, err
 	}
-	// The quota is checked here, before anything is made.
-	if err := s.Store.CreateSession(ctx, store.NewSession{Session: sess, NewRun: true, MaxOpen: s.Cfg.MaxOpen}); err != nil {
+	// Refused before anything is made; the insert checks it again.
+	if err := s.Store.CheckQuota(ctx, sess.User, s.Cfg.MaxOpen, now); err != nil {
 		return nil, err
 	}
-	created, err := s.fork(ctx, parent, &sess, last, project, o, provider)
-	if err != nil {
-		cleanup := context.WithoutCancel(ctx)
-		if _, terr := s.teardown(cleanup, &sess, err); terr != nil {
-			return nil, fmt.Errorf("%w (and cleaning up failed: %v)", err, terr)
-		}
-		return nil, err
-	}
-	return created, nil
-}
-
-func (s *Service) fork(ctx context.Context, parent, sess *store.Session, last int, project string, o ForkOptions, provider engine.Provider) (*store.Session, error) {
+	// The worktree is read before the session is recorded: a parent whose
+	// worktree cannot be taken (too large, a step began) leaves nothing
+	// behind but what its own run's object store caches.
 	start := time.Now()
 	cr := &changes.Service{Store: s.Store, Guard: s.Guard, MaxBytes: s.Cfg.CRMaxBytes, User: s.Cfg.User, Cfg: s.Cfg, Now: s.Clock}
 	fr, err := cr.Freeze(ctx, parent, changes.FreezeOptions{
@@ -160,12 +151,27 @@ func (s *Service) fork(ctx context.Context, parent, sess *store.Session, last in
 	}
 	s.detail("read the worktree of %s: tree %s, %d of the agent's commits (%s)", parent.ID, shortCommit(fr.Tree.String()), fr.Commits, took(start))
 	s.warnAll(fr.Warnings, fr.Skipped)
+	if err := s.Store.CreateSession(ctx, store.NewSession{Session: sess, NewRun: true, MaxOpen: s.Cfg.MaxOpen}); err != nil {
+		return nil, err
+	}
+	created, err := s.fork(ctx, parent, &sess, last, project, fr, provider)
+	if err != nil {
+		cleanup := context.WithoutCancel(ctx)
+		if _, terr := s.teardown(cleanup, &sess, err); terr != nil {
+			return nil, fmt.Errorf("%w (and cleaning up failed: %v)", err, terr)
+		}
+		return nil, err
+	}
+	return created, nil
+}
+
+func (s *Service) fork(ctx context.Context, parent, sess *store.Session, last int, project string, fr *changes.Frozen, provider engine.Provider) (*store.Session, error) {
 	src := &source{base: fr.Base.String(), head: fr.Head.String(), tree: fr.Tree.String(), commit: fr.Commit.String(), store: fr.Store, ref: fr.Ref}
 	labels, err := s.labels(ctx, map[string]string{"xmode.session": sess.ID, "xmode.run": sess.RunID})
 	if err != nil {
 		return nil, err
 	}
-	start = time.Now()
+	start := time.Now()
 	image, ok, err := engine.SnapshotImage(ctx, provider, parent.Sandbox(), sess.ID, labels)
 	if err != nil {
 		return nil, fmt.Errorf("fork %s: %w", parent.ID, err)

@@ -283,3 +283,14 @@ func (s *Store) ForkPoint(ctx context.Context, runID string) (int, []StepRow, er
 func (s *Store) StepsAfter(ctx context.Context, runID string, seq int) ([]StepRow, error) {
 	return s.steps(ctx, `WHERE run_id = ? AND seq > ? ORDER BY seq`, runID, seq)
 }
+
+// CheckQuota refuses a new session of user when it would have more than
+// max open, unexpired sessions (0: unlimited), as CreateSession does: for
+// a caller with work to do before it inserts the session (a fork reads its
+// parent first), so that a refusal comes before anything is made.
+func (s *Store) CheckQuota(ctx context.Context, user string, max int, now time.Time) error {
+	if max <= 0 {
+		return nil
+	}
+	return s.tx(ctx, func(tx *sql.Tx) error { return checkQuota(ctx, tx, user, max, now) })
+}
