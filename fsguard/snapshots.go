@@ -1,10 +1,6 @@
 package fsguard
 
 import (
-	"errors"
-	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 
 	"github.com/xmode/xmode/fail"
@@ -29,19 +25,5 @@ func (g Guard) RemoveSnapshot(id string) (bool, error) {
 	if _, err := g.SnapshotDir(id); err != nil {
 		return false, err
 	}
-	root, err := os.OpenRoot(g.SnapshotsDir())
-	if errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("open %s: %w", g.SnapshotsDir(), err)
-	}
-	defer root.Close()
-	if _, err := root.Lstat(id); errors.Is(err, fs.ErrNotExist) {
-		return false, nil
-	}
-	if err := root.RemoveAll(id); err != nil {
-		return false, fmt.Errorf("remove snapshot %s: %w", id, err)
-	}
-	return true, nil
+	return removeIn(g.SnapshotsDir(), id, "snapshot")
 }

@@ -75,6 +75,37 @@ func (s *Service) checkQuiet(ctx context.Context, sess *store.Session, verb stri
 	return last, nil
 }
 
+// take is what a fork or a snapshot of a session starts with.
+type take struct {
+	last     int             // the last step begun in the session's run
+	provider engine.Provider // the session's engine; Close it
+	machine  string          // the project machine its worktree came from, "" for a clone
+}
+
+// startTake checks that sess can be taken now — open, unexpired, no step in
+// the foreground (checkQuiet), room on the disk — and opens its engine.
+func (s *Service) startTake(ctx context.Context, sess *store.Session, verb string) (*take, error) {
+	if err := store.CheckOpen(sess, s.Now()); err != nil {
+		return nil, err
+	}
+	last, err := s.checkQuiet(ctx, sess, verb)
+	if err != nil {
+		return nil, err
+	}
+	machine, _, err := s.Store.RunMachine(ctx, sess.RunID)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Guard.CheckFree(s.Cfg.MinFree, "refusing to "+verb+" a sandbox"); err != nil {
+		return nil, err
+	}
+	provider, err := engine.Open(sess.Engine, s.Cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &take{last: last, provider: provider, machine: machine}, nil
+}
+
 // checkStill refuses a take during which a foreground step began in the
 // session's run (the worktree may have been written while it was read).
 func (s *Service) checkStill(ctx context.Context, sess *store.Session, last int, verb string) error {
@@ -96,25 +127,12 @@ func (s *Service) checkStill(ctx context.Context, sess *store.Session, last int,
 // of now otherwise (lifetime, limits), counts against the quota as any
 // session, and records parent and the last step parent's run had begun.
 func (s *Service) Fork(ctx context.Context, parent *store.Session, o ForkOptions) (*store.Session, error) {
-	if err := store.CheckOpen(parent, s.Now()); err != nil {
-		return nil, err
-	}
-	last, err := s.checkQuiet(ctx, parent, "fork")
+	tk, err := s.startTake(ctx, parent, "fork")
 	if err != nil {
 		return nil, err
 	}
-	provider, err := engine.Open(parent.Engine, s.Cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer engine.Close(provider)
-	if err := s.Guard.CheckFree(s.Cfg.MinFree, "refusing to fork a sandbox"); err != nil {
-		return nil, err
-	}
-	project, _, err := s.Store.RunMachine(ctx, parent.RunID)
-	if err != nil {
-		return nil, err
-	}
+	defer engine.Close(tk.provider)
+	last, provider := tk.last, tk.provider
 	now := s.Now().UTC()
 	sess := store.Session{
 		ID: store.NewSessionID(), RunID: store.NewRunID(), User: s.Cfg.User, Project: parent.Project,
@@ -154,15 +172,21 @@ func (s *Service) Fork(ctx context.Context, parent *store.Session, o ForkOptions
 	if err := s.Store.CreateSession(ctx, store.NewSession{Session: sess, NewRun: true, MaxOpen: s.Cfg.MaxOpen}); err != nil {
 		return nil, err
 	}
-	created, err := s.fork(ctx, parent, &sess, last, project, fr, provider)
-	if err != nil {
-		cleanup := context.WithoutCancel(ctx)
-		if _, terr := s.teardown(cleanup, &sess, err); terr != nil {
-			return nil, fmt.Errorf("%w (and cleaning up failed: %v)", err, terr)
-		}
-		return nil, err
+	created, err := s.fork(ctx, parent, &sess, last, tk.machine, fr, provider)
+	return created, s.undo(ctx, &sess, err)
+}
+
+// undo tears down a session whose making failed with err (nil: it did not)
+// as a failed create is, with a context Ctrl-C has not cancelled, and
+// returns err.
+func (s *Service) undo(ctx context.Context, sess *store.Session, err error) error {
+	if err == nil {
+		return nil
 	}
-	return created, nil
+	if _, terr := s.teardown(context.WithoutCancel(ctx), sess, err); terr != nil {
+		return fmt.Errorf("%w (and cleaning up failed: %v)", err, terr)
+	}
+	return err
 }
 
 func (s *Service) fork(ctx context.Context, parent, sess *store.Session, last int, project string, fr *changes.Frozen, provider engine.Provider) (*store.Session, error) {
@@ -303,25 +327,12 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, o SnapshotO
 	if ttl < 0 {
 		return nil, fail.Usagef("a snapshot's lifetime must be positive, not %s", ttl)
 	}
-	if err := store.CheckOpen(sess, s.Now()); err != nil {
-		return nil, err
-	}
-	last, err := s.checkQuiet(ctx, sess, "snapshot")
+	tk, err := s.startTake(ctx, sess, "snapshot")
 	if err != nil {
 		return nil, err
 	}
-	provider, err := engine.Open(sess.Engine, s.Cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer engine.Close(provider)
-	if err := s.Guard.CheckFree(s.Cfg.MinFree, "refusing to take a snapshot"); err != nil {
-		return nil, err
-	}
-	machine, _, err := s.Store.RunMachine(ctx, sess.RunID)
-	if err != nil {
-		return nil, err
-	}
+	defer engine.Close(tk.provider)
+	last, provider, machine := tk.last, tk.provider, tk.machine
 	now := s.Now().UTC()
 	sn := &store.Snapshot{
 		ID: store.NewSnapshotID(), Name: o.Name, User: s.Cfg.User, SessionID: sess.ID, Seq: last,
@@ -460,14 +471,7 @@ func (s *Service) createFromSnapshot(ctx context.Context, o CreateOptions) (*sto
 	src := &source{base: sn.BaseCommit, head: sn.Head, tree: sn.Tree, commit: sn.Commit,
 		store: dir + "/" + changes.StoreDirName, ref: changes.SnapshotRef, image: sn.Image}
 	created, err := s.fromSource(ctx, &sess, sn.Machine, src, provider)
-	if err != nil {
-		cleanup := context.WithoutCancel(ctx)
-		if _, terr := s.teardown(cleanup, &sess, err); terr != nil {
-			return nil, fmt.Errorf("%w (and cleaning up failed: %v)", err, terr)
-		}
-		return nil, err
-	}
-	return created, nil
+	return created, s.undo(ctx, &sess, err)
 }
 
 // fromSource checks the base out (a worktree of the project machine

@@ -222,23 +222,10 @@ func checkQuota(ctx context.Context, tx *sql.Tx, user string, max int, now time.
 	if max <= 0 {
 		return nil
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT id FROM sessions
+	open, err := strings1(ctx, tx, `SELECT id FROM sessions
 		WHERE user = ? AND status IN (`+activeStatuses+`) AND expires_at > ? ORDER BY created_at`, user, millis(now))
 	if err != nil {
 		return fmt.Errorf("count open sessions: %w", err)
-	}
-	var open []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return err
-		}
-		open = append(open, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
 	}
 	if len(open) >= max {
 		return fail.Refusedf("user %s already has %d open sandboxes, the limit (XMODE_SANDBOX_MAX_OPEN=%d): %s; free one with `xmode sandbox stop ID`",

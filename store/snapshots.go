@@ -101,22 +101,9 @@ func (s *Store) CreateSnapshot(ctx context.Context, sn Snapshot, max int) error 
 			return fmt.Errorf("look up snapshot %s: %w", sn.Name, err)
 		}
 		if max > 0 {
-			rows, err := tx.QueryContext(ctx, `SELECT name FROM snapshots WHERE user = ? AND expires_at > ? ORDER BY created_at`, sn.User, millis(sn.CreatedAt))
+			live, err := strings1(ctx, tx, `SELECT name FROM snapshots WHERE user = ? AND expires_at > ? ORDER BY created_at`, sn.User, millis(sn.CreatedAt))
 			if err != nil {
 				return fmt.Errorf("count snapshots: %w", err)
-			}
-			var live []string
-			for rows.Next() {
-				var n string
-				if err := rows.Scan(&n); err != nil {
-					rows.Close()
-					return err
-				}
-				live = append(live, n)
-			}
-			rows.Close()
-			if err := rows.Err(); err != nil {
-				return err
 			}
 			if len(live) >= max {
 				return fail.Refusedf("user %s already has %d snapshots, the limit (XMODE_SNAPSHOT_MAX=%d): %s; remove one with `xmode sandbox snapshots rm NAME`",
@@ -264,6 +251,24 @@ func (s *Store) snapshots(ctx context.Context, where string, args ...any) ([]*Sn
 			return nil, err
 		}
 		out = append(out, sn)
+	}
+	return out, rows.Err()
+}
+
+// strings1 runs a query of one string column in tx and returns its rows.
+func strings1(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]string, error) {
+	rows, err := tx.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var v string
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
 	}
 	return out, rows.Err()
 }
