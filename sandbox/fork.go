@@ -281,7 +281,9 @@ func (s *Service) applySource(ctx context.Context, dir, checkedOut string, src *
 			return fmt.Errorf("check out the base %s: %w", shortCommit(src.base), err)
 		}
 	}
-	if err := run("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--", src.store, src.ref); err != nil {
+	// The base is what the checkout has and the store knows: named alone,
+	// git's negotiation ends at once, however far the machine moved on.
+	if err := run("fetch", "--quiet", "--no-tags", "--no-write-fetch-head", "--negotiation-tip="+src.base, "--", src.store, src.ref); err != nil {
 		return fmt.Errorf("fetch what the worktree held from %s: %w", src.store, err)
 	}
 	if err := run("read-tree", "-u", "--reset", src.tree); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/zlib"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -508,5 +509,25 @@ func TestForkOfAProjectMachineSession(t *testing.T) {
 	}
 	if n := strings.Count(git(t, machine, "worktree", "list"), "\n") + 1; n != 2 {
 		t.Errorf("after the fork's stop, git worktree list shows %d worktrees, want 2", n)
+	}
+
+	// The machine moved on by more commits than git's negotiation walks
+	// before it gives up (256 without an answer): the base is still what
+	// the fetch from the store names as had.
+	origin := parent.Repo
+	for i := range 300 {
+		write(t, filepath.Join(origin, "later.txt"), fmt.Sprintf("%d\n", i))
+		git(t, origin, "add", "later.txt")
+		git(t, origin, "commit", "-qm", fmt.Sprintf("later %d", i))
+	}
+	if _, _, err := svc.Machines().Warm(ctx, "proj", "", ""); err != nil {
+		t.Fatal(err)
+	}
+	again, err := svc.Fork(ctx, parent, ForkOptions{})
+	if err != nil {
+		t.Fatalf("fork after the machine moved on: %v", err)
+	}
+	if got := stateOf(t, again.WorktreePath); got.log != want.log || got.diff != want.diff || got.status != want.status {
+		t.Errorf("git in the fork after the machine moved on:\n%+v\nin the parent:\n%+v", got, want)
 	}
 }
