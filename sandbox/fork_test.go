@@ -146,6 +146,18 @@ func TestForkTakesTheWorktree(t *testing.T) {
 		t.Errorf("HEADs after diverging: parent %q, fork %q", pl, fl)
 	}
 
+	// A fork of the fork has both histories.
+	grand, err := svc.Fork(ctx, fork, ForkOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := git(t, grand.WorktreePath, "log", "--format=%s"); got != "fork's commit\nagent two\nagent one\nbase" {
+		t.Errorf("git log in a fork of the fork:\n%s", got)
+	}
+	if grand.ForkedFrom != fork.ID || grand.BaseCommit != parent.BaseCommit {
+		t.Errorf("a fork of the fork: %+v", grand)
+	}
+
 	// --with-ignored takes the ignored files too, still ignored there.
 	withIgn, err := svc.Fork(ctx, parent, ForkOptions{WithIgnored: true})
 	if err != nil {
