@@ -350,7 +350,7 @@ func TestForkWhileAStepRuns(t *testing.T) {
 	stop()
 	<-done
 
-	seq, err := svc.ExecDetached(ctx, parent, ExecOptions{Name: "bg", Argv: []string{"sh", "-c", "echo bg > bg.txt; exec sleep 300"}})
+	seq, err := svc.ExecDetached(ctx, parent, ExecOptions{Name: "bg", Argv: []string{"sh", "-c", "echo bg > .bg.tmp && mv .bg.tmp bg.txt; exec sleep 300"}})
 	if err != nil {
 		t.Fatal(err)
 	}
