@@ -42,7 +42,6 @@ type ForkOptions struct {
 type source struct {
 	base, head, tree, commit string
 	store, ref               string // where git fetches commit from
-	image                    string // the sandbox's filesystem; "" for none
 }
 
 // checkQuiet refuses to take a session whose step runs in the foreground
@@ -115,7 +114,7 @@ func (s *Service) checkStill(ctx context.Context, sess *store.Session, last int,
 	}
 	for _, st := range after {
 		if !st.Detached {
-			return fail.Refusedf("step %d (%s) began in session %s while it was being %s: %s it again once the step has ended", st.Seq, st.Name, sess.ID, verb+"ed", verb)
+			return fail.Refusedf("step %d (%s) began in session %s while its worktree was being read: %s it again once the step has ended", st.Seq, st.Name, sess.ID, verb)
 		}
 	}
 	return nil
@@ -189,7 +188,7 @@ func (s *Service) undo(ctx context.Context, sess *store.Session, err error) erro
 	return err
 }
 
-func (s *Service) fork(ctx context.Context, parent, sess *store.Session, last int, project string, fr *changes.Frozen, provider engine.Provider) (*store.Session, error) {
+func (s *Service) fork(ctx context.Context, parent, sess *store.Session, last int, machine string, fr *changes.Frozen, provider engine.Provider) (*store.Session, error) {
 	src := &source{base: fr.Base.String(), head: fr.Head.String(), tree: fr.Tree.String(), commit: fr.Commit.String(), store: fr.Store, ref: fr.Ref}
 	labels, err := s.labels(ctx, map[string]string{"xmode.session": sess.ID, "xmode.run": sess.RunID})
 	if err != nil {
@@ -202,7 +201,7 @@ func (s *Service) fork(ctx context.Context, parent, sess *store.Session, last in
 	}
 	if ok {
 		// Recorded at once: a fork that dies from here leaves it findable.
-		sess.Image, src.image = image, image
+		sess.Image = image
 		if err := s.Store.RecordEngine(ctx, sess.ID, "", "", image, nil); err != nil {
 			return nil, err
 		}
@@ -211,7 +210,7 @@ func (s *Service) fork(ctx context.Context, parent, sess *store.Session, last in
 	if err := s.checkStill(ctx, parent, last, "fork"); err != nil {
 		return nil, err
 	}
-	return s.fromSource(ctx, sess, project, src, provider)
+	return s.fromSource(ctx, sess, machine, src, provider)
 }
 
 // baseTarget is what to clone for a checkout of base from repo: ref, as
@@ -471,7 +470,7 @@ func (s *Service) createFromSnapshot(ctx context.Context, o CreateOptions) (*sto
 		return nil, err
 	}
 	src := &source{base: sn.BaseCommit, head: sn.Head, tree: sn.Tree, commit: sn.Commit,
-		store: dir + "/" + changes.StoreDirName, ref: changes.SnapshotRef, image: sn.Image}
+		store: dir + "/" + changes.StoreDirName, ref: changes.SnapshotRef}
 	created, err := s.fromSource(ctx, &sess, sn.Machine, src, provider)
 	return created, s.undo(ctx, &sess, err)
 }
