@@ -83,7 +83,7 @@ func (a *App) runCreate(ctx context.Context, o createOptions) error {
 	}
 	// No --repo (nor --run, --project) is --repo .: the repository this
 	// directory is in, as git commands take it.
-	here := o.Repo == "" && o.RunID == "" && o.Project == ""
+	here := o.Repo == "" && o.RunID == "" && o.Project == "" && o.FromSnapshot == ""
 	if here {
 		o.Repo = "."
 	}

@@ -73,7 +73,7 @@ func (a *App) runSnapshot(ctx context.Context, o snapshotOptions) error {
 	}
 	if o.Name != "" {
 		if err := sandbox.CheckSnapshotName(o.Name); err != nil {
-			return fail.Usagef("--name: %v", err)
+			return err
 		}
 	}
 	svc, sess, err := a.session(ctx, o.session, anySession)

@@ -306,7 +306,7 @@ type SnapshotOptions struct {
 // digit, not a number).
 func CheckSnapshotName(name string) error {
 	if err := evidence.CheckName(name); err != nil {
-		return fail.Usagef("%q is not a snapshot name: 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit, and not a number", name, evidence.MaxNameLen)
+		return fail.Usagef("%s %q is not a snapshot name: 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit, and not a number", fail.Name, name, evidence.MaxNameLen)
 	}
 	return nil
 }
@@ -326,7 +326,7 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, o SnapshotO
 		ttl = s.Cfg.SnapshotTTL
 	}
 	if ttl < 0 {
-		return nil, fail.Usagef("a snapshot's lifetime must be positive, not %s", ttl)
+		return nil, fail.Usagef("%s %s: a snapshot's lifetime must be positive", fail.TTL, ttl)
 	}
 	tk, err := s.startTake(ctx, sess, "snapshot")
 	if err != nil {
@@ -415,7 +415,8 @@ func (s *Service) RemoveSnapshot(ctx context.Context, sn *store.Snapshot) error 
 func (s *Service) createFromSnapshot(ctx context.Context, o CreateOptions) (*store.Session, error) {
 	switch {
 	case o.Repo != "" || o.Ref != "" || o.Project != "" || o.RunID != "" || o.Refresh:
-		return nil, fail.Usagef("--from-snapshot goes alone: the snapshot says the repository, the ref and the project (leave out --repo, --ref, --project, --refresh and --run)")
+		return nil, fail.Usagef("%s goes alone: the snapshot says the repository, the ref and the project (leave out %s, %s, %s, %s and %s)",
+			fail.FromSnapshot, fail.Repo, fail.Ref, fail.Project, fail.Refresh, fail.RunID)
 	case o.Loop != nil:
 		return nil, fail.Usagef("a run of the loop does not start from a snapshot")
 	}
@@ -436,7 +437,7 @@ func (s *Service) createFromSnapshot(ctx context.Context, o CreateOptions) (*sto
 	defer engine.Close(provider)
 	if o.NetworkSet {
 		if _, ok := engine.Network(provider); !ok {
-			return nil, fail.Usagef("--network applies to docker sandboxes; this snapshot's sessions run on the host (%s engine), in the host's network", sn.Engine)
+			return nil, fail.Usagef("%s applies to docker sandboxes; this snapshot's sessions run on the host (%s engine), in the host's network", fail.Network, sn.Engine)
 		}
 	}
 	if err := s.Guard.CheckFree(s.Cfg.MinFree, "refusing to create a sandbox"); err != nil {

@@ -94,9 +94,9 @@ func (s *Store) CreateSnapshot(ctx context.Context, sn Snapshot, max int) error 
 		err := tx.QueryRowContext(ctx, `SELECT id, expires_at FROM snapshots WHERE user = ? AND name = ?`, sn.User, sn.Name).Scan(&other, &expires)
 		switch {
 		case err == nil && fromMillis(expires).After(sn.CreatedAt):
-			return fail.Refusedf("user %s already has a snapshot named %s (%s): give another --name, or remove it with `xmode sandbox snapshots rm %s`", sn.User, sn.Name, other, sn.Name)
+			return fail.Refusedf("user %s already has a snapshot named %s (%s): give another %s, or remove it with `xmode sandbox snapshots rm %s`", sn.User, sn.Name, other, fail.Name, sn.Name)
 		case err == nil:
-			return fail.Refusedf("user %s already has a snapshot named %s (%s, expired, not reaped yet): remove it with `xmode sandbox snapshots rm %s`, or give another --name", sn.User, sn.Name, other, sn.Name)
+			return fail.Refusedf("user %s already has a snapshot named %s (%s, expired, not reaped yet): remove it with `xmode sandbox snapshots rm %s`, or give another %s", sn.User, sn.Name, other, sn.Name, fail.Name)
 		case err != sql.ErrNoRows:
 			return fmt.Errorf("look up snapshot %s: %w", sn.Name, err)
 		}
