@@ -123,9 +123,15 @@ func openStore(g fsguard.Guard, runID string) (*objectStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	run, err := os.OpenRoot(runDir)
+	return openStoreIn(runDir, runID)
+}
+
+// openStoreIn opens the object store <dir>/objects.git of what (a run, a
+// snapshot), creating it on first use, as openStore does.
+func openStoreIn(dir, what string) (*objectStore, error) {
+	run, err := os.OpenRoot(dir)
 	if err != nil {
-		return nil, fmt.Errorf("open run directory %s: %w", runDir, err)
+		return nil, fmt.Errorf("open directory %s: %w", dir, err)
 	}
 	defer run.Close()
 	if err := mkdirReal(run, StoreDirName); err != nil {
@@ -133,9 +139,9 @@ func openStore(g fsguard.Guard, runID string) (*objectStore, error) {
 	}
 	root, err := run.OpenRoot(StoreDirName)
 	if err != nil {
-		return nil, fmt.Errorf("open object store of %s: %w", runID, err)
+		return nil, fmt.Errorf("open object store of %s: %w", what, err)
 	}
-	s := &objectStore{dir: filepath.Join(runDir, StoreDirName), root: root, known: map[Hash]bool{}, pending: map[Hash]pendingObject{}}
+	s := &objectStore{dir: filepath.Join(dir, StoreDirName), root: root, known: map[Hash]bool{}, pending: map[Hash]pendingObject{}}
 	s.src = gitread.NewSource(root, gitread.Options{Name: "the run's object store", Limits: gitread.Limits{Object: 1 << 40, Read: math.MaxInt64, All: math.MaxInt64}})
 	for _, d := range []string{"objects", "refs", "refs/heads"} {
 		if err := mkdirReal(root, d); err != nil {
@@ -153,7 +159,7 @@ func openStore(g fsguard.Guard, runID string) (*objectStore, error) {
 		}
 		if err != nil {
 			root.Close()
-			return nil, fmt.Errorf("create object store of %s: %w", runID, err)
+			return nil, fmt.Errorf("create object store of %s: %w", what, err)
 		}
 		_, err = f.WriteString(content)
 		if cerr := f.Close(); err == nil {
@@ -161,7 +167,7 @@ func openStore(g fsguard.Guard, runID string) (*objectStore, error) {
 		}
 		if err != nil {
 			root.Close()
-			return nil, fmt.Errorf("create object store of %s: %w", runID, err)
+			return nil, fmt.Errorf("create object store of %s: %w", what, err)
 		}
 	}
 	return s, nil

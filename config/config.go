@@ -62,6 +62,8 @@ type Config struct {
 	ProjectMachines    bool
 	ProjectCacheMount  string
 	CRMaxBytes         int64         // largest change request accepted
+	SnapshotTTL        time.Duration // lifetime of a new snapshot
+	SnapshotMax        int           // live snapshots per user (0: unlimited)
 	PoolSize           int           // ready sandboxes kept per project machine (0: no pool)
 	PoolMaxAge         time.Duration // a pool entry older than this is replaced
 	CloudStatusCommand string
@@ -359,6 +361,19 @@ var settings = []setting{
 			return fmt.Errorf("%q is not a limit: use a whole number, 0 for unlimited", v)
 		}
 		c.MaxOpen = n
+		return nil
+	}},
+	{name: "XMODE_SNAPSHOT_TTL", def: lit("168h"), apply: func(c *Config, v string) error {
+		d, err := ParseDuration(v)
+		c.SnapshotTTL = d
+		return err
+	}},
+	{name: "XMODE_SNAPSHOT_MAX", def: lit("10"), apply: func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a limit: use a whole number, 0 for unlimited", v)
+		}
+		c.SnapshotMax = n
 		return nil
 	}},
 	{name: "XMODE_EVIDENCE_MAX_BYTES", def: lit("256m"), apply: func(c *Config, v string) error {

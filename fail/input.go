@@ -19,14 +19,18 @@ type Input string
 
 // The inputs services name. Each is the CLI's flag without its dashes.
 const (
-	Agent      Input = "agent"
-	Branch     Input = "branch"
-	Env        Input = "env"
-	EnvPass    Input = "env-pass"
-	Force      Input = "force"
-	From       Input = "from"
-	Image      Input = "image"
-	Model      Input = "model"
+	Agent   Input = "agent"
+	Branch  Input = "branch"
+	Env     Input = "env"
+	EnvPass Input = "env-pass"
+	Force   Input = "force"
+	From    Input = "from"
+	// FromSnapshot is the snapshot a new sandbox starts from.
+	FromSnapshot Input = "from-snapshot"
+	Image        Input = "image"
+	Model        Input = "model"
+	// Name is what a user calls something they make (a snapshot).
+	Name       Input = "name"
 	Network    Input = "network"
 	Note       Input = "note"
 	Objective  Input = "objective"
@@ -48,7 +52,7 @@ const (
 // Inputs lists every input a service may name, for a front end's test
 // that it has a word for each.
 func Inputs() []Input {
-	return []Input{Agent, Branch, Env, EnvPass, Force, From, Image, Model, Network, Note, Objective,
+	return []Input{Agent, Branch, Env, EnvPass, Force, From, FromSnapshot, Image, Model, Name, Network, Note, Objective,
 		Project, Prompt, PromptFile, Ref, Refresh, Repo, RunID, Signal, StorageRoot, TTL, Timeout, Workdir}
 }
 

@@ -126,6 +126,9 @@ type CreateOptions struct {
 	// unless XMODE_HOST_ENV says otherwise). Recorded on the session; a
 	// session whose steps do not run on the host records none.
 	EnvPolicy *hostenv.Policy
+	// FromSnapshot starts the session from a snapshot (its name, or its
+	// ID): `sandbox create --from-snapshot`.
+	FromSnapshot string
 }
 
 // Machines is the project machines of this storage root.
@@ -160,6 +163,9 @@ func (s *Service) teardown(ctx context.Context, sess *store.Session, err error) 
 // Create provisions a session. The row exists (provisioning) before anything
 // touches disk, so a crash at any point leaves something the reaper finds.
 func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, error) {
+	if o.FromSnapshot != "" {
+		return s.createFromSnapshot(ctx, o)
+	}
 	engineName, err := engine.Choose(s.Cfg.RunnerMode, s.Cfg.Engine)
 	if err != nil {
 		return nil, err
@@ -284,7 +290,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	if err := s.Store.CreateSession(ctx, store.NewSession{Session: sess, NewRun: newRun, MaxOpen: s.Cfg.MaxOpen, Loop: o.Loop}); err != nil {
 		return nil, err
 	}
-	created, err := s.provision(ctx, &sess, newRun, tgt, co, engineName, provider)
+	created, err := s.provision(ctx, &sess, newRun, tgt, co, nil, engineName, provider)
 	if err != nil {
 		// Clean up with a context the user's Ctrl-C has not cancelled.
 		cleanup := context.WithoutCancel(ctx)
@@ -313,7 +319,10 @@ func (s *Service) noRepo(ctx context.Context, project string) error {
 	return fail.Usagef("%s is required: give a URL, a file:// URL or a local path (or %s to share a run's worktree)", fail.Repo, fail.RunID)
 }
 
-func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, co *machines.Checkout, engineName string, provider engine.Provider) (*store.Session, error) {
+// provision makes a session's worktree (for a new run: a clone of tgt, or
+// a worktree of the project machine co; then, for a fork or a snapshot's
+// session, what from holds on top of the base), its sandbox, and opens it.
+func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, co *machines.Checkout, from *source, engineName string, provider engine.Provider) (*store.Session, error) {
 	base := sess.BaseCommit // a joined run's
 	if newRun {
 		if err := os.MkdirAll(s.Guard.RunsDir(), fsguard.RunDirMode); err != nil {
@@ -343,11 +352,20 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 		}
 		s.detail("worktree %s at %s: %s in %s", sess.WorktreePath, shortCommit(base), how, took(start))
 	}
+	seedAt := base
+	if from != nil {
+		start := time.Now()
+		if err := s.applySource(ctx, sess.WorktreePath, base, from); err != nil {
+			return nil, fail.As(fail.Failed, err)
+		}
+		base, seedAt = from.base, from.commit
+		s.detail("worktree %s: what it took checked out on top of the base in %s", sess.WorktreePath, took(start))
+	}
 	if engineName == engine.Cloud {
 		// The Codex cloud runs this session's work: the worktree gives it a
 		// base commit (what the task's diff applies to), and no local sandbox.
 		if newRun {
-			s.seed(ctx, sess.RunID, base)
+			s.seed(ctx, sess.RunID, seedAt)
 		}
 		if err := s.Store.Provisioned(ctx, sess.ID, base, "", "", "", nil, s.Now().Add(s.Cfg.TTL)); err != nil {
 			return nil, err
@@ -384,8 +402,9 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	}
 	if newRun {
 		// After Provision: a provider may give the worktree to the sandbox
-		// user, which changes every file's ctime.
-		s.seed(ctx, sess.RunID, base)
+		// user, which changes every file's ctime. A fork's files are its
+		// frozen commit's, which is what the stat cache records.
+		s.seed(ctx, sess.RunID, seedAt)
 	}
 	if err := s.Store.Provisioned(ctx, sess.ID, base, sb.ContainerID, sb.MountMode, sess.Image, sb.Volumes, s.Now().Add(s.Cfg.TTL)); err != nil {
 		return nil, err

@@ -50,6 +50,10 @@ func (p *Provider) Destroy(ctx context.Context, sb engine.Sandbox) error {
 		if err := p.removeContainer(ctx, ref, sb.SessionID); err != nil {
 			return err
 		}
+		// A fork's image goes with the container it was made for.
+		if err := p.dropOwnImage(ctx, sb); err != nil {
+			return err
+		}
 	}
 	for _, v := range sb.Volumes {
 		// The session's own volumes, recorded on its row (orphans come
@@ -190,7 +194,7 @@ func (p *Provider) ProjectVolumes(ctx context.Context, project, instance string)
 	return out, nil
 }
 
-// ListObjects lists the containers (running or not) and volumes labelled
+// ListObjects lists the containers (running or not), volumes and images labelled
 // xmode.managed=true and xmode.instance=<instance> — what the reaper may
 // consider for orphan removal (engine.OrphanLister). The storage volume is
 // never listed.
@@ -232,7 +236,11 @@ func (p *Provider) ListObjects(ctx context.Context, instance string) ([]engine.O
 			SessionID: v.Labels[LabelSession], Instance: v.Labels[LabelInstance],
 		})
 	}
-	return out, nil
+	images, err := p.listImages(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, images...), nil
 }
 
 // Alive reports whether the sandbox's container exists, is xmode's and the
@@ -276,6 +284,11 @@ func (p *Provider) RemoveObject(ctx context.Context, o engine.Object) error {
 		return p.Destroy(ctx, engine.Sandbox{Engine: Name, ContainerID: o.ID, SessionID: o.SessionID})
 	case engine.KindVolume:
 		return p.Destroy(ctx, engine.Sandbox{Engine: Name, Volumes: []string{o.ID}})
+	case engine.KindImage:
+		if _, err := p.Ping(ctx); err != nil {
+			return err
+		}
+		return p.removeImage(ctx, o.ID, o.Instance, "")
 	}
 	return fmt.Errorf("unknown object kind %q", o.Kind)
 }

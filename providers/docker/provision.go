@@ -773,6 +773,9 @@ func (p *Provider) EnsureImage(ctx context.Context, ref string) error {
 	if !cerrdefs.IsNotFound(err) {
 		return p.wrap(err, "inspect image "+ref)
 	}
+	if isSnapshotImage(ref) {
+		return fail.Refusedf("image %s is gone (the reaper removes a fork's or a snapshot's image once it is not used): it was never in a registry, so it cannot be pulled", ref)
+	}
 
 	if p.Progress != nil {
 		fmt.Fprintf(p.Progress, "Unable to find image '%s' locally\n", ref)
