@@ -35,7 +35,7 @@ ours() {
 	case "$exe" in
 	"$KUBE_CACHE"/*/bin/*) return 0 ;;
 	*/containerd | */containerd-shim* | */etcd*)
-		tr '\0' '\n' <"/proc/$1/cmdline" 2>/dev/null | grep -q -e "^$KUBE_STATE/" -e "^$KUBE_RUN/" -e "^--data-dir=$KUBE_STATE/"
+		tr '\0' '\n' 2>/dev/null <"/proc/$1/cmdline" | grep -q -e "^$KUBE_STATE/" -e "^$KUBE_RUN/" -e "^--data-dir=$KUBE_STATE/"
 		return
 		;;
 	esac
@@ -91,7 +91,7 @@ for p in /proc/[0-9]*; do
 	pid=${p#/proc/}
 	[ "$pid" = $$ ] && continue
 	if ours "$pid"; then
-		say "killing leftover $(tr '\0' ' ' <"$p/cmdline" | cut -c1-80)"
+		say "killing leftover $(tr '\0' ' ' 2>/dev/null <"$p/cmdline" | cut -c1-80)"
 		kill -KILL "$pid" 2>/dev/null
 	fi
 done
@@ -184,7 +184,7 @@ say "down"
 $check || exit 0
 
 left=()
-for p in /proc/[0-9]*; do ours "${p#/proc/}" && left+=("process ${p#/proc/}: $(tr '\0' ' ' <"$p/cmdline" | cut -c1-80)"); done
+for p in /proc/[0-9]*; do ours "${p#/proc/}" && left+=("process ${p#/proc/}: $(tr '\0' ' ' 2>/dev/null <"$p/cmdline" | cut -c1-80)"); done
 ip link show "$KUBE_BRIDGE" >/dev/null 2>&1 && left+=("bridge $KUBE_BRIDGE")
 for t in filter nat mangle; do
 	for c in $(iptables -w -t "$t" -S | awk '$1 == "-N" { print $2 }' | grep -E "^($KUBE_CHAIN(-[A-Z]+)?|$kr_chains)$"); do

@@ -35,7 +35,7 @@ print_env() {
 alive() {
 	local pid
 	pid=$(cat "$KUBE_RUN/$1.pid" 2>/dev/null) || return 1
-	[ -n "$pid" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "$1"
+	[ -n "$pid" ] && tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -q -- "$1"
 }
 
 running() {
