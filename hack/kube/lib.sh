@@ -48,3 +48,12 @@ die() {
 	echo "kube: $*" >&2
 	exit 1
 }
+
+# down.sh removes the state directories whole: refuse any that is not
+# plainly the cluster's own.
+for d in "$KUBE_STATE" "$KUBE_RUN"; do
+	case "$d" in
+	/*/*kube*) ;;
+	*) die "$d: the cluster's directories must be absolute and named for it (…/*kube*): check HACK_KUBE_STATE and HACK_KUBE_RUN" ;;
+	esac
+done
