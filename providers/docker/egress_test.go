@@ -1,0 +1,441 @@
+package docker
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/network"
+
+	"github.com/xmode/xmode/egress"
+	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/providers/docker/dockertest"
+)
+
+// egressEnv is a docker setup whose sandboxes are proxied: an upstream
+// network the test made, with test hosts allowed.test, denied.test and
+// other.test on it, which the proxy reaches (XMODE_SANDBOX_EGRESS_NETWORK)
+// and resolves by the names the policies give it (and only those).
+type egressEnv struct {
+	*tenv
+	up                     *dockertest.Upstream
+	allowed, denied, other netip.Addr
+	resolve                string
+}
+
+func newEgressEnv(t *testing.T, mode string, vars map[string]string) *egressEnv {
+	t.Helper()
+	env := map[string]string{
+		"XMODE_SANDBOX_NETWORK":       "allow",
+		"XMODE_SANDBOX_IMAGE":         dockertest.ProbeImage(t),
+		"XMODE_SANDBOX_EGRESS_BINARY": dockertest.XmodeBinary(t),
+		"XMODE_SANDBOX_EGRESS_CA":     dockertest.TestPKI(t).CAFile,
+	}
+	for k, v := range vars {
+		env[k] = v
+	}
+	e := &egressEnv{tenv: newEnv(t, mode, env)}
+	e.p.egressResolveOnly = true
+	e.up = dockertest.NewUpstream(t, e.cli, e.instance)
+	e.cfg.EgressNetwork = e.up.Name
+	e.allowed, e.denied, e.other = e.up.Host(t, "allowed.test"), e.up.Host(t, "denied.test"), e.up.Host(t, "other.test")
+	e.resolve = fmt.Sprintf("allowed.test=%s,denied.test=%s,other.test=%s", e.allowed, e.denied, e.other)
+	return e
+}
+
+// policy is a new session's spec with an egress policy in mode allow: the
+// sources given, then the test hosts' names.
+func (e *egressEnv) policy(sources ...egress.Source) engine.Spec {
+	e.t.Helper()
+	spec := e.spec(newRun())
+	sources = append(sources, egress.Source{Name: "XMODE_SANDBOX_RESOLVE", Resolve: []string{e.resolve}})
+	pol, err := egress.Merge(spec.SessionID, egress.ModeAllow, sources...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	spec.Egress = &pol
+	return spec
+}
+
+// allowOnly lets a sandbox reach allowed.test on 80 and 443: its name, and
+// its address (the upstream network is blocked unless a CIDR rule names
+// the address, as for any network beside the docker host).
+func (e *egressEnv) allowOnly() egress.Source {
+	return egress.Source{Name: "--allow", Allow: []string{"allowed.test:80", "allowed.test:443", e.allowed.String()}}
+}
+
+// fails runs script and requires a non-zero exit: the attempt did not get
+// through.
+func (e *egressEnv) fails(sb engine.Sandbox, what, script string) string {
+	e.t.Helper()
+	r := e.run(sb, script)
+	if r.err != nil {
+		e.t.Fatalf("%s: %v", what, r.err)
+	}
+	if r.st.ExitCode == 0 {
+		e.t.Errorf("%s GOT THROUGH: sh -c %q\nstdout: %s\nstderr: %s", what, script, r.stdout, r.stderr)
+	}
+	return r.stdout + r.stderr
+}
+
+// records reads a sandbox's network log.
+func (e *egressEnv) records(sb engine.Sandbox) []egress.Record {
+	e.t.Helper()
+	path, err := e.p.EgressLog(context.Background(), sb)
+	if err != nil || path == "" {
+		e.t.Fatalf("EgressLog: %q %v", path, err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer f.Close()
+	var out []egress.Record
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r egress.Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			e.t.Fatalf("a log line that is not a record: %q", sc.Text())
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// logged finds a record a connection left (the proxy writes a
+// connection's line when it ends: it waits for it a little).
+func (e *egressEnv) logged(sb engine.Sandbox, match func(egress.Record) bool) egress.Record {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, r := range e.records(sb) {
+			if match(r) {
+				return r
+			}
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("no such record in the network log: %+v", e.records(sb))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// proxyOf is the proxy's address as the sandbox's environment has it.
+func (e *egressEnv) proxyOf(sb engine.Sandbox) netip.AddrPort {
+	e.t.Helper()
+	ap, err := netip.ParseAddrPort(strings.TrimPrefix(e.ok(sb, `echo "$HTTP_PROXY"`), "http://"))
+	if err != nil {
+		e.t.Fatalf("HTTP_PROXY: %v", err)
+	}
+	return ap
+}
+
+// quiet requires that a test host saw nothing since the count before.
+func (e *egressEnv) quiet(host string, before int) {
+	e.t.Helper()
+	if hits := e.up.Requests(e.t, host); len(hits) != before {
+		e.t.Errorf("test host %s was reached: %+v", host, hits[before:])
+	}
+}
+
+// TestEgressBypassCorpus is docs/network.md's list of ways out, each tried
+// from a root sandbox in bind mode (docker's default capabilities, less
+// NET_RAW and NET_ADMIN) that may reach allowed.test on ports 80 and 443
+// only; each fails when the attempt gets through. The allowed host is
+// reached, and the proxy's log names the rule that let it.
+func TestEgressBypassCorpus(t *testing.T) {
+	t.Parallel()
+	e := newEgressEnv(t, MountBind, map[string]string{"XMODE_SANDBOX_USER": "0:0"})
+	meta := dockertest.MetadataHost(t, e.cli, e.instance)
+	spec := e.policy(e.allowOnly(), egress.Source{Name: "--allow", Allow: []string{"metadata.test", "169.254.169.254"}},
+		egress.Source{Name: "test", Resolve: []string{"metadata.test=169.254.169.254"}})
+	a := e.provisionSpec(spec)
+	// The test's fake metadata host is on a network of its own the proxy
+	// is joined to: the proxy could reach it, and must not.
+	dockertest.ConnectNetwork(t, e.cli, meta.Name, EgressProxyName(e.instance))
+	px := e.proxyOf(a)
+	proxy := px.String()
+
+	t.Run("AllowedHostReached", func(t *testing.T) {
+		if out := e.ok(a, "egressprobe get http://allowed.test/"); !strings.Contains(out, "hello from allowed.test") {
+			t.Fatalf("plain HTTP through the proxy: %s", out)
+		}
+		if out := e.ok(a, "egressprobe get -insecure https://allowed.test/"); !strings.Contains(out, "hello from allowed.test") {
+			t.Fatalf("HTTPS through the proxy: %s", out)
+		}
+		for _, port := range []int{80, 443} {
+			r := e.logged(a, func(r egress.Record) bool {
+				return r.Host == "allowed.test" && r.Port == port && r.Verdict == egress.Allowed
+			})
+			if r.Rule != fmt.Sprintf("allowed.test:%d", port) || r.Source != "--allow" || r.Sandbox != a.SessionID || r.BytesDown == 0 {
+				t.Errorf("the log's record of allowed.test:%d: %+v", port, r)
+			}
+		}
+	})
+
+	t.Run("DirectIPToTheDeniedHost", func(t *testing.T) {
+		before := len(e.up.Requests(t, "denied.test"))
+		e.fails(a, "HTTP straight to denied.test's address", "egressprobe get -noproxy http://"+e.denied.String()+"/")
+		e.fails(a, "TCP straight to denied.test's address", "egressprobe tcp "+e.denied.String()+":7000")
+		e.fails(a, "HTTP straight to allowed.test's address", "egressprobe get -noproxy http://"+e.allowed.String()+"/")
+		out := e.fails(a, "denied.test's address through the proxy", "egressprobe get http://"+e.denied.String()+"/")
+		if !strings.Contains(out, "STATUS 403") {
+			t.Errorf("the proxy's answer for an address no rule names: %s", out)
+		}
+		e.quiet("denied.test", before)
+	})
+
+	t.Run("UDP", func(t *testing.T) {
+		for _, h := range []string{"allowed.test", "denied.test"} {
+			before := len(e.up.Requests(t, h))
+			addr := map[string]netip.Addr{"allowed.test": e.allowed, "denied.test": e.denied}[h]
+			e.fails(a, "UDP to "+h, "egressprobe udp "+addr.String()+":7001")
+			e.quiet(h, before)
+		}
+		e.fails(a, "UDP to the proxy on another port", "egressprobe udp "+px.Addr().String()+":7001")
+	})
+
+	t.Run("RawTCPPort", func(t *testing.T) {
+		before := len(e.up.Requests(t, "allowed.test"))
+		e.fails(a, "raw TCP straight to allowed.test", "egressprobe tcp "+e.allowed.String()+":7000")
+		e.fails(a, "another port of the proxy", "egressprobe tcp "+px.Addr().String()+":7000")
+		out := e.fails(a, "CONNECT to a port no rule names", "egressprobe front "+proxy+" allowed.test:7000 allowed.test")
+		if !strings.Contains(out, "403") {
+			t.Errorf("CONNECT allowed.test:7000: %s", out)
+		}
+		e.quiet("allowed.test", before)
+	})
+
+	t.Run("FrontedSNI", func(t *testing.T) {
+		before, beforeA := len(e.up.Requests(t, "denied.test")), len(e.up.Requests(t, "allowed.test"))
+		e.fails(a, "CONNECT allowed.test with denied.test in the SNI", "egressprobe front "+proxy+" allowed.test:443 denied.test")
+		e.quiet("denied.test", before)
+		e.quiet("allowed.test", beforeA)
+		r := e.logged(a, func(r egress.Record) bool { return r.SNI == "denied.test" })
+		if r.Verdict != egress.Denied || r.Rule != "sni" {
+			t.Errorf("the log's record of the fronted tunnel: %+v", r)
+		}
+	})
+
+	t.Run("ForgedHost", func(t *testing.T) {
+		before, beforeA := len(e.up.Requests(t, "denied.test")), len(e.up.Requests(t, "allowed.test"))
+		out := e.fails(a, "plain HTTP to allowed.test with Host: denied.test", "egressprobe get -host denied.test http://allowed.test/")
+		if !strings.Contains(out, "STATUS 403") {
+			t.Errorf("the proxy's answer to a forged Host: %s", out)
+		}
+		e.quiet("denied.test", before)
+		e.quiet("allowed.test", beforeA)
+	})
+
+	t.Run("DNS", func(t *testing.T) {
+		dns := px.Addr().String() + ":53"
+		if out := e.ok(a, "egressprobe dns -server "+dns+" allowed.test"); !strings.Contains(out, e.allowed.String()) {
+			t.Errorf("the proxy's resolver on an allowed name: %s", out)
+		}
+		if out := e.ok(a, "nslookup allowed.test"); !strings.Contains(out, e.allowed.String()) {
+			t.Errorf("the sandbox's own resolver (resolv.conf) on an allowed name: %s", out)
+		}
+		for _, q := range []string{"denied.test", "-type TXT exfiltrated-data.denied.test", "-type TXT allowed.test", "-tcp -type TXT exfiltrated-data.denied.test", "-type MX allowed.test"} {
+			e.fails(a, "DNS "+q, "egressprobe dns -server "+dns+" "+q)
+		}
+		// docker's own resolver in the sandbox forwards nothing on an
+		// internal network: no way around the proxy's resolver.
+		e.fails(a, "docker's embedded resolver", "egressprobe dns -server 127.0.0.11:53 denied.test")
+		e.fails(a, "docker's embedded resolver, TXT", "egressprobe dns -server 127.0.0.11:53 -type TXT exfiltrated-data.denied.test")
+		r := e.logged(a, func(r egress.Record) bool { return r.Kind == "dns" && r.Host == "exfiltrated-data.denied.test" })
+		if r.Verdict != egress.Denied {
+			t.Errorf("the log's record of a TXT question for a denied name: %+v", r)
+		}
+	})
+
+	t.Run("TheHostAndItsBridgeAddresses", func(t *testing.T) {
+		// A listener of the test's on every address of this machine: the
+		// docker host's address on any bridge, its own addresses, IPv4 and
+		// IPv6, would reach it.
+		ln, err := net.Listen("tcp", ":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		var accepted atomic.Int32
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				accepted.Add(1)
+				c.Close()
+			}
+		}()
+		port := ln.Addr().(*net.TCPAddr).Port
+		subnet, err := e.p.egressSubnet(context.Background(), EgressNetworkName(a.SessionID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		targets := []netip.Addr{subnet.Addr().Next(), e.up.Gateway()}
+		addrs, _ := net.InterfaceAddrs()
+		for _, ad := range addrs {
+			if ipn, ok := ad.(*net.IPNet); ok {
+				if ip, ok := netip.AddrFromSlice(ipn.IP); ok && !ip.Unmap().IsLoopback() {
+					targets = append(targets, ip.Unmap())
+				}
+			}
+		}
+		// The sandbox's bridge: the host has no IPv4 address on it, only
+		// IPv6 link-local, which the sandbox (IPv6 off) cannot use.
+		br := bridgeOf(t, e, a)
+		for _, ad := range br {
+			ip, _ := netip.ParsePrefix(ad.String())
+			if ip.Addr().Is4() {
+				t.Errorf("the docker host has an IPv4 address on the sandbox's bridge: %s", ad)
+			}
+		}
+		if got := e.ok(a, "cat /proc/sys/net/ipv6/conf/all/disable_ipv6"); got != "1" {
+			t.Errorf("IPv6 in the sandbox: disable_ipv6=%s", got)
+		}
+		for _, ip := range targets {
+			hp := netip.AddrPortFrom(ip.WithZone(""), uint16(port)).String()
+			if ip.Is6() && ip.IsLinkLocalUnicast() {
+				hp = fmt.Sprintf("[%s%%eth0]:%d", ip.WithZone(""), port)
+			}
+			e.fails(a, "the host at "+hp, "egressprobe tcp '"+hp+"'")
+			if ip.Is4() {
+				out := e.fails(a, "the host at "+hp+" through the proxy", "egressprobe front "+proxy+" "+hp+" x.test")
+				if !strings.Contains(out, "403") {
+					t.Errorf("CONNECT %s: %s", hp, out)
+				}
+			}
+		}
+		if n := accepted.Load(); n != 0 {
+			t.Errorf("the test's listener on the host accepted %d connections from the sandbox", n)
+		}
+	})
+
+	t.Run("DockerSocket", func(t *testing.T) {
+		for _, s := range e.p.dockerSockets() {
+			e.fails(a, "the docker socket "+s, "test -e "+s)
+		}
+	})
+
+	t.Run("AnotherSandbox", func(t *testing.T) {
+		b := e.provisionSpec(e.policy())
+		bIP := sandboxAddrOf(t, e, b)
+		done := make(chan execResult, 1)
+		go func() { done <- e.run(b, "timeout 15 nc -l -p 7000; echo rc=$?") }()
+		time.Sleep(500 * time.Millisecond)
+		e.fails(a, "TCP straight to another sandbox", "egressprobe tcp "+bIP.String()+":7000")
+		out := e.fails(a, "another sandbox through the proxy", "egressprobe front "+proxy+" "+bIP.String()+":7000 x.test")
+		if !strings.Contains(out, "403") {
+			t.Errorf("CONNECT to another sandbox: %s", out)
+		}
+		if r := <-done; !strings.Contains(r.stdout, "rc=143") {
+			t.Errorf("the other sandbox's listener was reached: %+v", r)
+		}
+	})
+
+	t.Run("UnsetProxyVariables", func(t *testing.T) {
+		before := len(e.up.Requests(t, "allowed.test"))
+		e.fails(a, "allowed.test without the proxy variables",
+			"env -u HTTP_PROXY -u http_proxy -u HTTPS_PROXY -u https_proxy egressprobe get http://allowed.test/")
+		e.quiet("allowed.test", before)
+	})
+
+	t.Run("CloudMetadata", func(t *testing.T) {
+		// Never asked of a real metadata service: the address is a test
+		// host's, on a network the test made.
+		for _, u := range []string{"http://169.254.169.254/", "http://metadata.test/"} {
+			out := e.fails(a, u+" through the proxy", "egressprobe get "+u)
+			if !strings.Contains(out, "STATUS 403") {
+				t.Errorf("%s: %s", u, out)
+			}
+		}
+		e.fails(a, "metadata.test through the resolver", "egressprobe dns -server "+px.Addr().String()+":53 metadata.test")
+		if n := len(meta.Requests(t, "metadata")); n != 0 {
+			t.Errorf("the metadata address was reached %d times", n)
+		}
+		r := e.logged(a, func(r egress.Record) bool { return r.Host == "169.254.169.254" })
+		if r.Verdict != egress.Denied || r.Rule != "block list" {
+			t.Errorf("the log's record of 169.254.169.254 (allowed by a CIDR rule, blocked whatever the rules say): %+v", r)
+		}
+		// No route of the sandbox's leads anywhere but its own network:
+		// the gateway is an address nothing has.
+		routes := e.ok(a, "ip route")
+		for _, line := range strings.Split(routes, "\n") {
+			if f := strings.Fields(line); len(f) > 2 && f[0] == "default" && f[2] != subnetGateway(t, e, a).String() {
+				t.Errorf("a default route through something that exists: %s", line)
+			}
+		}
+	})
+
+	t.Run("NoRawSockets", func(t *testing.T) {
+		caps := e.ok(a, "grep CapEff /proc/self/status")
+		var eff uint64
+		fmt.Sscanf(strings.Fields(caps)[1], "%x", &eff)
+		if eff&(1<<13) != 0 || eff&(1<<12) != 0 {
+			t.Errorf("the sandbox has CAP_NET_RAW or CAP_NET_ADMIN: %s", caps)
+		}
+	})
+
+	t.Run("EditedHostsAndResolvConf", func(t *testing.T) {
+		before := len(e.up.Requests(t, "denied.test"))
+		e.ok(a, "echo '"+e.denied.String()+" sneaky.test' >> /etc/hosts")
+		e.fails(a, "a name /etc/hosts maps to denied.test, straight", "egressprobe get -noproxy http://sneaky.test/")
+		out := e.fails(a, "a name /etc/hosts maps to denied.test, through the proxy", "egressprobe get http://sneaky.test/")
+		if !strings.Contains(out, "STATUS 403") {
+			t.Errorf("the proxy resolves names itself: %s", out)
+		}
+		e.ok(a, "printf 'nameserver "+e.up.Gateway().String()+"\\n' > /etc/resolv.conf")
+		e.fails(a, "another resolver in resolv.conf", "nslookup -timeout=2 allowed.test")
+		e.quiet("denied.test", before)
+	})
+}
+
+// bridgeOf is the addresses the docker host has on the bridge of a
+// sandbox's network.
+func bridgeOf(t *testing.T, e *egressEnv, sb engine.Sandbox) []net.Addr {
+	t.Helper()
+	ctx := context.Background()
+	n, err := e.cli.NetworkInspect(ctx, EgressNetworkName(sb.SessionID), network.InspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ifc, err := net.InterfaceByName("br-" + n.ID[:12])
+	if err != nil {
+		t.Fatalf("the sandbox's bridge on this host: %v", err)
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addrs
+}
+
+// sandboxAddrOf is a proxied sandbox's own address.
+func sandboxAddrOf(t *testing.T, e *egressEnv, sb engine.Sandbox) netip.Addr {
+	t.Helper()
+	subnet, err := e.p.egressSubnet(context.Background(), EgressNetworkName(sb.SessionID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sandboxAddr(subnet)
+}
+
+// subnetGateway is the address docker reserved as the sandbox network's
+// gateway (and, with inhibit_ipv4, gave to nothing).
+func subnetGateway(t *testing.T, e *egressEnv, sb engine.Sandbox) netip.Addr {
+	t.Helper()
+	subnet, err := e.p.egressSubnet(context.Background(), EgressNetworkName(sb.SessionID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return subnet.Addr().Next()
+}
