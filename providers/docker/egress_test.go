@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -138,6 +139,15 @@ func (e *egressEnv) proxyOf(sb engine.Sandbox) netip.AddrPort {
 	return ap
 }
 
+// control requires that argv gets through from a plain container on the
+// upstream network: the attempt a sandbox fails can succeed at all.
+func (e *egressEnv) control(what string, argv ...string) {
+	e.t.Helper()
+	if code, out := e.up.Run(e.t, argv...); code != 0 {
+		e.t.Fatalf("control %s: a plain container on the upstream network did not get through either (exit %d): %s", what, code, out)
+	}
+}
+
 // quiet requires that a test host saw nothing since the count before.
 func (e *egressEnv) quiet(host string, before int) {
 	e.t.Helper()
@@ -194,6 +204,7 @@ func TestEgressBypassCorpus(t *testing.T) {
 	})
 
 	t.Run("UDP", func(t *testing.T) {
+		e.control("UDP", "egressprobe", "udp", e.other.String()+":7001")
 		for _, h := range []string{"allowed.test", "denied.test"} {
 			before := len(e.up.Requests(t, h))
 			addr := map[string]netip.Addr{"allowed.test": e.allowed, "denied.test": e.denied}[h]
@@ -204,6 +215,7 @@ func TestEgressBypassCorpus(t *testing.T) {
 	})
 
 	t.Run("RawTCPPort", func(t *testing.T) {
+		e.control("raw TCP", "egressprobe", "tcp", e.other.String()+":7000")
 		before := len(e.up.Requests(t, "allowed.test"))
 		e.fails(a, "raw TCP straight to allowed.test", "egressprobe tcp "+e.allowed.String()+":7000")
 		e.fails(a, "another port of the proxy", "egressprobe tcp "+px.Addr().String()+":7000")
@@ -215,6 +227,7 @@ func TestEgressBypassCorpus(t *testing.T) {
 	})
 
 	t.Run("FrontedSNI", func(t *testing.T) {
+		e.ok(a, "egressprobe front "+proxy+" allowed.test:443 allowed.test") // the same tunnel, its own name
 		before, beforeA := len(e.up.Requests(t, "denied.test")), len(e.up.Requests(t, "allowed.test"))
 		e.fails(a, "CONNECT allowed.test with denied.test in the SNI", "egressprobe front "+proxy+" allowed.test:443 denied.test")
 		e.quiet("denied.test", before)
@@ -317,6 +330,11 @@ func TestEgressBypassCorpus(t *testing.T) {
 		}
 		if n := accepted.Load(); n != 0 {
 			t.Errorf("the test's listener on the host accepted %d connections from the sandbox", n)
+		}
+		// The listener is reachable from a plain container beside the proxy.
+		e.control("the host's listener", "egressprobe", "tcp", netip.AddrPortFrom(e.up.Gateway(), uint16(port)).String())
+		if n := accepted.Load(); n != 1 {
+			t.Errorf("the control reached the listener %d times, want 1", n)
 		}
 	})
 
@@ -438,4 +456,172 @@ func subnetGateway(t *testing.T, e *egressEnv, sb engine.Sandbox) netip.Addr {
 		t.Fatal(err)
 	}
 	return subnet.Addr().Next()
+}
+
+// A credential added at the edge: the upstream gets the secret in its
+// header, the sandbox only a placeholder — in its environment, every
+// process's, its files, and the network log — and a request to another
+// host carries the placeholder as the sandbox sent it.
+func TestEgressCredentials(t *testing.T) {
+	t.Parallel()
+	e := newEgressEnv(t, MountBind, map[string]string{"XMODE_SANDBOX_USER": "0:0"})
+	const secret = "sk-test-7f3c1d9e2b4a6c8e0f1a3b5d"
+	env := map[string]string{"XMODE_TEST_EGRESS_SECRET": secret}
+	spec := e.policy(egress.Source{Name: "--credential", Credentials: []string{"allowed.test=x-api-key:XMODE_TEST_EGRESS_SECRET"}},
+		egress.Source{Name: "--allow", Allow: []string{"other.test:443", e.allowed.String(), e.other.String()}})
+	spec.Getenv = func(k string) string { return env[k] }
+	placeholder := spec.Egress.Credentials[0].Placeholder
+	sb := e.provisionSpec(spec)
+
+	if got := e.ok(sb, `echo "$XMODE_TEST_EGRESS_SECRET"`); got != placeholder {
+		t.Fatalf("the sandbox's copy of the variable: %q, want the placeholder %q", got, placeholder)
+	}
+	// The sandbox trusts its CA through SSL_CERT_FILE (the probe is Go,
+	// which reads it); the bundle keeps the image's own roots.
+	out := e.ok(sb, `egressprobe get -H "X-Api-Key: $XMODE_TEST_EGRESS_SECRET" https://allowed.test/echo`)
+	if !strings.Contains(out, "STATUS 200") {
+		t.Fatalf("the credential host: %s", out)
+	}
+	hits := e.up.Requests(t, "allowed.test")
+	if len(hits) == 0 || hits[len(hits)-1].Headers["X-Api-Key"] != secret {
+		t.Fatalf("the upstream did not get the secret: %+v", hits)
+	}
+	if strings.Contains(out, secret) {
+		t.Errorf("the upstream's echo of the secret reached the sandbox: %s", out)
+	}
+	if n := e.ok(sb, `grep -c 'BEGIN CERTIFICATE' "$SSL_CERT_FILE"`); n == "1" {
+		t.Errorf("SSL_CERT_FILE holds the sandbox's CA alone, not the image's roots as well")
+	}
+	// Another host: its tunnel is untouched, the placeholder is what it gets.
+	e.ok(sb, `egressprobe get -insecure -H "X-Api-Key: $XMODE_TEST_EGRESS_SECRET" https://other.test/echo`)
+	others := e.up.Requests(t, "other.test")
+	if len(others) == 0 || others[len(others)-1].Headers["X-Api-Key"] != placeholder {
+		t.Errorf("another host got %+v, want the placeholder", others)
+	}
+	// Nowhere in the sandbox: environments, files (the worktree, /etc,
+	// /tmp, the root), nor its mounts.
+	// Each search finds the placeholder (so it would find the secret).
+	environ := "cat /proc/*/environ | tr '\\0' '\\n' | grep -F "
+	files := func(s string) string {
+		return "grep -rlF " + s + " $(ls -d /* | grep -v -e '^/proc$' -e '^/sys$' -e '^/dev$') 2>/dev/null | grep ."
+	}
+	e.ok(sb, environ+placeholder)
+	e.ok(sb, "echo "+placeholder+" > /tmp/placeholder; "+files(placeholder))
+	e.fails(sb, "the secret in a process's environment", environ+secret)
+	e.fails(sb, "the secret in a file", files(secret))
+	e.fails(sb, "the CA's key", "grep -rl 'PRIVATE KEY' /etc /tmp /workspace 2>/dev/null | grep .")
+	r := e.logged(sb, func(r egress.Record) bool { return r.Kind == "https" && r.Host == "allowed.test" })
+	if !strings.Contains(r.Credential, "X-Api-Key from") || r.Verdict != egress.Allowed {
+		t.Errorf("the log's record of the credential request: %+v", r)
+	}
+	logPath, _ := e.p.EgressLog(context.Background(), sb)
+	if b, _ := os.ReadFile(logPath); strings.Contains(string(b), secret) {
+		t.Error("the secret is in the network log")
+	}
+	// Teardown: the secret's file goes with the sandbox; the log stays.
+	if err := e.p.Destroy(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	if found := grepTree(t, e.root, secret); len(found) > 0 {
+		t.Errorf("the secret is left in the storage root after teardown: %v", found)
+	}
+}
+
+// grepTree lists the files under dir that contain s.
+func grepTree(t *testing.T, dir, s string) []string {
+	t.Helper()
+	var found []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if b, err := os.ReadFile(p); err == nil && strings.Contains(string(b), s) {
+				found = append(found, p)
+			}
+		}
+		return nil
+	})
+	return found
+}
+
+// A policy changed on a live sandbox holds for the connections that start
+// after SetEgress returns; the old rules no longer do.
+func TestEgressPolicyChangesOnALiveSandbox(t *testing.T) {
+	t.Parallel()
+	e := newEgressEnv(t, MountBind, nil)
+	spec := e.policy(e.allowOnly())
+	sb := e.provisionSpec(spec)
+	e.ok(sb, "egressprobe get http://allowed.test/")
+	e.fails(sb, "other.test before it is allowed", "egressprobe get http://other.test/")
+
+	pol := *spec.Egress
+	more, err := egress.Merge(sb.SessionID, egress.ModeAllow,
+		egress.Source{Name: "sandbox network --allow", Allow: []string{"other.test:80", e.other.String()}},
+		egress.Source{Name: "XMODE_SANDBOX_RESOLVE", Resolve: []string{e.resolve}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.p.SetEgress(context.Background(), sb, more, nil); err != nil {
+		t.Fatalf("SetEgress: %v", err)
+	}
+	if out := e.ok(sb, "egressprobe get http://other.test/"); !strings.Contains(out, "hello from other.test") {
+		t.Errorf("other.test once allowed: %s", out)
+	}
+	e.fails(sb, "allowed.test once its rule is gone", "egressprobe get http://allowed.test/")
+	r := e.logged(sb, func(r egress.Record) bool { return r.Host == "other.test" && r.Verdict == egress.Allowed })
+	if r.Source != "sandbox network --allow" {
+		t.Errorf("the decision names the new rule's source: %+v", r)
+	}
+	if err := e.p.SetEgress(context.Background(), sb, pol, nil); err != nil {
+		t.Fatalf("SetEgress back: %v", err)
+	}
+	e.ok(sb, "egressprobe get http://allowed.test/")
+	e.fails(sb, "other.test once refused again", "egressprobe get http://other.test/")
+
+	// A sandbox without a proxied network has no policy to change.
+	plain := newEnv(t, MountBind, nil)
+	psb := plain.provision()
+	more.Sandbox = psb.SessionID
+	if err := plain.p.SetEgress(context.Background(), psb, more, nil); err == nil || !strings.Contains(err.Error(), "has no egress policy") {
+		t.Errorf("SetEgress on a sandbox without one: %v", err)
+	}
+}
+
+// Teardown keeps the network log in the run's evidence and removes the
+// network, the policy, the CA and the secrets; the log says what happened.
+func TestEgressTeardownKeepsTheLog(t *testing.T) {
+	t.Parallel()
+	e := newEgressEnv(t, MountBind, nil)
+	sb := e.provisionSpec(e.policy(e.allowOnly()))
+	e.ok(sb, "egressprobe get http://allowed.test/")
+	e.fails(sb, "denied.test", "egressprobe get http://denied.test/")
+	live, _ := e.p.EgressLog(context.Background(), sb)
+	if err := e.p.Destroy(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := e.p.guard.NetworkLog(sb.RunID, sb.SessionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.p.EgressLog(context.Background(), sb); got != kept {
+		t.Errorf("EgressLog after teardown: %q, want the run's copy %q", got, kept)
+	}
+	s, err := egress.SummarizeFile(kept, time.Time{}, time.Time{})
+	if err != nil || s.Connections < 2 || s.Denied < 1 || len(s.DeniedHosts) == 0 || s.DeniedHosts[0].Host != "denied.test" {
+		t.Errorf("the kept log's summary: %+v %v", s, err)
+	}
+	if st, err := os.Stat(kept); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the kept log: %v %v", st, err)
+	}
+	for _, gone := range []string{live, filepath.Join(e.root, "egress", "policies", sb.SessionID+".json"),
+		filepath.Join(e.root, "egress", "ca", sb.SessionID), filepath.Join(e.root, "egress", "state", sb.SessionID+".json")} {
+		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
+			t.Errorf("%s is left after teardown: %v", gone, err)
+		}
+	}
+	if _, err := e.cli.NetworkInspect(context.Background(), EgressNetworkName(sb.SessionID), network.InspectOptions{}); err == nil {
+		t.Error("the sandbox's network is left after teardown")
+	}
+	// Teardown again: nothing left to do is success.
+	if err := e.p.Destroy(context.Background(), sb); err != nil {
+		t.Errorf("a second Destroy: %v", err)
+	}
 }

@@ -385,6 +385,42 @@ func (u *Upstream) HostAt(t testing.TB, name string, addr netip.Addr) netip.Addr
 	}
 }
 
+// Run runs the probe image with argv in a plain container on the upstream
+// network (docker's defaults: what any container there can do), and
+// returns its exit code and output: the control that shows an attempt a
+// sandbox must fail can succeed at all.
+func (u *Upstream) Run(t testing.TB, argv ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	created, err := u.cli.ContainerCreate(ctx, &container.Config{
+		Image: ProbeImage(t), Cmd: argv, Labels: map[string]string{LabelTest: "true", "xmode.instance": u.instance},
+	}, &container.HostConfig{NetworkMode: container.NetworkMode(u.Name)}, nil, nil, "")
+	if err != nil {
+		t.Fatalf("create a control container: %v", err)
+	}
+	defer u.cli.ContainerRemove(context.Background(), created.ID, container.RemoveOptions{Force: true})
+	if err := u.cli.ContainerStart(ctx, created.ID, container.StartOptions{}); err != nil {
+		t.Fatalf("start a control container: %v", err)
+	}
+	waitC, errC := u.cli.ContainerWait(ctx, created.ID, container.WaitConditionNotRunning)
+	var code int
+	select {
+	case w := <-waitC:
+		code = int(w.StatusCode)
+	case err := <-errC:
+		t.Fatalf("wait for a control container: %v", err)
+	}
+	rc, err := u.cli.ContainerLogs(ctx, created.ID, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	var out bytes.Buffer
+	_, _ = stdcopy.StdCopy(&out, &out, rc)
+	return code, out.String()
+}
+
 // Hit is one thing a test host saw: an HTTP(S) request, a TCP connection,
 // a UDP datagram.
 type Hit struct {
