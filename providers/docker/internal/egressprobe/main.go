@@ -143,9 +143,9 @@ func serve(args []string) error {
 // client flags shared by get, ttfb and download.
 type clientFlags struct {
 	proxy, cacert, host, resolve string
-	noProxy, insecure           bool
-	headers                     headerList
-	timeout                     time.Duration
+	noProxy, insecure            bool
+	headers                      headerList
+	timeout                      time.Duration
 }
 
 type headerList []string
