@@ -11,13 +11,18 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
 
+	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/egress"
 	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/providers/docker/dockertest"
 )
 
@@ -623,5 +628,213 @@ func TestEgressTeardownKeepsTheLog(t *testing.T) {
 	// Teardown again: nothing left to do is success.
 	if err := e.p.Destroy(context.Background(), sb); err != nil {
 		t.Errorf("a second Destroy: %v", err)
+	}
+}
+
+// The proxy fails closed: while it is stopped its sandboxes reach nothing,
+// allowed hosts included; killed, the daemon starts it again on the same
+// addresses and it serves every policy again; removed by hand, the next
+// policy change (or create) makes it again, joined to every sandbox's
+// network.
+func TestEgressProxyFailsClosed(t *testing.T) {
+	t.Parallel()
+	e := newEgressEnv(t, MountBind, nil)
+	sb := e.provisionSpec(e.policy(e.allowOnly()))
+	pol := e.currentPolicy(sb)
+	ctx := context.Background()
+	e.ok(sb, "egressprobe get http://allowed.test/")
+	name := EgressProxyName(e.instance)
+
+	timeout := 2
+	if err := e.cli.ContainerStop(ctx, name, container.StopOptions{Timeout: &timeout}); err != nil {
+		t.Fatal(err)
+	}
+	before := len(e.up.Requests(t, "allowed.test"))
+	e.fails(sb, "allowed.test while the proxy is stopped", "egressprobe get -timeout 3s http://allowed.test/")
+	e.fails(sb, "allowed.test's address while the proxy is stopped", "egressprobe get -noproxy -timeout 3s http://"+e.allowed.String()+"/")
+	e.quiet("allowed.test", before)
+	if err := e.cli.ContainerStart(ctx, name, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitAllowed(sb)
+
+	// Killed (its process, from this host): the restart policy brings it
+	// back with its addresses, and it serves the policies it finds.
+	ci, err := e.cli.ContainerInspect(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci.State.Pid > 0 && dockertest.Host() == client.DefaultDockerHost {
+		ip := ci.NetworkSettings.Networks[EgressNetworkName(sb.SessionID)].IPAddress
+		if err := syscall.Kill(ci.State.Pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		e.waitAllowed(sb)
+		after, err := e.cli.ContainerInspect(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after.RestartCount < 1 || after.NetworkSettings.Networks[EgressNetworkName(sb.SessionID)].IPAddress != ip {
+			t.Errorf("after a kill: restarts %d, address %s (was %s)", after.RestartCount, after.NetworkSettings.Networks[EgressNetworkName(sb.SessionID)].IPAddress, ip)
+		}
+		e.fails(sb, "denied.test after the restart", "egressprobe get http://denied.test/")
+	}
+
+	// Removed: nothing gets out until a change makes it again.
+	if err := e.cli.ContainerRemove(ctx, name, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	e.fails(sb, "allowed.test without a proxy", "egressprobe get -timeout 3s http://allowed.test/")
+	if err := e.p.SetEgress(ctx, sb, pol, nil); err != nil {
+		t.Fatalf("SetEgress with the proxy gone: %v", err)
+	}
+	e.ok(sb, "egressprobe get http://allowed.test/")
+}
+
+// currentPolicy is the policy a sandbox was provisioned with, as the proxy
+// reads it (listen addresses filled in).
+func (e *egressEnv) currentPolicy(sb engine.Sandbox) egress.Policy {
+	e.t.Helper()
+	b, err := os.ReadFile(filepath.Join(e.root, "egress", "policies", sb.SessionID+".json"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var p egress.Policy
+	if err := json.Unmarshal(b, &p); err != nil {
+		e.t.Fatal(err)
+	}
+	return p
+}
+
+// waitAllowed waits until allowed.test answers through the proxy again.
+func (e *egressEnv) waitAllowed(sb engine.Sandbox) {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := e.run(sb, "egressprobe get -timeout 2s http://allowed.test/")
+		if r.err == nil && r.st.ExitCode == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("allowed.test does not answer through the proxy again: %s %s", r.stdout, r.stderr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// The reaper's orphan sweep: the network of a session whose container went
+// (a crashed xmode) is an orphan, removed with its log kept; the proxy is
+// one only once it serves no sandbox, and goes then.
+func TestEgressOrphans(t *testing.T) {
+	t.Parallel()
+	e := newEgressEnv(t, MountBind, nil)
+	sb := e.provisionSpec(e.policy(e.allowOnly()))
+	e.ok(sb, "egressprobe get http://allowed.test/")
+	ctx := context.Background()
+	list := func() map[string]engine.Object {
+		objs, err := e.p.ListObjects(ctx, e.instance)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]engine.Object{}
+		for _, o := range objs {
+			m[o.Kind+" "+o.Name] = o
+		}
+		return m
+	}
+	objs := list()
+	net, ok := objs["network "+EgressNetworkName(sb.SessionID)]
+	if !ok || net.SessionID != sb.SessionID || net.Instance != e.instance {
+		t.Fatalf("the sandbox's network among the objects: %+v", objs)
+	}
+	if _, ok := objs["container "+EgressProxyName(e.instance)]; ok {
+		t.Fatal("the proxy of a live sandbox is listed as an orphan candidate")
+	}
+	// xmode died: the container is gone, its network, policy and log stay.
+	if err := e.cli.ContainerRemove(ctx, sb.ContainerID, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.p.RemoveObject(ctx, net); err != nil {
+		t.Fatalf("remove the orphan network: %v", err)
+	}
+	kept, _ := e.p.guard.NetworkLog(sb.RunID, sb.SessionID)
+	if s, err := egress.SummarizeFile(kept, time.Time{}, time.Time{}); err != nil || s.Connections == 0 {
+		t.Errorf("the orphan's log was not kept: %+v %v", s, err)
+	}
+	proxy, ok := list()["container "+EgressProxyName(e.instance)]
+	if !ok || proxy.SessionID != "" {
+		t.Fatalf("the idle proxy is not listed: %+v", list())
+	}
+	if err := e.p.RemoveObject(ctx, proxy); err != nil {
+		t.Fatalf("remove the idle proxy: %v", err)
+	}
+	if _, err := e.cli.ContainerInspect(ctx, proxy.ID); err == nil {
+		t.Error("the idle proxy is still there")
+	}
+	if len(list()) != 0 {
+		t.Errorf("objects left: %+v", list())
+	}
+}
+
+// Volume mode (xmode in a job container, the storage root a volume): the
+// proxy's directory is the storage volume's egress/, mounted as the
+// sandboxes' worktrees are; the sandbox runs hardened, as always there.
+func TestEgressVolumeMode(t *testing.T) {
+	t.Parallel()
+	e := newEgressEnv(t, MountVolume, nil)
+	sb := e.provisionSpec(e.policy(e.allowOnly()))
+	if out := e.ok(sb, "egressprobe get http://allowed.test/"); !strings.Contains(out, "hello from allowed.test") {
+		t.Fatalf("allowed.test from a volume-mode sandbox: %s", out)
+	}
+	e.fails(sb, "denied.test", "egressprobe get http://denied.test/")
+	e.fails(sb, "denied.test's address", "egressprobe get -noproxy http://"+e.denied.String()+"/")
+	ci, err := e.cli.ContainerInspect(context.Background(), EgressProxyName(e.instance))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ci.Mounts {
+		if m.Destination != egressDirIn {
+			t.Errorf("the proxy mounts %s at %s: only its own directory belongs there", m.Source, m.Destination)
+		}
+	}
+	if err := e.p.Destroy(context.Background(), sb); err != nil {
+		t.Fatal(err)
+	}
+	kept, _ := e.p.guard.NetworkLog(sb.RunID, sb.SessionID)
+	if s, err := egress.SummarizeFile(kept, time.Time{}, time.Time{}); err != nil || s.Connections < 2 || s.Denied < 1 {
+		t.Errorf("the kept log: %+v %v", s, err)
+	}
+}
+
+// A proxied network needs its policy in the spec, and a daemon on another
+// machine cannot have one yet: both are refused before anything exists.
+func TestEgressSpecRefusals(t *testing.T) {
+	cfg, err := config.Load(func(k string) string {
+		return map[string]string{"HOME": t.TempDir(), "XMODE_STORAGE_ROOT": t.TempDir(), "XMODE_SANDBOX_NETWORK": "allow"}[k]
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	spec := engine.Spec{SessionID: "sbx_aaaaaaaa"}
+	if err := p.checkEgressSpec(spec, MountBind); err == nil || !strings.Contains(err.Error(), "needs the sandbox's egress policy") {
+		t.Errorf("network allow without a policy: %v", err)
+	}
+	pol, _ := egress.Merge("sbx_aaaaaaaa", egress.ModeAllow)
+	spec.Egress = &pol
+	if err := p.checkEgressSpec(spec, MountBind); err != nil {
+		t.Errorf("a policy in bind mode: %v", err)
+	}
+	if err := p.checkEgressSpec(spec, MountSync); fail.KindOf(err) != fail.Refused || !strings.Contains(err.Error(), "another machine") {
+		t.Errorf("a policy in sync mode: %v", err)
+	}
+	other, _ := egress.Merge("sbx_bbbbbbbb", egress.ModeAllow)
+	spec.Egress = &other
+	if err := p.checkEgressSpec(spec, MountBind); err == nil {
+		t.Error("another sandbox's policy was taken")
 	}
 }
