@@ -20,6 +20,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/volume"
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/egress"
@@ -72,15 +73,19 @@ func proxyAddr(subnet netip.Prefix) netip.Addr   { return subnet.Addr().Next().N
 func sandboxAddr(subnet netip.Prefix) netip.Addr { return proxyAddr(subnet).Next() }
 
 // egressSetup is what a proxied sandbox's container needs: its network,
-// the proxy's address on it, and the CA it trusts when its policy carries
-// credentials.
+// the proxy's address on it, its resolver's file, and the CA it trusts when
+// its policy carries credentials.
 type egressSetup struct {
 	network string
 	subnet  netip.Prefix
 	proxy   netip.Addr
-	env     []string // HTTP(S)_PROXY, NO_PROXY, placeholders, CA variables
-	caPEM   []byte   // the sandbox's CA; nil without credentials
-	caDir   string   // where it goes in the sandbox
+	env     []string     // HTTP(S)_PROXY, NO_PROXY, placeholders, CA variables
+	resolv  []mount.Mount // /etc/resolv.conf naming the proxy, read-only; nil: set by an exec
+	creds   bool
+	caPEM   []byte // the sandbox's CA, once served; nil without credentials
+	caDir   string // where it goes in the sandbox
+	served  chan error
+	unlock  func()
 }
 
 // checkEgressSpec refuses a proxied network without a policy, and a policy
@@ -102,10 +107,11 @@ func (p *Provider) checkEgressSpec(spec engine.Spec, mode string) error {
 	return nil
 }
 
-// prepareEgress makes a sandbox's network, connects the proxy to it and
-// has the proxy serve the sandbox's policy, before the sandbox's container
-// exists: its first step already meets the policy. What it made stays on
-// failure; Destroy (destroyEgress) removes it, found by the session.
+// prepareEgress makes a sandbox's network and, while the caller makes the
+// sandbox's container on it, connects the proxy to it and has the proxy
+// serve the sandbox's policy (wait for it with served): the sandbox's first
+// step already meets the policy. What it made stays on failure; Destroy
+// (destroyEgress) removes it, found by the session.
 func (p *Provider) prepareEgress(ctx context.Context, spec engine.Spec) (*egressSetup, error) {
 	instance := spec.Labels[LabelInstance]
 	if err := checkRef("instance", instance); err != nil {
@@ -115,7 +121,12 @@ func (p *Provider) prepareEgress(ctx context.Context, spec engine.Spec) (*egress
 	if err != nil {
 		return nil, err
 	}
-	defer unlock()
+	ok := false
+	defer func() {
+		if !ok {
+			unlock()
+		}
+	}()
 	proxyID, err := p.ensureProxy(ctx, instance, spec.Labels)
 	if err != nil {
 		return nil, err
@@ -129,31 +140,80 @@ func (p *Provider) prepareEgress(ctx context.Context, spec engine.Spec) (*egress
 	if err != nil {
 		return nil, err
 	}
-	eg := &egressSetup{network: name, subnet: subnet, proxy: proxyAddr(subnet)}
-	if err := p.connectProxy(ctx, proxyID, name, subnet); err != nil {
-		return nil, err
-	}
-	pol := *spec.Egress
-	env, err := p.servePolicy(ctx, proxyID, &pol, spec.Getenv)
-	if err != nil {
-		return nil, err
-	}
+	eg := &egressSetup{network: name, subnet: subnet, proxy: proxyAddr(subnet), creds: len(spec.Egress.Credentials) > 0, served: make(chan error, 1), unlock: unlock}
 	proxyURL := "http://" + netip.AddrPortFrom(eg.proxy, EgressProxyPort).String()
 	for _, k := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"} {
 		eg.env = append(eg.env, k+"="+proxyURL)
 	}
 	eg.env = append(eg.env, "NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1")
-	eg.env = append(eg.env, env...)
-	if len(pol.Credentials) > 0 {
-		if eg.caPEM, err = p.readEgressCA(spec.SessionID); err != nil {
-			return nil, err
+	for _, c := range spec.Egress.Credentials {
+		if c.Env != "" {
+			eg.env = append(eg.env, c.Env+"="+c.Placeholder)
 		}
+	}
+	if eg.creds {
 		eg.caDir = p.caDirIn()
 		bundle, ca := path.Join(eg.caDir, "ca-bundle.pem"), path.Join(eg.caDir, "egress-ca.pem")
 		eg.env = append(eg.env, "SSL_CERT_FILE="+bundle, "REQUESTS_CA_BUNDLE="+bundle, "CURL_CA_BUNDLE="+bundle,
 			"GIT_SSL_CAINFO="+bundle, "NODE_EXTRA_CA_CERTS="+ca)
 	}
+	if eg.resolv, err = p.resolvMount(ctx, spec.SessionID, eg.proxy); err != nil {
+		return nil, err
+	}
+	pol := *spec.Egress
+	ok = true
+	go func() {
+		err := p.connectProxy(ctx, proxyID, name, subnet)
+		if err == nil {
+			_, err = p.servePolicy(ctx, proxyID, &pol, spec.Getenv)
+		}
+		if err == nil && eg.creds {
+			eg.caPEM, err = p.readEgressCA(spec.SessionID)
+		}
+		eg.served <- err
+	}()
 	return eg, nil
+}
+
+// wait is the proxy's answer for the sandbox's policy (once), with the lock
+// released.
+func (eg *egressSetup) wait() error {
+	err, ok := <-eg.served
+	if ok {
+		close(eg.served)
+		eg.unlock()
+	}
+	return err
+}
+
+// resolvConf is a proxied sandbox's /etc/resolv.conf: the proxy's resolver
+// and nothing else.
+func resolvConf(proxy netip.Addr) []byte {
+	return []byte("# xmode: the sandbox's resolver is its egress proxy (docs/network.md)\nnameserver " + proxy.String() + "\noptions ndots:0 attempts:2 timeout:2\n")
+}
+
+// resolvMount writes a sandbox's resolv.conf into the proxy's directory
+// and mounts it read-only over /etc/resolv.conf (docker then leaves that
+// file alone, and no step can point it elsewhere): where the storage root
+// can be mounted file by file (bind mode, a volume's mountpoint); nil
+// elsewhere, where an exec writes it after the start.
+func (p *Provider) resolvMount(ctx context.Context, sessionID string, proxy netip.Addr) ([]mount.Mount, error) {
+	rel := path.Join(fsguard.EgressDirName, "resolv", sessionID+".conf")
+	method := IsolationBind
+	var vol volume.Volume
+	if p.MountMode() != MountBind {
+		var err error
+		if method, _, vol, err = p.isolation(ctx); err != nil {
+			return nil, err
+		}
+		if method != IsolationMountpoint {
+			return nil, nil
+		}
+	}
+	if err := writeEgressFile(filepath.Join(p.cfg.StorageRoot, filepath.FromSlash(rel)), resolvConf(proxy), 0o644); err != nil {
+		return nil, fmt.Errorf("the sandbox's resolv.conf: %w", err)
+	}
+	return p.storageMount(method, vol, rel, "/etc/resolv.conf", true), nil
 }
 
 // caDirIn is where a sandbox gets its CA: /etc/xmode, or under its tmpfs
@@ -182,6 +242,7 @@ func applyEgress(cc *container.Config, hc *container.HostConfig, eg *egressSetup
 	hc.Sysctls["net.ipv6.conf.all.disable_ipv6"] = "1"
 	hc.Sysctls["net.ipv6.conf.default.disable_ipv6"] = "1"
 	cc.Env = append(cc.Env, eg.env...)
+	hc.Mounts = append(hc.Mounts, eg.resolv...)
 	return &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
 		eg.network: {IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: sandboxAddr(eg.subnet).String()}},
 	}}
@@ -201,7 +262,9 @@ func hasCap(caps []string, c string) bool {
 // SSL_CERT_FILE and the like name), and the system stores that are
 // writable. It runs as root in the sandbox before any step.
 const insideScript = `proxy=$1 ca=$2 dir=$3
-printf 'nameserver %s\noptions ndots:0 attempts:2 timeout:2\n' "$proxy" > /etc/resolv.conf || echo "resolv.conf is not writable: names resolve only through the proxy" >&2
+if [ -n "$proxy" ]; then
+	printf 'nameserver %s\noptions ndots:0 attempts:2 timeout:2\n' "$proxy" > /etc/resolv.conf || echo "resolv.conf is not writable: names resolve only through the proxy" >&2
+fi
 [ -n "$ca" ] || exit 0
 mkdir -p "$dir" || exit 1
 printf '%s\n' "$ca" > "$dir/egress-ca.pem" || exit 1
@@ -220,13 +283,21 @@ for d in /usr/local/share/ca-certificates /etc/pki/ca-trust/source/anchors; do
 done
 exit 0`
 
-// setupInside runs insideScript in a started sandbox.
-func (p *Provider) setupInside(ctx context.Context, containerID string, proxy netip.Addr, caPEM []byte, caDir string) error {
+// setupInside runs insideScript in a started sandbox: its resolver when
+// resolv.conf could not be mounted (resolv), its CA when it has one.
+func (p *Provider) setupInside(ctx context.Context, containerID string, proxy netip.Addr, resolv bool, caPEM []byte, caDir string) error {
+	if !resolv && caPEM == nil {
+		return nil
+	}
+	ip := ""
+	if resolv {
+		ip = proxy.String()
+	}
 	ca := ""
 	if caPEM != nil {
 		ca = "# xmode egress CA\n" + strings.TrimSpace(string(caPEM))
 	}
-	code, out, err := p.runHelperAs(ctx, containerID, "0:0", []string{"/bin/sh", "-c", insideScript, "xmode-egress", proxy.String(), ca, caDir}, 30*time.Second)
+	code, out, err := p.runHelperAs(ctx, containerID, "0:0", []string{"/bin/sh", "-c", insideScript, "xmode-egress", ip, ca, caDir}, 30*time.Second)
 	if err != nil {
 		return fmt.Errorf("set the sandbox's resolver and CA: %w", err)
 	}
@@ -257,7 +328,11 @@ func (p *Provider) reapplyInside(ctx context.Context, sb engine.Sandbox, ci cont
 	if !p.hasCredentials(sb.SessionID) {
 		ca = nil
 	}
-	return p.setupInside(ctx, ci.ID, proxyAddr(subnet), ca, p.caDirIn())
+	resolvMounted := false
+	for _, m := range ci.Mounts {
+		resolvMounted = resolvMounted || m.Destination == "/etc/resolv.conf"
+	}
+	return p.setupInside(ctx, ci.ID, proxyAddr(subnet), !resolvMounted, ca, p.caDirIn())
 }
 
 // --- the proxy's directory ----------------------------------------------
@@ -486,25 +561,16 @@ func (p *Provider) createEgressNetwork(ctx context.Context, name string, labels 
 	} else if !cerrdefs.IsNotFound(errors.Unwrap(err)) && !cerrdefs.IsNotFound(err) {
 		return netip.Prefix{}, err
 	}
+	// A /29 at random: the daemon refuses one that overlaps another
+	// network, and then the next is tried (no list of every network first).
 	cctx, cancel := p.call(ctx)
 	defer cancel()
-	nets, err := p.cli.NetworkList(cctx, network.ListOptions{})
-	if err != nil {
-		return netip.Prefix{}, p.wrap(err, "list networks")
-	}
 	var used []netip.Prefix
-	for _, n := range nets {
-		for _, c := range n.IPAM.Config {
-			if pfx, err := netip.ParsePrefix(c.Subnet); err == nil {
-				used = append(used, pfx)
-			}
-		}
-	}
 	pool := p.cfg.EgressSubnets
 	slots := 1 << (egressSubnetBits - pool.Bits())
 	start := int(randomUint32() % uint32(slots))
 	no := false
-	for i, tries := 0, 0; i < slots && tries < 32; i++ {
+	for i, tries := 0, 0; i < slots && tries < 64; i++ {
 		subnet := nthSubnet(pool, (start+i)%slots)
 		if overlaps(subnet, used) {
 			continue
@@ -940,13 +1006,15 @@ func (p *Provider) destroyEgress(ctx context.Context, sessionID, runID string) e
 	_, perr := os.Lstat(policy)
 	live := egress.LogPath(dir, sessionID)
 	_, lerr := os.Lstat(live)
-	if cerrdefs.IsNotFound(nerr) && errors.Is(perr, os.ErrNotExist) && errors.Is(lerr, os.ErrNotExist) {
+	_, rerr := os.Lstat(filepath.Join(dir, "resolv", sessionID+".conf"))
+	if cerrdefs.IsNotFound(nerr) && errors.Is(perr, os.ErrNotExist) && errors.Is(lerr, os.ErrNotExist) && errors.Is(rerr, os.ErrNotExist) {
 		return nil // never proxied, or already gone
 	}
 	if err := os.Remove(policy); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove the egress policy of %s: %w", sessionID, err)
 	}
 	_ = os.RemoveAll(filepath.Join(dir, "secrets", sessionID))
+	_ = os.Remove(filepath.Join(dir, "resolv", sessionID+".conf"))
 	// The proxy closes the sandbox's listeners and log when it sees the
 	// policy gone, and then removes its state file.
 	if id := p.runningProxy(ctx, n.Labels[LabelInstance]); id != "" {
@@ -1107,7 +1175,7 @@ func (p *Provider) SetEgress(ctx context.Context, sb engine.Sandbox, pol egress.
 		if err != nil {
 			return err
 		}
-		return p.setupInside(ctx, sb.ContainerID, proxyAddr(subnet), ca, p.caDirIn())
+		return p.setupInside(ctx, sb.ContainerID, proxyAddr(subnet), false, ca, p.caDirIn())
 	}
 	return nil
 }

@@ -416,8 +416,13 @@ func TestEgressBypassCorpus(t *testing.T) {
 		if !strings.Contains(out, "STATUS 403") {
 			t.Errorf("the proxy resolves names itself: %s", out)
 		}
-		e.ok(a, "printf 'nameserver "+e.up.Gateway().String()+"\\n' > /etc/resolv.conf")
-		e.fails(a, "another resolver in resolv.conf", "nslookup -timeout=2 allowed.test")
+		// resolv.conf is the proxy's, read-only: a step that wants another
+		// resolver names it, and reaches none.
+		e.fails(a, "rewriting resolv.conf", "printf 'nameserver "+e.up.Gateway().String()+"\\n' > /etc/resolv.conf")
+		if got := e.ok(a, "grep nameserver /etc/resolv.conf"); got != "nameserver "+px.Addr().String() {
+			t.Errorf("resolv.conf: %s", got)
+		}
+		e.fails(a, "another resolver", "nslookup -timeout=2 allowed.test "+e.up.Gateway().String())
 		e.quiet("denied.test", before)
 	})
 }

@@ -146,11 +146,21 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 	// its policy, before the container exists.
 	var eg *egressSetup
 	var netCfg *network.NetworkingConfig
+	// dropEgress removes a failed create's network and policy, once the
+	// proxy's side of it is done.
+	dropEgress := func() {
+		if eg != nil {
+			_ = eg.wait()
+			_ = p.destroyEgress(context.WithoutCancel(ctx), spec.SessionID, spec.RunID)
+		}
+	}
 	if spec.Egress != nil {
 		if eg, err = p.prepareEgress(ctx, spec); err != nil {
 			_ = p.destroyEgress(context.WithoutCancel(ctx), spec.SessionID, spec.RunID)
 			return engine.Sandbox{}, err
 		}
+		// However the create ends, the lock goes once the proxy answered.
+		defer eg.wait()
 		netCfg = applyEgress(cc, hc, eg)
 	}
 	sb := engine.Sandbox{
@@ -165,9 +175,7 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 	if mode == MountSync {
 		vol := SyncVolumeName(spec.SessionID)
 		if err := p.createSessionVolume(ctx, vol, spec.Labels); err != nil {
-			if eg != nil {
-				_ = p.destroyEgress(context.WithoutCancel(ctx), spec.SessionID, spec.RunID)
-			}
+			dropEgress()
 			return engine.Sandbox{}, err
 		}
 		sb.Volumes = []string{vol}
@@ -183,8 +191,8 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 	}
 	if err != nil {
 		p.dropVolumes(ctx, &sb)
-		if eg != nil && !cerrdefs.IsConflict(err) {
-			_ = p.destroyEgress(context.WithoutCancel(ctx), spec.SessionID, spec.RunID)
+		if !cerrdefs.IsConflict(err) {
+			dropEgress()
 		}
 		if cerrdefs.IsConflict(err) {
 			return sb, fail.Failedf("a container named %s already exists (%v): destroy the session first (`xmode sandbox stop`) or remove it with `docker rm -f %s`", name, err, name)
@@ -206,9 +214,7 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 		_ = p.cli.ContainerRemove(rctx, created.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 		rcancel()
 		p.dropVolumes(ctx, &sb)
-		if eg != nil {
-			_ = p.destroyEgress(context.WithoutCancel(ctx), spec.SessionID, spec.RunID)
-		}
+		dropEgress()
 	}
 	if mode == MountSync {
 		// Before the start: no step ever sees a half-copied worktree.
@@ -226,9 +232,13 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 		return sb, err
 	}
 	if eg != nil {
-		// Before any step: the resolver is the proxy's, and the CA of a
-		// policy with credentials is trusted.
-		if err := p.setupInside(ctx, created.ID, eg.proxy, eg.caPEM, eg.caDir); err != nil {
+		// Before any step: the proxy serves the policy, the resolver is
+		// the proxy's, and the CA of a policy with credentials is trusted.
+		if err := eg.wait(); err != nil {
+			discard()
+			return sb, err
+		}
+		if err := p.setupInside(ctx, created.ID, eg.proxy, eg.resolv == nil, eg.caPEM, eg.caDir); err != nil {
 			discard()
 			return sb, err
 		}
