@@ -79,7 +79,7 @@ type egressSetup struct {
 	network string
 	subnet  netip.Prefix
 	proxy   netip.Addr
-	env     []string     // HTTP(S)_PROXY, NO_PROXY, placeholders, CA variables
+	env     []string      // HTTP(S)_PROXY, NO_PROXY, placeholders, CA variables
 	resolv  []mount.Mount // /etc/resolv.conf naming the proxy, read-only; nil: set by an exec
 	creds   bool
 	caPEM   []byte // the sandbox's CA, once served; nil without credentials
