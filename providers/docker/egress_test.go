@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 
@@ -910,4 +911,39 @@ func TestEgressOpenMode(t *testing.T) {
 	if r.Verdict != egress.Allowed || r.Rule != "mode open" {
 		t.Errorf("the log's record in mode open: %+v", r)
 	}
+}
+
+// The proxy images of other binaries go when a new one is made, unless a
+// container still runs them.
+func TestEgressOldImagesPruned(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, MountBind, nil)
+	ctx := context.Background()
+	tag := func(v string) string { return EgressImageRepo + ":test-" + v }
+	unused, used := tag(strings.TrimPrefix(dockertest.NewID("u_"), "u_")), tag(strings.TrimPrefix(dockertest.NewID("k_"), "k_"))
+	for _, ref := range []string{unused, used} {
+		// An image labelled as the proxy's, made of the test image.
+		c, err := e.cli.ContainerCreate(ctx, &container.Config{Image: dockertest.Image(t), Labels: map[string]string{dockertest.LabelTest: "true", LabelInstance: e.instance}}, nil, nil, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.cli.ContainerCommit(ctx, c.ID, container.CommitOptions{Reference: ref,
+			Changes: []string{"LABEL " + LabelManaged + "=true " + LabelRole + "=" + RoleEgressProxy}}); err != nil {
+			t.Fatal(err)
+		}
+		e.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+		t.Cleanup(func() { e.cli.ImageRemove(context.Background(), ref, image.RemoveOptions{Force: true}) })
+	}
+	keeper, err := e.cli.ContainerCreate(ctx, &container.Config{Image: used, Labels: map[string]string{dockertest.LabelTest: "true", LabelInstance: e.instance}}, nil, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.p.pruneEgressImages(ctx, EgressImageRepo+":current")
+	if _, err := e.cli.ImageInspect(ctx, unused); err == nil {
+		t.Error("an old proxy image no container runs is left")
+	}
+	if _, err := e.cli.ImageInspect(ctx, used); err != nil {
+		t.Errorf("an old proxy image a container uses was removed: %v", err)
+	}
+	e.cli.ContainerRemove(ctx, keeper.ID, container.RemoveOptions{Force: true})
 }
