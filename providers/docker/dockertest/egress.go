@@ -55,19 +55,28 @@ func goTool() string {
 	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
-// buildStatic builds a package into dir with CGO_ENABLED=0.
+// buildStatic builds a package with CGO_ENABLED=0 into one place for every
+// test process of this user (the build cache makes a build that changed
+// nothing quick): a new file renamed over the old, so that a process
+// reading the old one meanwhile keeps it whole, and nothing piles up.
 func buildStatic(pkg, name string) (string, error) {
-	dir, err := os.MkdirTemp("", "xmode-egress-test-")
-	if err != nil {
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("xmode-egress-test-%d", os.Getuid()))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
 	bin := filepath.Join(dir, name)
-	cmd := exec.Command(goTool(), "build", "-o", bin, pkg)
+	tmp, err := os.CreateTemp(dir, "."+name+".*")
+	if err != nil {
+		return "", err
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	cmd := exec.Command(goTool(), "build", "-o", tmp.Name(), pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 	}
-	return bin, nil
+	return bin, os.Rename(tmp.Name(), bin)
 }
 
 // XmodeBinary is a static xmode built from this tree, once per process:
