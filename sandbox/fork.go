@@ -490,5 +490,5 @@ func (s *Service) fromSource(ctx context.Context, sess *store.Session, machine s
 	} else if tgt, err = s.baseTarget(ctx, sess.Repo, sess.Ref, src.base); err != nil {
 		return nil, err
 	}
-	return s.provision(ctx, sess, true, tgt, co, src, sess.Engine, provider)
+	return s.provision(ctx, sess, true, tgt, co, src, sess.Engine, provider, nil)
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	"github.com/xmode/xmode/internal/testenv"
@@ -113,11 +114,19 @@ func ImageTmp0755(t testing.TB) string {
 }
 
 func buildImage(cli *client.Client, ref string, tmpMode int64) error {
-	bin, err := os.ReadFile(BusyboxPath)
+	git, err := gitFiles()
 	if err != nil {
 		return err
 	}
-	git, err := gitFiles()
+	return buildBusyboxImage(cli, ref, tmpMode, "xmode.test.busybox", git)
+}
+
+// buildBusyboxImage imports ref, unless the daemon has it with the same
+// digest (under the label digestLabel): /bin/busybox in an empty root with
+// a symlink per applet, /etc/passwd and /etc/group, /tmp of mode tmpMode,
+// and the extra files (executable, their directories made).
+func buildBusyboxImage(cli *client.Client, ref string, tmpMode int64, digestLabel string, extra []imageFile) error {
+	bin, err := os.ReadFile(BusyboxPath)
 	if err != nil {
 		return err
 	}
@@ -126,14 +135,14 @@ func buildImage(cli *client.Client, ref string, tmpMode int64) error {
 		fmt.Fprintf(h, "tmp %o\n", tmpMode)
 	}
 	h.Write(bin)
-	for _, f := range git {
+	for _, f := range extra {
 		h.Write([]byte(f.name))
 		h.Write(f.data)
 	}
 	digest := hex.EncodeToString(h.Sum(nil)[:8])
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if img, err := cli.ImageInspect(ctx, ref); err == nil && img.Config != nil && img.Config.Labels["xmode.test.busybox"] == digest {
+	if img, err := cli.ImageInspect(ctx, ref); err == nil && img.Config != nil && img.Config.Labels[digestLabel] == digest {
 		return nil
 	}
 	out, err := exec.Command(BusyboxPath, "--list").Output()
@@ -153,7 +162,7 @@ func buildImage(cli *client.Client, ref string, tmpMode int64) error {
 	for _, d := range []string{"bin", "etc", "proc", "sys", "dev", "root", "home", "usr", "usr/bin", "var"} {
 		dir(d, 0o755)
 	}
-	made := map[string]bool{"usr": true, "usr/bin": true}
+	made := map[string]bool{"etc": true, "usr": true, "usr/bin": true}
 	dir("tmp", tmpMode)
 	file("bin/busybox", 0o755, bin)
 	for _, applet := range strings.Fields(string(out)) {
@@ -162,9 +171,7 @@ func buildImage(cli *client.Client, ref string, tmpMode int64) error {
 		}
 		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/" + applet, Linkname: "busybox", Mode: 0o777, ModTime: now})
 	}
-	// The host's git and the libraries it links, so steps can run git in
-	// their worktree (git inside sandboxes, the conformance suite's GitWorks).
-	for _, f := range git {
+	for _, f := range extra {
 		parts := strings.Split(f.name, "/")
 		for i := 1; i < len(parts); i++ {
 			if d := strings.Join(parts[:i], "/"); !made[d] {
@@ -182,7 +189,7 @@ func buildImage(cli *client.Client, ref string, tmpMode int64) error {
 	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: &buf, SourceName: "-"}, ref, image.ImportOptions{
 		Changes: []string{
 			"ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-			"LABEL " + LabelTest + "=true xmode.test.busybox=" + digest,
+			"LABEL " + LabelTest + "=true " + digestLabel + "=" + digest,
 			`CMD ["sh"]`,
 		},
 	})
@@ -296,6 +303,13 @@ func Strays() []string {
 			removeImage(ctx, cli, i)
 		}
 	}
+	ns, _ := cli.NetworkList(ctx, network.ListOptions{Filters: f})
+	for _, n := range ns {
+		if test, ok := created.Load(n.Labels["xmode.instance"]); ok {
+			out = append(out, test.(string)+": network "+n.Name)
+			_ = cli.NetworkRemove(ctx, n.ID)
+		}
+	}
 	vs, _ := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
 	for _, v := range vs.Volumes {
 		test, ok := created.Load(v.Labels["xmode.instance"])
@@ -334,7 +348,7 @@ func removeImage(ctx context.Context, cli *client.Client, i image.Summary) {
 	}
 }
 
-// CleanupInstance force-removes the containers, images and volumes labelled
+// CleanupInstance force-removes the containers, images, networks and volumes labelled
 // xmode.instance=<instance>.
 func CleanupInstance(t testing.TB, cli *client.Client, instance string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -355,6 +369,15 @@ func CleanupInstance(t testing.TB, cli *client.Client, instance string) {
 	}
 	for _, i := range is {
 		removeImage(ctx, cli, i)
+	}
+	ns, err := cli.NetworkList(ctx, network.ListOptions{Filters: f})
+	if err != nil {
+		t.Logf("cleanup: list networks of %s: %v", instance, err)
+	}
+	for _, n := range ns {
+		if err := cli.NetworkRemove(ctx, n.ID); err != nil && !cerrdefs.IsNotFound(err) {
+			t.Logf("cleanup: remove network %s: %v", n.Name, err)
+		}
 	}
 	vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
 	if err != nil {
