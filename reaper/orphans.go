@@ -40,7 +40,7 @@ func (r *Reaper) orphanSource() (OrphanSource, error) {
 }
 
 // sweepEngine removes the engine objects of this install whose session is
-// not open: containers, then per-session volumes. Volumes without a session
+// not open: containers (or pods), then per-session volumes. Volumes without a session
 // label (shared ones, such as a project's cache) are never touched, nor is
 // anything labelled with another install's instance.
 func (r *Reaper) sweepEngine(ctx context.Context, dry bool, sum *summer) {
@@ -70,8 +70,9 @@ func (r *Reaper) sweepEngine(ctx context.Context, dry bool, sum *summer) {
 		sum.fail("", err)
 		return
 	}
+	// What runs (containers, pods) before the volumes it may hold.
 	sort.SliceStable(objs, func(i, j int) bool {
-		return objs[i].Kind == engine.KindContainer && objs[j].Kind != engine.KindContainer
+		return objs[i].Kind != engine.KindVolume && objs[j].Kind == engine.KindVolume
 	})
 	for _, o := range objs {
 		if ctx.Err() != nil {
