@@ -176,7 +176,7 @@ func (p *Provider) SyncBack(ctx context.Context, sb engine.Sandbox) error {
 	if err != nil {
 		return err
 	}
-	dropped, err := archive.ReplaceWorktree(runDir, rc, p.cfg.SyncMaxBytes, p.warnf)
+	dropped, err := archive.ReplaceWorktree(runDir, rc, p.cfg.SyncMaxBytes, p.warnf, nil)
 	if err != nil {
 		return fmt.Errorf("sync back the worktree of session %s: %w", sb.SessionID, err)
 	}

@@ -116,8 +116,10 @@ func Head(s []string, n int) []string {
 // entries "worktree/…") into a new directory in the run's directory runDir
 // and swaps it in for runDir/worktree only when all of it was accepted
 // (Untar): a refused copy leaves the worktree as it was. limit bounds the
-// bytes read; warnf hears what could not be cleaned up.
-func ReplaceWorktree(runDir string, r io.Reader, limit int64, warnf func(format string, args ...any)) ([]string, error) {
+// bytes read; warnf hears what could not be cleaned up; complete, when not
+// nil, says whether whoever wrote r finished well (a tar cut short reads as
+// a smaller worktree) and is asked before the swap.
+func ReplaceWorktree(runDir string, r io.Reader, limit int64, warnf func(format string, args ...any), complete func() error) ([]string, error) {
 	root, err := os.OpenRoot(runDir)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", runDir, err)
@@ -143,6 +145,12 @@ func ReplaceWorktree(runDir string, r io.Reader, limit int64, warnf func(format 
 	if err := root.Chmod(stage, topMode); err != nil {
 		_ = root.RemoveAll(stage)
 		return nil, err
+	}
+	if complete != nil {
+		if err := complete(); err != nil {
+			_ = root.RemoveAll(stage)
+			return nil, err
+		}
 	}
 	if err := root.Rename("worktree", old); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		_ = root.RemoveAll(stage)

@@ -65,7 +65,7 @@ func TestSyncBackHostileArchives(t *testing.T) {
 	}
 	const limit = 64 << 10
 	replace := func(r io.Reader) ([]string, error) {
-		return ReplaceWorktree(filepath.Join(root, "runs", run), r, limit, t.Logf)
+		return ReplaceWorktree(filepath.Join(root, "runs", run), r, limit, t.Logf, nil)
 	}
 	wt := filepath.Join(root, "runs", run, "worktree")
 	if err := os.MkdirAll(wt, 0o755); err != nil {
