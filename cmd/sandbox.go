@@ -43,7 +43,8 @@ commit of a local repository) leaves nothing at all; exit 2 either way.
 sandbox gets what is committed there, and a note says when there is more.
 
 Where it runs: on the host (runner mode local_worktree, the default), or in a
-hardened docker container with XMODE_SANDBOX_ENGINE=docker and runner mode
+hardened docker container with XMODE_SANDBOX_ENGINE=docker (a pod of a
+Kubernetes cluster with XMODE_SANDBOX_ENGINE=kubernetes) and runner mode
 cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=cloud_worker`" + `).` + exitStatusHelp,
 		Example: `  xmode sandbox create --repo https://example.com/project.git --ref main
   id=$(xmode sandbox create --repo . -q)
