@@ -247,11 +247,14 @@ func (s *step) run() (engine.Status, error) {
 	// while its processes are being ended.
 	sctx, stopStream := context.WithCancel(bg)
 	defer stopStream()
+	// The head of stderr (a terminal's one stream) tells a set-up that
+	// failed from the command's own exit 125.
 	head := &headBuffer{limit: 1 << 10}
 	stdout := &streamWriter{w: orDiscard(s.req.Stdout)}
 	stderr := &streamWriter{w: io.MultiWriter(head, orDiscard(s.req.Stderr))}
 	r := streamReq{cmd: s.cmd, stdin: s.stdin, stdout: stdout, stderr: stderr}
 	if s.req.TTY {
+		stdout.w = io.MultiWriter(head, orDiscard(s.req.Stdout))
 		r.tty, r.stderr = true, nil
 		r.sizes = sizeQueue(s.req.Resize)
 	}

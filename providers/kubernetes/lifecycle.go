@@ -109,7 +109,7 @@ func selector(instance string) string {
 // ListObjects lists the pods and NetworkPolicies of the namespace labelled
 // xmode.managed=true and xmode.instance=<instance> (engine.OrphanLister):
 // what the reaper may consider for orphan removal, by label selector across
-// the namespace.
+// the namespace. Objects already being deleted are left out.
 func (p *Provider) ListObjects(ctx context.Context, instance string) ([]engine.Object, error) {
 	if instance == "" || labelValue(instance) != instance {
 		return nil, errors.New("list managed objects: no valid instance id: refusing to list every instance's objects")
@@ -126,11 +126,12 @@ func (p *Provider) ListObjects(ctx context.Context, instance string) ([]engine.O
 	}
 	var out []engine.Object
 	for _, pod := range pods.Items {
+		if pod.DeletionTimestamp != nil {
+			continue // on its way out: nothing left to remove
+		}
 		state := strings.ToLower(string(pod.Status.Phase))
 		if ok, _, _ := podStarted(&pod); ok {
 			state = "running"
-		} else if pod.DeletionTimestamp != nil {
-			state = "deleting"
 		}
 		out = append(out, engine.Object{
 			Kind: engine.KindPod, ID: string(pod.UID), Name: pod.Name, State: state,
@@ -142,6 +143,9 @@ func (p *Provider) ListObjects(ctx context.Context, instance string) ([]engine.O
 		return nil, p.wrap(err, "list NetworkPolicies")
 	}
 	for _, np := range nps.Items {
+		if np.DeletionTimestamp != nil {
+			continue
+		}
 		out = append(out, engine.Object{
 			Kind: KindPolicy, ID: string(np.UID), Name: np.Name,
 			SessionID: np.Labels[LabelSession], Instance: np.Labels[LabelInstance],
