@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -233,6 +234,18 @@ func (p *Provider) podSpec(spec engine.Spec, img string) (*corev1.Pod, error) {
 	}
 	if rt := p.cfg.Runtime; rt != "" {
 		pod.Spec.RuntimeClassName = &rt
+	}
+	if spec.CacheVolume != "" {
+		// A project's sandbox has its cache variables (Spec.Env) pointing
+		// under the cache mount: the pod gets an emptyDir there, a cache
+		// for the session's own steps (no volume outlives a pod).
+		mnt := path.Clean(cmp.Or(spec.CacheMount, p.cfg.ProjectCacheMount))
+		if !path.IsAbs(mnt) || mnt == "/" {
+			return nil, fail.Usagef("XMODE_PROJECT_CACHE_MOUNT %q must be an absolute path other than /", mnt)
+		}
+		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "cache", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: eph}}})
+		c := &pod.Spec.Containers[0]
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: "cache", MountPath: mnt})
 	}
 	return pod, nil
 }

@@ -204,3 +204,23 @@ func TestHasImage(t *testing.T) {
 		t.Error("hasImage")
 	}
 }
+
+// A project's sandbox gets an emptyDir at the cache mount its cache
+// variables point under (no volume outlives a pod).
+func TestPodSpecProjectCache(t *testing.T) {
+	p, _ := New(testConfig(t, nil))
+	spec := testSpec()
+	spec.CacheVolume, spec.CacheMount = "xmode_proj_p", "/cache"
+	pod, err := p.podSpec(spec, "busybox:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := pod.Spec.Containers[0]
+	found := false
+	for _, m := range c.VolumeMounts {
+		found = found || m.MountPath == "/cache" && m.Name == "cache"
+	}
+	if !found {
+		t.Errorf("mounts %+v, want the cache emptyDir at /cache", c.VolumeMounts)
+	}
+}
