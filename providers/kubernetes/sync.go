@@ -94,7 +94,9 @@ func (p *Provider) SyncBack(ctx context.Context, sb engine.Sandbox) error {
 	tarDone := func() error {
 		// What follows the archive's end (tar pads it to a record) is
 		// read and dropped, a bounded amount: the tar must be able to end.
-		_, _ = io.Copy(io.Discard, io.LimitReader(pr, 1<<20))
+		if n, _ := io.Copy(io.Discard, io.LimitReader(pr, 1<<20)); n == 1<<20 {
+			cancel() // more than padding: the tar is not ending
+		}
 		pr.CloseWithError(errCopyEnded)
 		r := <-res
 		if r.err != nil {
