@@ -1,7 +1,10 @@
 package kubernetes
 
 import (
+	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -222,5 +225,57 @@ func TestPodSpecProjectCache(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("mounts %+v, want the cache emptyDir at /cache", c.VolumeMounts)
+	}
+}
+
+// Without a cluster: no kubeconfig is one ok line for an engine that is not
+// configured and a failure for the configured one; an apiserver that does
+// not answer is exit 5 naming it, within the ping bound.
+func TestNoCluster(t *testing.T) {
+	dir := t.TempDir()
+	p, _ := New(testConfig(t, map[string]string{"KUBECONFIG": filepath.Join(dir, "none")}))
+	checks := p.Health(context.Background())
+	if len(checks) != 1 || checks[0].Status != engine.CheckOK || !strings.Contains(checks[0].Detail, "not configured") {
+		t.Errorf("doctor without a kubeconfig, engine not configured: %+v", checks)
+	}
+	p, _ = New(testConfig(t, map[string]string{"KUBECONFIG": filepath.Join(dir, "none"), "XMODE_SANDBOX_ENGINE": "kubernetes"}))
+	if checks := p.Health(context.Background()); len(checks) != 1 || checks[0].Status != engine.CheckFail || !strings.Contains(checks[0].Fix, "KUBECONFIG") {
+		t.Errorf("doctor without a kubeconfig, engine configured: %+v", checks)
+	}
+	if _, err := p.Namespace(); fail.KindOf(err) != fail.EngineUnavailable {
+		t.Errorf("no kubeconfig: %v, want exit 5", err)
+	}
+
+	kc := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kc, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u, namespace: team}}]
+current-context: x
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, _ = New(testConfig(t, map[string]string{"KUBECONFIG": kc, "XMODE_SANDBOX_ENGINE": "kubernetes"}))
+	if ns, err := p.Namespace(); err != nil || ns != "team" {
+		t.Errorf("the context's namespace: %q, %v", ns, err)
+	}
+	start := time.Now()
+	checks = p.Health(context.Background())
+	if len(checks) != 1 || checks[0].Status != engine.CheckFail || !strings.Contains(checks[0].Detail, "127.0.0.1:1") {
+		t.Errorf("doctor with an apiserver that does not answer: %+v", checks)
+	}
+	wt := filepath.Join(p.cfg.StorageRoot, "runs", "run_abcdefgh", "worktree")
+	if err := os.MkdirAll(wt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	spec := testSpec()
+	spec.Worktree = wt
+	_, err := p.Provision(context.Background(), spec)
+	if fail.KindOf(err) != fail.EngineUnavailable || !strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Errorf("Provision with an apiserver that does not answer: %v, want exit 5 naming it", err)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("it took %s", took)
 	}
 }
