@@ -162,7 +162,8 @@ func classify(c *client, err error, what string) error {
 	switch {
 	case apierrors.IsUnauthorized(err):
 		return fail.Enginef("%s: %s refused xmode's credentials (%v): renew them (the kubeconfig's user, or the pod's service account token)", what, where, err)
-	case apierrors.IsForbidden(err):
+	case apierrors.IsForbidden(err), strings.Contains(err.Error(), "is forbidden: User"):
+		// An exec's upgrade refused comes back as text, not as a Status.
 		return fail.Enginef("%s: %v — xmode's user lacks a permission in namespace %s: bind it the Role of docs/kubernetes.md (`xmode doctor` names each missing permission)", what, err, nsOf(c))
 	case errors.Is(err, context.DeadlineExceeded), apierrors.IsTimeout(err), apierrors.IsServerTimeout(err):
 		return fail.Enginef("%s: %s did not answer in time: check it with `kubectl get --raw /readyz`", what, where)

@@ -93,6 +93,10 @@ type Provider struct {
 	// SyncTimeout bounds one copy of a worktree either way.
 	SyncTimeout time.Duration
 
+	// copyOutOverride replaces SyncBack's command in the pod (tests only:
+	// a hostile copy, sent through the real exec).
+	copyOutOverride string
+
 	once   sync.Once
 	cl     *client
 	clErr  error

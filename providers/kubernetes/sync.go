@@ -86,7 +86,11 @@ func (p *Provider) SyncBack(ctx context.Context, sb engine.Sandbox) error {
 	}
 	res := make(chan result, 1)
 	go func() {
-		err := p.stream(sctx, pod.Name, streamReq{cmd: []string{"/bin/sh", "-c", `cd "$1" && exec tar -c -f - worktree`, "xmode-copy-out", Workspace}, stdout: pw, stderr: errs})
+		out := `cd "$1" && exec tar -c -f - worktree`
+		if p.copyOutOverride != "" {
+			out = p.copyOutOverride
+		}
+		err := p.stream(sctx, pod.Name, streamReq{cmd: []string{"/bin/sh", "-c", out, "xmode-copy-out", Workspace}, stdout: pw, stderr: errs})
 		code, xerr := exitCode(err)
 		pw.CloseWithError(io.EOF)
 		res <- result{code, xerr}

@@ -219,6 +219,12 @@ func Untar(root *os.Root, r io.Reader, limit int64) (dropped []string, topMode f
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
+			if counted.zeros < 2*512 {
+				// A copy cut short at an entry's end reads as a smaller
+				// worktree: only an archive's own end (two zero blocks)
+				// says that all of it came.
+				return nil, 0, fail.Failedf("the sandbox's copy of the worktree ended without the archive's end: it was cut short (the host's worktree is unchanged)")
+			}
 			break
 		}
 		if err != nil {
@@ -375,11 +381,13 @@ func linkStaysInside(name, target string) bool {
 	return true
 }
 
-// limitReader reads at most left bytes and notes when there was more.
+// limitReader reads at most left bytes and notes when there was more, and
+// how many zero bytes end what it has read so far.
 type limitReader struct {
-	r    io.Reader
-	left int64
-	over bool
+	r     io.Reader
+	left  int64
+	over  bool
+	zeros int
 }
 
 func (l *limitReader) Read(b []byte) (int, error) {
@@ -397,5 +405,12 @@ func (l *limitReader) Read(b []byte) (int, error) {
 	}
 	n, err := l.r.Read(b)
 	l.left -= int64(n)
+	for _, c := range b[:n] {
+		if c == 0 {
+			l.zeros++
+		} else {
+			l.zeros = 0
+		}
+	}
 	return n, err
 }

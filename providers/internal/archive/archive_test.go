@@ -103,6 +103,13 @@ func TestSyncBackHostileArchives(t *testing.T) {
 		}
 		unchanged(name)
 	}
+	// A copy cut short at an entry's end (no archive end) is not a smaller
+	// worktree.
+	whole := archive(t, dir, entry{name: "worktree/keep.txt", typ: tar.TypeReg, body: "before"}, entry{name: "worktree/more", typ: tar.TypeReg, body: "more"})
+	if _, err := replace(bytes.NewReader(whole.Bytes()[:3*512])); err == nil {
+		t.Errorf("a copy cut short at an entry's end was accepted")
+	}
+	unchanged("cut short")
 	// An entry whose header claims far more than the stream holds (a huge
 	// entry cut short) is an error, the worktree untouched.
 	var huge bytes.Buffer
