@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/go-logr/logr"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
@@ -57,6 +59,11 @@ var scheme = sync.OnceValue(func() *runtime.Scheme {
 // current context, else the service account of the pod xmode runs in.
 // source says which, for doctor.
 func newClient(cfg *config.Config, warnf func(string, ...any)) (*client, string, error) {
+	// client-go logs what it handles itself (a stream closed once xmode
+	// refused what came through it) to stderr through klog: xmode says
+	// what matters in its own words, and the apiserver's warnings come
+	// through warnings below.
+	klog.SetLogger(logr.Discard())
 	files := filepath.SplitList(cfg.KubeConfig)
 	if len(files) == 0 {
 		files = []string{clientcmd.RecommendedHomeFile}
