@@ -133,6 +133,16 @@ func (p *Provider) Exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 		// included: a handler (reset to the default in the command) keeps
 		// the wrapper alive to sweep up and report the command's status.
 		wrapper = "trap : INT QUIT; " + wrapper
+		select {
+		case ws, ok := <-req.Resize:
+			if ok {
+				// The API sets the size once the exec runs, maybe after
+				// the command asked for it: the step sets it itself first.
+				s.first = &ws
+				setup = fmt.Sprintf("stty rows %d cols %d 2>/dev/null\n", ws.Rows, ws.Cols) + setup
+			}
+		default:
+		}
 		file := path.Join(p.cfg.TmpfsPath, ".xmode-step-"+tag)
 		code, out, err := p.runHelper(ctx, pod.Name, []string{"/bin/sh", "-c", writeSetup, "xmode-setup", file}, strings.NewReader(setup), 30*time.Second)
 		if err != nil {
@@ -231,6 +241,7 @@ type step struct {
 	req   engine.ExecRequest
 	cmd   []string
 	stdin io.Reader
+	first *engine.WinSize // a terminal's first size, taken from req.Resize
 }
 
 func (s *step) grace() time.Duration {
@@ -256,7 +267,13 @@ func (s *step) run() (engine.Status, error) {
 	if s.req.TTY {
 		stdout.w = io.MultiWriter(head, orDiscard(s.req.Stdout))
 		r.tty, r.stderr = true, nil
-		r.sizes = sizeQueue(s.req.Resize)
+		r.sizes = sizeQueue(s.first, s.req.Resize)
+	}
+	if s.req.TTY && r.stdin != nil {
+		// On a terminal the end of input is a key (Ctrl-D), sent already:
+		// the end of the reader must not end the exec's stdin, which the
+		// kubelet takes for the end of the terminal (its output cut off).
+		r.stdin = &holdOpen{r: r.stdin, done: sctx.Done()}
 	}
 	done := make(chan error, 1)
 	go func() { done <- p.stream(sctx, s.pod, r) }()
@@ -542,18 +559,46 @@ func (p *Provider) runHelper(ctx context.Context, pod string, cmd []string, stdi
 	return code, out.String(), nil
 }
 
-// sizeQueue turns the request's window sizes into remotecommand's queue.
-func sizeQueue(sizes <-chan engine.WinSize) remotecommand.TerminalSizeQueue {
-	if sizes == nil {
-		return nil
-	}
-	return winSizes(sizes)
+// holdOpen reads r and, at its end, blocks until done instead of saying so.
+type holdOpen struct {
+	r    io.Reader
+	done <-chan struct{}
 }
 
-type winSizes <-chan engine.WinSize
+func (h *holdOpen) Read(b []byte) (int, error) {
+	n, err := h.r.Read(b)
+	if err == io.EOF {
+		if n > 0 {
+			return n, nil
+		}
+		<-h.done
+	}
+	return n, err
+}
 
-func (w winSizes) Next() *remotecommand.TerminalSize {
-	ws, ok := <-w
+// sizeQueue turns the request's window sizes (first, taken from them
+// already, then the rest) into remotecommand's queue.
+func sizeQueue(first *engine.WinSize, sizes <-chan engine.WinSize) remotecommand.TerminalSizeQueue {
+	if first == nil && sizes == nil {
+		return nil
+	}
+	return &winSizes{first: first, rest: sizes}
+}
+
+type winSizes struct {
+	first *engine.WinSize
+	rest  <-chan engine.WinSize
+}
+
+func (w *winSizes) Next() *remotecommand.TerminalSize {
+	if f := w.first; f != nil {
+		w.first = nil
+		return &remotecommand.TerminalSize{Width: f.Cols, Height: f.Rows}
+	}
+	if w.rest == nil {
+		return nil
+	}
+	ws, ok := <-w.rest
 	if !ok {
 		return nil
 	}
