@@ -700,7 +700,7 @@ func (p *Provider) runningPod(ctx context.Context, sb engine.Sandbox) (*corev1.P
 		return nil, err
 	}
 	if ok, why, _ := podStarted(pod); !ok {
-		if pod.Status.Phase == corev1.PodSucceeded {
+		if pod.Status.Phase == corev1.PodSucceeded || keepAliveExited(pod) {
 			why = "it ended at its deadline (" + pod.Annotations[AnnotationDeadline] + ", the session's expiry plus XMODE_KUBE_DEADLINE_GRACE), as a sandbox no xmode reaped does"
 		}
 		if why == "" {
@@ -709,6 +709,17 @@ func (p *Provider) runningPod(ctx context.Context, sb engine.Sandbox) (*corev1.P
 		return nil, fail.Failedf("the pod of session %s (%s) is not running: %s — stop the session and create a new one", sb.SessionID, pod.Name, why)
 	}
 	return pod, nil
+}
+
+// keepAliveExited reports whether the pod's keep-alive exited by itself
+// (0: its deadline passed), before the pod's phase says so.
+func keepAliveExited(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil && t.ExitCode == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // checkOwned refuses a pod that is not the session's: a stale or tampered
