@@ -58,17 +58,21 @@ func TestKubernetesExpiredSessionsAndOrphans(t *testing.T) {
 	}
 	e.expire(expired.ID)
 	sum := e.pass(nil, false)
-	if sum.Expired != 1 || sum.Destroyed != 1 || sum.OrphansRemoved != 1 || len(sum.Errors) != 0 {
-		t.Fatalf("pass: %+v", sum)
+	// The orphans: the lost session's pod, its NetworkPolicy (network none)
+	// and its run's worktree.
+	if sum.Expired != 1 || sum.Destroyed != 1 || sum.OrphansRemoved != 3 || len(sum.Errors) != 0 {
+		t.Fatalf("pass: %+v\n%s", sum, e.log)
+	}
+	for _, want := range []string{"removed orphan pod " + kube.PodName(lost.ID), "removed orphan networkpolicy " + kube.PodName(lost.ID)} {
+		if !strings.Contains(e.log.String(), want) {
+			t.Errorf("no log line %q:\n%s", want, e.log)
+		}
 	}
 	if !podGone(t, cs, ns, kube.PodName(expired.ID)) || !podGone(t, cs, ns, kube.PodName(lost.ID)) {
 		t.Fatal("an expired session's or a lost session's pod is still there")
 	}
 	if podGone(t, cs, ns, kube.PodName(live.ID)) {
 		t.Fatal("an open session's pod was deleted")
-	}
-	if !strings.Contains(e.log.String(), "removed orphan pod") {
-		t.Fatalf("no log line for the orphan:\n%s", e.log)
 	}
 	want(t, e.pass(nil, false), reaper.Summary{})
 }
