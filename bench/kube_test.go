@@ -106,6 +106,9 @@ func BenchmarkKubeReap100(b *testing.B) {
 		k, v, _ := strings.Cut(kv, "=")
 		vars[k] = v
 	}
+	// A hundred pods on the one node of the test cluster: requests small
+	// enough for all of them to be scheduled.
+	vars["XMODE_SANDBOX_CPUS"], vars["XMODE_SANDBOX_MEMORY"], vars["XMODE_KUBE_EPHEMERAL_STORAGE"] = "0.01", "32m", "64m"
 	cfg, err := config.Load(func(k string) string { return vars[k] }, nil)
 	if err != nil {
 		b.Fatal(err)
