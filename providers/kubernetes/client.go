@@ -54,6 +54,10 @@ var scheme = sync.OnceValue(func() *runtime.Scheme {
 	return s
 })
 
+// quietKlog sends klog's lines nowhere, once per process: before any
+// client, so before any of client-go's goroutines that log.
+var quietKlog = sync.OnceFunc(func() { klog.SetLogger(logr.Discard()) })
+
 // newClient reads the credentials: the kubeconfig files of KUBECONFIG (a
 // path list; ~/.kube/config without it) at XMODE_KUBE_CONTEXT or their
 // current context, else the service account of the pod xmode runs in.
@@ -63,7 +67,7 @@ func newClient(cfg *config.Config, warnf func(string, ...any)) (*client, string,
 	// refused what came through it) to stderr through klog: xmode says
 	// what matters in its own words, and the apiserver's warnings come
 	// through warnings below.
-	klog.SetLogger(logr.Discard())
+	quietKlog()
 	files := filepath.SplitList(cfg.KubeConfig)
 	if len(files) == 0 {
 		files = []string{clientcmd.RecommendedHomeFile}
