@@ -14,7 +14,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 export PATH=$PATH:/usr/local/go/bin
 command -v go >/dev/null || die "go is not on PATH"
-export CGO_ENABLED=0 GOFLAGS=-mod=mod
+# readonly: a build never edits the pinned modules (the stamp hashes them)
+export CGO_ENABLED=0 GOFLAGS=-mod=readonly
 
 k8s_version=$(cd "$here/modules/kubernetes" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
 go_version=$(go env GOVERSION)
@@ -70,9 +71,9 @@ chmod -R u+w,go-w "$tmp"
 	echo "stamp $stamp"
 	echo "kubernetes $k8s_version"
 	echo "go $go_version"
-	for m in kube-router agent-sandbox cri-tools; do
-		(cd "$here/modules/$m" && go list -m -f '{{.Path}} {{.Version}}' all | grep -E 'kube-router/v2 |agent-sandbox |cri-tools ')
-	done
+	(cd "$here/modules/kube-router" && go list -m -f '{{.Path}} {{.Version}}' github.com/cloudnativelabs/kube-router/v2)
+	(cd "$here/modules/agent-sandbox" && go list -m -f '{{.Path}} {{.Version}}' sigs.k8s.io/agent-sandbox)
+	(cd "$here/modules/cri-tools" && go list -m -f '{{.Path}} {{.Version}}' sigs.k8s.io/cri-tools)
 	echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) in $(($(date +%s) - start)) s"
 } >"$tmp/STAMP"
 chmod 0755 "$tmp"

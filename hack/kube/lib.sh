@@ -3,26 +3,26 @@
 # is theirs. Each may be overridden from the environment.
 
 # The build cache: one directory per stamp, never half written.
-KUBE_CACHE=${XMODE_KUBE_CACHE:-/var/cache/xmode-kube}
+KUBE_CACHE=${HACK_KUBE_CACHE:-/var/cache/xmode-kube}
 # Persistent state (etcd, containerd's root, the kubelet, certificates,
 # kubeconfigs, logs) and run-time state (sockets, PIDs, containerd's state,
 # runc's root). down.sh removes both.
-KUBE_STATE=${XMODE_KUBE_STATE:-/var/lib/xmode-kube}
-KUBE_RUN=${XMODE_KUBE_RUN:-/run/xmode-kube}
+KUBE_STATE=${HACK_KUBE_STATE:-/var/lib/xmode-kube}
+KUBE_RUN=${HACK_KUBE_RUN:-/run/xmode-kube}
 KUBE_LOGS=$KUBE_STATE/logs
 
 # The cluster's own bridge and private /24: its .1 is the node IP and the
 # pods' gateway. Services get the /24 after it; only the apiserver's
 # ClusterIP (its .1) answers there, redirected to the apiserver (no
 # kube-proxy runs).
-KUBE_BRIDGE=${XMODE_KUBE_BRIDGE:-xkube0}
-KUBE_NET=${XMODE_KUBE_NET:-10.227.27}
-KUBE_SVC_NET=${XMODE_KUBE_SVC_NET:-10.227.28}
+KUBE_BRIDGE=${HACK_KUBE_BRIDGE:-xkube0}
+KUBE_NET=${HACK_KUBE_NET:-10.227.27}
+KUBE_SVC_NET=${HACK_KUBE_SVC_NET:-10.227.28}
 KUBE_NODE_IP=$KUBE_NET.1
 KUBE_POD_CIDR=$KUBE_NET.0/24
 KUBE_SVC_CIDR=$KUBE_SVC_NET.0/24
 KUBE_SVC_IP=$KUBE_SVC_NET.1
-KUBE_NODE=${XMODE_KUBE_NODE:-xmode-node}
+KUBE_NODE=${HACK_KUBE_NODE:-xmode-node}
 
 # Loopback ports.
 KUBE_APISERVER_PORT=6443
@@ -48,3 +48,12 @@ die() {
 	echo "kube: $*" >&2
 	exit 1
 }
+
+# down.sh removes the state directories whole: refuse any that is not
+# plainly the cluster's own.
+for d in "$KUBE_STATE" "$KUBE_RUN"; do
+	case "$d" in
+	/*/*kube*) ;;
+	*) die "$d: the cluster's directories must be absolute and named for it (…/*kube*): check HACK_KUBE_STATE and HACK_KUBE_RUN" ;;
+	esac
+done

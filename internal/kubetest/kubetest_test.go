@@ -43,6 +43,10 @@ func TestSmoke(t *testing.T) {
 			if err != nil || res.ExitCode != 0 || res.Stdout != in {
 				t.Fatalf("exec cat: exit %d, %d bytes back of %d, stderr %q, %v", res.ExitCode, len(res.Stdout), len(in), res.Stderr, err)
 			}
+			res, err = Exec(ctx, cfg, cs, ns, "smoke", "main", tr.tr, nil, "sh", "-c", "echo w > /tmp/w && cat /tmp/w && ! touch /w 2>/dev/null")
+			if err != nil || res.ExitCode != 0 || res.Stdout != "w\n" {
+				t.Fatalf("exec sh: %+v, %v; want /tmp writable and / read-only", res, err)
+			}
 			res, err = Exec(ctx, cfg, cs, ns, "smoke", "main", tr.tr, nil, "sh", "-c", "id -u; echo oops >&2; exit 3")
 			if err != nil || res.ExitCode != 3 || res.Stdout != "65532\n" || res.Stderr != "oops\n" {
 				t.Fatalf("exec sh: %+v, %v; want exit 3, uid 65532 on stdout, oops on stderr", res, err)
