@@ -25,8 +25,9 @@ import (
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/internal/termsafe"
-	_ "github.com/xmode/xmode/providers/docker" // the docker engine
-	_ "github.com/xmode/xmode/providers/local"  // the host engine
+	_ "github.com/xmode/xmode/providers/docker"     // the docker engine
+	_ "github.com/xmode/xmode/providers/kubernetes" // the kubernetes engine
+	_ "github.com/xmode/xmode/providers/local"      // the host engine
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
 )

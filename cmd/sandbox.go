@@ -45,7 +45,8 @@ sandbox gets what is committed there, and a note says when there is more.
 Without --repo (nor --run or --project) it is --repo .
 
 Where it runs: on the host (runner mode local_worktree, the default), or in a
-hardened docker container with XMODE_SANDBOX_ENGINE=docker and runner mode
+hardened docker container with XMODE_SANDBOX_ENGINE=docker (a pod of a
+Kubernetes cluster with XMODE_SANDBOX_ENGINE=kubernetes) and runner mode
 cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=cloud_worker`" + `).` + exitStatusHelp,
 		Example: `  xmode sandbox create --repo https://example.com/project.git --ref main
   id=$(xmode sandbox create -q)    # this directory's repository

@@ -33,7 +33,7 @@ type Config struct {
 	StorageRoot        string
 	User               string
 	RunnerMode         string
-	Engine             string // "" (host) or "docker"
+	Engine             string // "" (host), "docker" or "kubernetes"
 	DockerHost         string // "" means the local socket; checked when the docker engine opens
 	DockerCertPath     string // TLS files for the daemon (ca.pem, cert.pem, key.pem)
 	DockerTLSVerify    bool   // DOCKER_TLS_VERIFY: TLS to a tcp:// daemon even without a cert path
@@ -41,7 +41,14 @@ type Config struct {
 	DockerInsecure     bool   // plain TCP off loopback, or TLS without verifying the daemon
 	DockerRemote       string // "auto", "on" or "off": whether sandboxes get a copy of the worktree
 	SyncMaxBytes       int64  // largest worktree copy accepted back from a remote sandbox
-	Runtime            string // OCI runtime of docker sandboxes; "" for the daemon's default
+	Runtime            string // OCI runtime of docker sandboxes (kubernetes: the RuntimeClass); "" for the default
+	KubeConfig         string // KUBECONFIG: kubeconfig files (a path list); "" for ~/.kube/config, or the pod's service account
+	KubeContext        string // the kubeconfig context; "" for its current one
+	KubeNamespace      string // where sandbox pods go; "" for the context's namespace (in a pod: its own)
+	KubePullPolicy     string // imagePullPolicy of sandbox pods
+	KubeStartTimeout   time.Duration
+	KubeEphemeral      int64         // ephemeral-storage limit of a sandbox pod
+	KubeDeadlineGrace  time.Duration // how long after its session's expiry a pod ends by itself
 	Image              string
 	StorageVolume      string // "" means bind mode
 	StorageMount       string
@@ -151,11 +158,11 @@ var settings = []setting{
 		case "", "host":
 			c.Engine = ""
 			return nil
-		case "docker":
+		case "docker", "kubernetes":
 			c.Engine = v
 			return nil
 		}
-		return fmt.Errorf("%q is not an engine: use docker, or leave it unset for host processes", v)
+		return fmt.Errorf("%q is not an engine: use docker or kubernetes, or leave it unset for host processes", v)
 	}},
 	// The docker variables are checked where the docker engine is opened:
 	// a DOCKER_HOST meant for the docker CLI (ssh://…) must not break
@@ -208,6 +215,49 @@ var settings = []setting{
 		}
 		c.Runtime = v
 		return nil
+	}},
+	// The kubernetes engine (docs/kubernetes.md). KUBECONFIG is read here,
+	// not by client-go, so that `xmode config` shows it like every other.
+	{name: "KUBECONFIG", def: lit(""), apply: func(c *Config, v string) error {
+		c.KubeConfig = v
+		return nil
+	}},
+	{name: "XMODE_KUBE_CONTEXT", def: lit(""), apply: func(c *Config, v string) error {
+		c.KubeContext = strings.TrimSpace(v)
+		return nil
+	}},
+	{name: "XMODE_KUBE_NAMESPACE", def: lit(""), apply: func(c *Config, v string) error {
+		if v != "" && !ValidKubeName(v) {
+			return fmt.Errorf("%q is not a namespace name: use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit", v)
+		}
+		c.KubeNamespace = v
+		return nil
+	}},
+	{name: "XMODE_KUBE_IMAGE_PULL_POLICY", def: lit("IfNotPresent"), apply: func(c *Config, v string) error {
+		switch v {
+		case "Always", "IfNotPresent", "Never":
+			c.KubePullPolicy = v
+			return nil
+		}
+		return fmt.Errorf("%q is not an image pull policy: use Always, IfNotPresent or Never", v)
+	}},
+	{name: "XMODE_KUBE_START_TIMEOUT", def: lit("2m"), apply: func(c *Config, v string) error {
+		d, err := ParseDuration(v)
+		c.KubeStartTimeout = d
+		return err
+	}},
+	{name: "XMODE_KUBE_EPHEMERAL_STORAGE", def: lit("10g"), apply: func(c *Config, v string) error {
+		n, err := ParseSize(v)
+		if err == nil && n < 64<<20 {
+			err = fmt.Errorf("%q is below 64m: a sandbox's worktree and logs need room", v)
+		}
+		c.KubeEphemeral = n
+		return err
+	}},
+	{name: "XMODE_KUBE_DEADLINE_GRACE", def: lit("10m"), apply: func(c *Config, v string) error {
+		d, err := ParseDuration(v)
+		c.KubeDeadlineGrace = d
+		return err
 	}},
 	{name: "XMODE_SANDBOX_IMAGE", fallback: "CODEX_DOCKER_IMAGE", def: lit("ruby:3.4-bookworm"), apply: func(c *Config, v string) error {
 		if v == "" || strings.ContainsAny(v, " \t\n") {
@@ -757,6 +807,20 @@ func ValidUser(v string) error {
 		}
 	}
 	return nil
+}
+
+// ValidKubeName reports whether v is a DNS-1123 label, as Kubernetes
+// names namespaces (and xmode's pods, NetworkPolicies).
+func ValidKubeName(v string) bool {
+	if v == "" || len(v) > 63 || v[0] == '-' || v[len(v)-1] == '-' {
+		return false
+	}
+	for _, r := range v {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 func validVolumeName(v string) bool {

@@ -28,15 +28,16 @@ const (
 	KindContainer = "container"
 	KindVolume    = "volume"
 	KindNetwork   = "network" // a sandbox's own network (docker: its egress network)
+	KindPod       = "pod"     // a Kubernetes pod: a session's sandbox, like a container
 )
 
 // Object is one thing an engine created for an install, found by its labels
 // (docs/reference.md, "Docker objects and labels").
 type Object struct {
-	Kind      string // KindContainer or KindVolume
-	ID        string // container ID; volume name
-	Name      string // container name; volume name
-	State     string // a container's state (created, running, exited, …); "" for a volume
+	Kind      string // KindContainer, KindPod or KindVolume
+	ID        string // container ID; pod UID; volume name
+	Name      string // container name; pod name; volume name
+	State     string // a container's state (created, running, exited, …), a pod's ("running" or its phase); "" for a volume
 	SessionID string // its xmode.session label ("" when it has none)
 	Instance  string // its xmode.instance label
 	Snapshot  string // an image's xmode.snapshot label ("" when it has none)
@@ -241,6 +242,26 @@ func SignalStep(ctx context.Context, a Provider, sb Sandbox, tag string, sig sys
 		return a.KillStep(ctx, sb, tag)
 	}
 	return fail.Refusedf("the %s engine ends steps with TERM only, not %s: leave out %s", a.Name(), sig, fail.Signal)
+}
+
+// Extender is an engine whose sandboxes carry a deadline of their own, so
+// that the engine ends a sandbox whose xmode (and its reaper) died: a dead-man
+// switch (kubernetes: docs/kubernetes.md, "The dead-man switch"). Extend
+// moves it to the session's new expiry; `sandbox extend` and a pool claim
+// call it before they record the new expiry, so the engine never ends a
+// sandbox its session still owns.
+type Extender interface {
+	Extend(ctx context.Context, sb Sandbox, expires time.Time) error
+}
+
+// Extend moves sb's engine-side deadline to expires; a provider without one
+// (the host, docker: the reaper alone ends their sandboxes) has nothing to
+// move.
+func Extend(ctx context.Context, a Provider, sb Sandbox, expires time.Time) error {
+	if e, ok := a.(Extender); ok {
+		return e.Extend(ctx, sb, expires)
+	}
+	return nil
 }
 
 // MountModer is an engine with more than one way to give a sandbox its

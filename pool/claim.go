@@ -72,10 +72,16 @@ func (p *Pools) Claim(ctx context.Context, o ClaimOptions, sess store.Session, p
 		return nil, co, nil // taken by racing creates meanwhile
 	}
 	co.Close() // a move does not need the machine: it writes the worktree's own record only
-	if claimed.Status == store.StatusOpen {
+	// The entry's sandbox was made to last the pool's maximum age: its
+	// engine's deadline (a pod's dead-man switch) becomes the session's.
+	err = engine.Extend(ctx, provider, claimed.Sandbox(), claimed.ExpiresAt)
+	if err == nil && claimed.Status == store.StatusOpen {
 		return claimed, nil, nil
 	}
-	if err := p.moveClaimed(ctx, claimed, want); err != nil {
+	if err == nil {
+		err = p.moveClaimed(ctx, claimed, want)
+	}
+	if err != nil {
 		cleanup := context.WithoutCancel(ctx)
 		r := p.reaper()
 		defer r.Close()

@@ -193,7 +193,7 @@ func (p *Pools) running(ctx context.Context, provider engine.Provider, shape str
 		if objs, err = lister.ListObjects(ctx, instance); err == nil {
 			out := map[string]bool{}
 			for _, o := range objs {
-				if o.Kind == engine.KindContainer && o.State == "running" {
+				if (o.Kind == engine.KindContainer || o.Kind == engine.KindPod) && o.State == "running" {
 					out[o.SessionID] = true
 				}
 			}

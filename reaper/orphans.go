@@ -40,7 +40,7 @@ func (r *Reaper) orphanSource() (OrphanSource, error) {
 }
 
 // sweepEngine removes the engine objects of this install whose session is
-// not open: containers, then per-session volumes and images. Volumes without a session
+// not open: containers (or pods), then per-session volumes and images. Volumes without a session
 // label (shared ones, such as a project's cache) are never touched, nor is
 // anything labelled with another install's instance.
 func (r *Reaper) sweepEngine(ctx context.Context, dry bool, sum *summer) {
@@ -75,9 +75,18 @@ func (r *Reaper) sweepEngine(ctx context.Context, dry bool, sum *summer) {
 		sum.fail("", err)
 		return
 	}
-	sort.SliceStable(objs, func(i, j int) bool {
-		return objs[i].Kind == engine.KindContainer && objs[j].Kind != engine.KindContainer
-	})
+	// What runs (containers, pods) before what it uses: the networks it
+	// is attached to, the image it runs, the volumes it mounts.
+	rank := func(kind string) int {
+		switch kind {
+		case engine.KindContainer, engine.KindPod:
+			return 0
+		case engine.KindVolume:
+			return 2
+		}
+		return 1
+	}
+	sort.SliceStable(objs, func(i, j int) bool { return rank(objs[i].Kind) < rank(objs[j].Kind) })
 	for _, o := range objs {
 		if ctx.Err() != nil {
 			return

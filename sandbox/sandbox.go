@@ -150,7 +150,10 @@ func (s *Service) Machines() *machines.Manager {
 func (s *Service) Pools() *pool.Pools {
 	return &pool.Pools{Cfg: s.Cfg, Store: s.Store, Guard: s.Guard, Progress: s.Progress, Log: s.Log, Notices: s.Notices, Clock: s.Clock,
 		Spec: func(ctx context.Context, e *pool.Entry, co *machines.Checkout) (engine.Spec, error) {
-			return s.spec(ctx, e.SessionID, e.RunID, e.Project, e.WorktreePath, e.Image, co)
+			// An entry's sandbox lives until the pool retires it (its
+			// maximum age); a claim moves its deadline to the session's
+			// expiry (engine.Extend).
+			return s.spec(ctx, e.SessionID, e.RunID, e.Project, e.WorktreePath, e.Image, s.Now().Add(s.Cfg.PoolMaxAge), co)
 		},
 		Seed: s.seed,
 	}
@@ -392,7 +395,9 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	}
 	// An image pull shows its progress like `docker run` does.
 	engine.SetProgress(provider, s.Progress)
-	spec, err := s.spec(ctx, sess.ID, sess.RunID, sess.Project, sess.WorktreePath, sess.Image, co)
+	// The session's expiry is set again once it opens (below), a little
+	// later than this: an engine's dead-man switch keeps a margin.
+	spec, err := s.spec(ctx, sess.ID, sess.RunID, sess.Project, sess.WorktreePath, sess.Image, s.Now().Add(s.Cfg.TTL), co)
 	if err != nil {
 		return nil, err
 	}
@@ -438,13 +443,14 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 // xmode's labels (docs/reference.md, "Docker objects and labels"), and for a worktree of a project machine its .git
 // and the project's cache volume and environment (which an engine that
 // keeps no volumes ignores).
-func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree, image string, co *machines.Checkout) (engine.Spec, error) {
+func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree, image string, expires time.Time, co *machines.Checkout) (engine.Spec, error) {
 	instance, err := s.Store.InstanceID(ctx)
 	if err != nil {
 		return engine.Spec{}, err
 	}
 	spec := engine.Spec{
 		SessionID: sessionID, RunID: runID, Project: project, Worktree: worktree, Image: image,
+		User: s.Cfg.User, Expires: expires,
 		Labels: map[string]string{
 			"xmode.managed": "true", "xmode.session": sessionID, "xmode.run": runID, "xmode.instance": instance,
 		},
@@ -600,7 +606,23 @@ func (s *Service) Extend(ctx context.Context, sess *store.Session, d time.Durati
 	if err := s.Cfg.CheckTTL(d); err != nil {
 		return nil, fail.Usagef("%s: %v", fail.TTL, err)
 	}
-	if err := s.Store.Extend(ctx, sess.ID, s.Now().Add(d)); err != nil {
+	expires := s.Now().Add(d)
+	if sess.Status == store.StatusOpen && sess.Engine != engine.Cloud {
+		// The engine's own deadline first (engine.Extender: a pod's
+		// dead-man switch), so that it never ends a sandbox before the
+		// expiry the store records; a session that is not open is refused
+		// by the store below, and a deadline moved for it harms nothing.
+		provider, err := engine.Open(sess.Engine, s.Cfg)
+		if err != nil {
+			return nil, err
+		}
+		err = engine.Extend(ctx, provider, sess.Sandbox(), expires)
+		engine.Close(provider)
+		if err != nil {
+			return nil, fmt.Errorf("extend the sandbox of session %s: %w", sess.ID, err)
+		}
+	}
+	if err := s.Store.Extend(ctx, sess.ID, expires); err != nil {
 		return nil, err
 	}
 	return s.Store.Get(ctx, sess.ID)

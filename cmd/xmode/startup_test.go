@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,6 +39,15 @@ func TestPackageInitBudget(t *testing.T) {
 		"github.com/google/jsonschema-go/jsonschema": 84 << 10,
 		"github.com/elazarl/goproxy":                 64 << 10,
 	}
+	// client-go and what it links, for the kubernetes engine, have a budget
+	// of their own, just above what they were measured to take when the
+	// engine came in (525 KB, k8s.io/api/core/v1 the largest at 98 KB: its
+	// API documentation maps and its scheme; docs/architecture.md,
+	// "Dependencies"): every module is upstream's, unpatched.
+	const clientGoPerPackage, clientGoTotal = 100 << 10, 544 << 10
+	clientGo := []string{"k8s.io/", "sigs.k8s.io/", "github.com/json-iterator/", "github.com/modern-go/", "github.com/davecgh/go-spew/",
+		"go.yaml.in/yaml/v2", "gopkg.in/inf", "github.com/fxamacker/cbor/", "github.com/x448/", "github.com/gorilla/websocket", "github.com/moby/spdystream"}
+	clientGoSum := 0
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		testenv.Skip(t, "no go command to build xmode with: %v", err)
@@ -61,7 +71,6 @@ func TestPackageInitBudget(t *testing.T) {
 	sum := 0
 	for _, m := range inits {
 		n, _ := strconv.Atoi(m[2])
-		sum += n
 		budget, ok := budgets[m[1]]
 		if !ok {
 			budget = perPackage
@@ -69,11 +78,20 @@ func TestPackageInitBudget(t *testing.T) {
 		if strings.HasPrefix(m[1], "github.com/xmode/xmode/") {
 			budget = onFirstUse
 		}
+		if slices.ContainsFunc(clientGo, func(prefix string) bool { return strings.HasPrefix(m[1], prefix) }) {
+			budget = clientGoPerPackage
+			clientGoSum += n
+		} else {
+			sum += n
+		}
 		if n > budget {
 			t.Errorf("package %s allocates %d KB when xmode starts (budget: %d KB): compile or build it on first use", m[1], n>>10, budget>>10)
 		}
 	}
-	t.Logf("%d packages initialised, %d KB allocated", len(inits), sum>>10)
+	t.Logf("%d packages initialised, %d KB allocated, and %d KB by client-go", len(inits), sum>>10, clientGoSum>>10)
+	if clientGoSum > clientGoTotal {
+		t.Errorf("client-go's packages allocate %d KB when xmode starts (budget: %d KB)", clientGoSum>>10, clientGoTotal>>10)
+	}
 	if sum > total {
 		t.Errorf("package initialisation allocates %d KB when xmode starts (budget: %d KB)", sum>>10, total>>10)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/providers/internal/archive"
 )
 
 // Labels xmode puts on everything it creates (docs/reference.md, "Docker
@@ -72,7 +73,7 @@ func (p *Provider) Destroy(ctx context.Context, sb engine.Sandbox) error {
 		// What a SyncBack that died left next to the worktree.
 		if dir, err := p.guard.RunDir(sb.RunID); err == nil {
 			if root, err := os.OpenRoot(dir); err == nil {
-				removeStale(root)
+				archive.RemoveStale(root)
 				root.Close()
 			}
 		}
