@@ -93,7 +93,7 @@ func (s *Service) Export(ctx context.Context, p *Package, repo, branch string) (
 	if _, err := gitcli.RunOwned(ctx, user, "cat-file", "-e", m.BaseCommit+"^{commit}"); err != nil {
 		return nil, fail.Failedf("the base commit %s is not in %s: fetch it first (git -C %s fetch %s)", m.BaseCommit, repo, repo, m.Repo)
 	}
-	st, err := openStore(s.Guard, p.RunID)
+	st, err := openStore(s.Guard, p.at.RunID)
 	if err != nil {
 		return nil, err
 	}

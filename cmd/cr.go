@@ -562,11 +562,11 @@ func (a *App) runCRReview(ctx context.Context, o crReviewOptions) error {
 	}
 	switch {
 	case o.requestChanges:
-		err = cs.RequestChanges(ctx, p, o.note)
+		_, err = cs.Review(ctx, p, store.ChangeChangesRequested, changes.ReviewOptions{Note: o.note})
 	case o.reject:
-		err = cs.Review(ctx, p, store.ChangeRejected, o.note)
+		_, err = cs.Review(ctx, p, store.ChangeRejected, changes.ReviewOptions{Note: o.note})
 	default:
-		err = cs.Review(ctx, p, store.ChangeApproved, o.note)
+		_, err = cs.Review(ctx, p, store.ChangeApproved, changes.ReviewOptions{Note: o.note})
 	}
 	if err != nil {
 		return err

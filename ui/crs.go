@@ -259,11 +259,14 @@ func (s *Server) review(r *http.Request) (*view, error) {
 	var done string
 	switch r.PostForm.Get("decision") {
 	case "approve":
-		err, done = s.o.Changes.Review(ctx, p, store.ChangeApproved, note), "approved"
+		_, err = s.o.Changes.Review(ctx, p, store.ChangeApproved, changes.ReviewOptions{Note: note})
+		done = "approved"
 	case "reject":
-		err, done = s.o.Changes.Review(ctx, p, store.ChangeRejected, note), "rejected"
+		_, err = s.o.Changes.Review(ctx, p, store.ChangeRejected, changes.ReviewOptions{Note: note})
+		done = "rejected"
 	case "request-changes":
-		err, done = s.o.Changes.RequestChanges(ctx, p, note), "changes-requested"
+		_, err = s.o.Changes.Review(ctx, p, store.ChangeChangesRequested, changes.ReviewOptions{Note: note})
+		done = "changes-requested"
 	default:
 		return nil, fail.Usagef("decision: use approve, request-changes or reject")
 	}
