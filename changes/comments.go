@@ -139,8 +139,11 @@ func shownLines(f *fileDiff, side string) string {
 			parts = append(parts, fmt.Sprintf("%d-%d", start, start+n-1))
 		}
 	}
-	if len(parts) == 0 {
+	switch {
+	case len(parts) == 0:
 		return "no line on that side"
+	case len(parts) == 1 && !strings.Contains(parts[0], "-"):
+		return "line " + parts[0]
 	}
 	return "lines " + strings.Join(parts, ", ")
 }

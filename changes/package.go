@@ -665,22 +665,26 @@ type ReviewOptions struct {
 // request that fails verification; asking for changes needs a note or a
 // comment saying which.
 func (s *Service) Review(ctx context.Context, p *Package, decision string, o ReviewOptions) ([]string, error) {
-	if p.at.Version != p.Version {
-		return nil, fail.Refusedf("%s is at version %d now, not %d: review the newest (`xmode cr show %s`)", p.ID, p.Version, p.at.Version, p.ID)
+	now, err := s.Store.GetChange(ctx, p.ID)
+	if err != nil {
+		return nil, err
+	}
+	if p.at.Version != now.Version {
+		return nil, fail.Refusedf("%s is at version %d now, not %d: review the newest (`xmode cr show %s`)", p.ID, now.Version, p.at.Version, p.ID)
 	}
 	if decision == store.ChangeChangesRequested && strings.TrimSpace(o.Note) == "" && len(o.Comments) == 0 {
-		return nil, fail.Usagef("requesting changes needs a note or comments saying which: %s TEXT, or --comment \"PATH:LINE: TEXT\"", fail.Note)
+		return nil, fail.Usagef("requesting changes needs a note or comments saying which: %s TEXT, or %s \"PATH:LINE: TEXT\"", fail.Note, fail.Comment)
 	}
 	if o.CloseOthers {
 		if decision != store.ChangeApproved {
-			return nil, fail.Usagef("--close-others goes with --approve: it closes the other attempts as superseded by the approved one")
+			return nil, fail.Usagef("%s goes with an approval: it closes the other attempts as superseded by the approved one", fail.CloseOthers)
 		}
 		run, err := s.Store.ResolveRun(ctx, p.RunID)
 		if err != nil {
 			return nil, err
 		}
 		if run.Attempt == 0 {
-			return nil, fail.Usagef("%s is not an attempt of a run of attempts (xmode run --attempts): there are no others to close", p.ID)
+			return nil, fail.Usagef("%s is not an attempt of a run of several attempts: %s has no others to close", p.ID, fail.CloseOthers)
 		}
 	}
 	if err := s.CheckComments(ctx, p, o.Comments); err != nil {

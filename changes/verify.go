@@ -66,22 +66,30 @@ func (r versionReport) checked(name string) {
 func (s *Service) Verify(ctx context.Context, p *Package) (*Report, error) {
 	r := &Report{ID: p.ID, Checked: []string{}, Problems: []Problem{}}
 	defer func() { r.Intact = len(r.Problems) == 0 }()
-	vs, err := s.Store.Versions(ctx, p.ID)
+	// what the store records now, whatever p was opened as
+	c, err := s.Store.GetChange(ctx, p.ID)
 	if err != nil {
 		return nil, err
 	}
-	if len(vs) != p.Version {
-		(versionReport{r, p.Version}).add("versions", "the store records %d version(s) of the change request, which says its newest is %d", len(vs), p.Version)
+	vs, err := s.Store.Versions(ctx, c.ID)
+	if err != nil {
+		return nil, err
 	}
 	r.Versions = len(vs)
 	var prev *store.ChangeVersion
 	for i := range vs {
 		v := vs[i]
-		if v.Version == p.Version {
-			v = newestVersion(p.Change, v)
+		if v.Version != i+1 {
+			(versionReport{r, v.Version}).add("versions", "the store records version %d in place %d: a version is missing", v.Version, i+1)
 		}
-		s.verifyVersion(ctx, p.Change, v, prev, versionReport{r, v.Version})
+		if v.Version == c.Version {
+			v = newestVersion(c, v)
+		}
+		s.verifyVersion(ctx, c, v, prev, versionReport{r, v.Version})
 		prev = &v
+	}
+	if len(vs) != c.Version {
+		(versionReport{r, c.Version}).add("versions", "the store records %d version(s) of the change request, which says its newest is %d", len(vs), c.Version)
 	}
 	return r, nil
 }

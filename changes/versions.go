@@ -150,10 +150,10 @@ func (s *Service) resolveRange(ctx context.Context, c *store.Change, o *Interdif
 		}
 	}
 	if o.To == 0 {
-		return from, to, fail.Usagef("--to 0 is the base: give a version from 1 to %d", len(vs))
+		return from, to, fail.Usagef("%s 0 is the base: give a version from 1 to %d", fail.To, len(vs))
 	}
 	if o.From == o.To {
-		return from, to, fail.Usagef("--from and --to are both %d: give two versions", o.From)
+		return from, to, fail.Usagef("%s and %s are both %d: give two versions", fail.From, fail.To, o.From)
 	}
 	to = vs[o.To-1]
 	if o.From == 0 {

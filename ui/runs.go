@@ -2,7 +2,6 @@ package ui
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -93,17 +92,6 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// decisions tells a run's change request's review state, for loop.Status.
-type decisions struct{ st *store.Store }
-
-func (d decisions) Decision(ctx context.Context, id string) (string, error) {
-	c, err := d.st.GetChange(ctx, id)
-	if err != nil {
-		return "", err
-	}
-	return c.Status, nil
-}
-
 // loadRun is the run a URL names: an exact, well-formed ID, or not found.
 func (s *Server) loadRun(r *http.Request) (*store.LoopRun, error) {
 	id := r.PathValue("run")
@@ -177,7 +165,7 @@ func (s *Server) runPage(r *http.Request) (*view, error) {
 	}
 	st := s.o.Svc.Store
 	d := &runData{Run: run}
-	d.Status, _ = loop.Status(ctx, run, decisions{st})
+	d.Status = loop.Status(ctx, run)
 	if d.Status == store.RunNoChange {
 		d.Why = loop.NoChange
 	} else if d.Status == store.RunFailed {
