@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptrace"
@@ -64,7 +65,16 @@ func startUI(b *testing.B, bin string, env []string) *uiServer {
 	url := strings.TrimSpace(line)
 	base, _, _ := strings.Cut(url, "/?token=")
 	jar, _ := cookiejar.New(nil)
-	u := &uiServer{cmd: c, base: base, client: &http.Client{Jar: jar, Timeout: time.Minute}}
+	// The URL names the server's own host, xmode-PORT.localhost, which
+	// browsers and curl resolve to loopback and Go's resolver does not.
+	d := &net.Dialer{Timeout: 10 * time.Second}
+	local := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if host, port, err := net.SplitHostPort(addr); err == nil && strings.HasSuffix(host, ".localhost") {
+			addr = net.JoinHostPort("127.0.0.1", port)
+		}
+		return d.DialContext(ctx, network, addr)
+	}}
+	u := &uiServer{cmd: c, base: base, client: &http.Client{Jar: jar, Timeout: time.Minute, Transport: local}}
 	resp, err := u.client.Get(url)
 	if err != nil {
 		b.Fatal(err)

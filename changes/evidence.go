@@ -64,7 +64,7 @@ func (s StepEvidence) Passed() bool { return s.Status == "passed" }
 
 func stepStatus(r store.StepRow) string {
 	switch {
-	case r.State != "finished" || r.ExitCode == nil:
+	case r.State != store.StateFinished || r.ExitCode == nil:
 		return "running"
 	case r.TimedOut:
 		return "timed_out"

@@ -398,8 +398,8 @@ func stepExit(s store.StepRow) string {
 	switch {
 	case s.ExitCode != nil:
 		return "exit " + strconv.Itoa(*s.ExitCode)
-	case s.State == "lost":
-		return "lost"
+	case s.State == store.StateLost:
+		return store.StateLost
 	}
-	return "running"
+	return store.StateRunning
 }

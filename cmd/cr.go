@@ -729,7 +729,7 @@ func (a *App) runCRVerify(ctx context.Context, o crVerifyOptions) error {
 		}
 	} else {
 		for _, pr := range rep.Problems {
-			fmt.Fprintf(a.Out, "%s version %d, %s: %s\n", a.paint(color.FgRed, "tampered:"), pr.Version, clean(pr.File), clean(pr.Problem))
+			fmt.Fprintf(a.Out, "%s %s: %s\n", a.paint(color.FgRed, "tampered:"), clean(problemFile(pr)), clean(pr.Problem))
 		}
 		fmt.Fprintln(a.Out, rep.Summary())
 	}

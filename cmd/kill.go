@@ -12,6 +12,7 @@ import (
 
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/sandbox"
+	"github.com/xmode/xmode/store"
 )
 
 // killOptions are `sandbox kill`'s session, step and flags.
@@ -83,7 +84,7 @@ func (a *App) runKill(ctx context.Context, o killOptions) error {
 		return a.printJSON(svc.ViewStep(row))
 	}
 	fmt.Fprintln(a.Out, row.Seq)
-	if row.State == sandbox.StepRunning {
+	if row.State == store.StateRunning {
 		a.info("xmode: sent %s to step %d (%s); its xmode has not recorded its end yet", unix.SignalName(sig), row.Seq, row.Name)
 	} else {
 		a.info("xmode: step %d (%s) ended: %s", row.Seq, row.Name, stepExit(row))

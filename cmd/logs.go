@@ -1,11 +1,9 @@
 package cmd
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,10 +22,6 @@ import (
 // followPoll is how often `logs --follow` looks for more output and
 // whether the step is still running.
 const followPoll = 200 * time.Millisecond
-
-// followStale: a step whose heartbeat is this old has lost its xmode
-// (reaper.DefaultStaleAfter); following it ends.
-const followStale = 30 * time.Second
 
 // logsOptions are `sandbox logs`'s session, step and flags.
 type logsOptions struct {
@@ -143,7 +137,7 @@ func (a *App) runLogs(ctx context.Context, o logsOptions) error {
 // else the last.
 func followed(steps []store.StepRow) store.StepRow {
 	for i := len(steps) - 1; i >= 0; i-- {
-		if steps[i].State == sandbox.StepRunning {
+		if steps[i].State == store.StateRunning {
 			return steps[i]
 		}
 	}
@@ -246,94 +240,29 @@ func (a *App) copyLog(svc *sandbox.Service, st store.StepRow, file string, w io.
 }
 
 // follow streams the logs of a step until it is no longer running (or its
-// xmode is gone), then prints what is left.
+// xmode is gone), then prints what is left and how it ended.
 func (a *App) follow(ctx context.Context, svc *sandbox.Service, st store.StepRow, files []string) error {
-	var open []*os.File
-	for _, name := range files {
-		f, err := evidence.Open(svc.Guard, st.RunID, st.Seq, st.Name, name)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		open = append(open, f)
-	}
-	drain := func() error {
-		for i, f := range open {
-			if _, err := io.Copy(a.streamFor(i, len(files) == 2), f); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	for {
-		if err := drain(); err != nil {
-			return err
-		}
-		row, err := stepRow(ctx, svc.Store, st)
-		if err != nil {
-			return err
-		}
-		if row.State != "running" || row.Gone(clock().Add(-followStale)) {
-			if err := drain(); err != nil {
-				return err
-			}
-			if row.State != "running" {
-				a.awaitResult(ctx, svc, row)
-			}
-			switch {
-			case row.State == "running":
-				a.info("xmode: step %d's xmode is gone; the reaper records it as lost", row.Seq)
-			case row.StoppedBy != "":
-				a.info("xmode: step %d ended: %s (stopped by `%s`)", row.Seq, stepExit(row), row.StoppedBy)
-			default:
-				a.info("xmode: step %d ended: %s", row.Seq, stepExit(row))
-			}
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(followPoll):
-		}
-	}
-}
-
-// awaitResult waits, briefly, for an ended step's result.json: its xmode
-// records the end on the row first and writes result.json just after, and
-// whoever followed the step to its end reads its evidence next.
-func (a *App) awaitResult(ctx context.Context, svc *sandbox.Service, row store.StepRow) {
-	if row.EvidenceIncomplete {
-		return
-	}
-	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
-		if f, err := evidence.Open(svc.Guard, row.RunID, row.Seq, row.Name, evidence.ResultFile); err == nil {
-			// Written in one write after it is made: whole once it ends
-			// with its newline.
-			b, _ := io.ReadAll(io.LimitReader(f, 1<<20))
-			f.Close()
-			if bytes.HasSuffix(b, []byte("}\n")) {
-				return
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
-
-func stepRow(ctx context.Context, st *store.Store, want store.StepRow) (store.StepRow, error) {
-	steps, err := st.Steps(ctx, want.RunID)
+	fw, err := evidence.Follow(svc.Store, svc.Guard, svc.Now, st, files...)
 	if err != nil {
-		return want, err
+		return err
 	}
-	for _, s := range steps {
-		if s.Seq == want.Seq {
-			return s, nil
-		}
+	defer fw.Close()
+	row, err := fw.Run(ctx, evidence.Stream{Poll: followPoll, Out: func(i int, p []byte) error {
+		_, err := a.streamFor(i, len(files) == 2).Write(p)
+		return err
+	}})
+	if err != nil {
+		return err
 	}
-	return want, fail.NotFoundf("step %d of run %s is gone from the store", want.Seq, want.RunID)
+	switch {
+	case row.State == store.StateRunning:
+		a.info("xmode: step %d's xmode is gone; the reaper records it as lost", row.Seq)
+	case row.StoppedBy != "":
+		a.info("xmode: step %d ended: %s (stopped by `%s`)", row.Seq, stepExit(row), row.StoppedBy)
+	default:
+		a.info("xmode: step %d ended: %s", row.Seq, stepExit(row))
+	}
+	return nil
 }
 
 // stepView is a step as --json shows it (logs, show, run show, exec
@@ -412,8 +341,8 @@ func (a *App) stepStatus(s store.StepRow) string {
 			return a.paint(color.FgRed, text)
 		}
 		return a.paint(color.FgGreen, text)
-	case s.State == "lost":
-		return a.paint(color.FgRed, "lost")
+	case s.State == store.StateLost:
+		return a.paint(color.FgRed, store.StateLost)
 	}
 	if s.Detached {
 		return a.paint(color.FgCyan, "running (detached)")
@@ -425,7 +354,7 @@ func (a *App) stepStatus(s store.StepRow) string {
 // lost before it finished.
 func stepDuration(s store.StepRow, now time.Time) string {
 	if s.FinishedAt == nil {
-		if s.State == "running" {
+		if s.State == store.StateRunning {
 			return humanize.Duration(now.Sub(s.StartedAt))
 		}
 		return "-"

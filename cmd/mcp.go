@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/httpserve"
 	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/mcpserver"
 )
@@ -65,7 +65,7 @@ func (a *App) runMCP(ctx context.Context, o mcpOptions) error {
 		return fail.Usagef("--allow-remote goes with --listen: the stdio server is reached by its client only")
 	}
 	if o.listen != "" {
-		if err := mcpserver.CheckListen(o.listen, o.allowRemote); err != nil {
+		if err := httpserve.CheckListen(o.listen, o.allowRemote); err != nil {
 			return err
 		}
 	}
@@ -98,9 +98,9 @@ func (a *App) runMCP(ctx context.Context, o mcpOptions) error {
 	if o.listen == "" {
 		return srv.ServeStdio(ctx, a.In, a.Out)
 	}
-	ln, err := net.Listen("tcp", o.listen)
+	ln, err := httpserve.Listen(o.listen, o.allowRemote)
 	if err != nil {
-		return fail.Failedf("listen on %s: %v", o.listen, err)
+		return err
 	}
 	fmt.Fprintf(a.Err, "xmode mcp: serving MCP (streamable HTTP) on http://%s/mcp\n", ln.Addr())
 	if token == "" {

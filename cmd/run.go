@@ -17,6 +17,7 @@ import (
 	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/loop"
 	"github.com/xmode/xmode/plans"
+	"github.com/xmode/xmode/runview"
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
 )
@@ -547,7 +548,7 @@ func (a *App) runContinue(ctx context.Context, o runContinueOptions) error {
 // it failed, the reason when there was nothing to review.
 func runWhy(status, err string) string {
 	if status == store.RunNoChange {
-		return loop.NoChange
+		return runview.NoChange
 	}
 	return err
 }

@@ -350,7 +350,7 @@ func (a *App) execDetached(ctx context.Context, o execOptions) error {
 		return a.printJSON(svc.ViewStep(row))
 	}
 	fmt.Fprintln(a.Out, seq)
-	if row.State != sandbox.StepRunning {
+	if row.State != store.StateRunning {
 		// It could not start (127, 126), or it was that quick.
 		a.info("xmode: step %d (%s) has ended already: %s; `xmode sandbox logs %s %d --all` shows what it printed", seq, row.Name, stepExit(row), sess.ID, seq)
 		return nil

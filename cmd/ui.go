@@ -5,15 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/httpserve"
 	"github.com/xmode/xmode/ui"
 )
 
@@ -37,10 +36,14 @@ extend), project machines and their pools, Codex cloud tasks. It calls what
 the commands call, and keeps no state of its own. See docs/ui.md.
 
 It listens on loopback (--listen 127.0.0.1:0 picks a free port) and prints
-the URL with a token, as Jupyter does: the token becomes a cookie, and every
-request without it is refused. Another address only with --allow-remote (the
-traffic is plain HTTP: put it behind TLS or an SSH tunnel). --open opens the
-URL in a browser. Ctrl-C stops it.` + exitStatusHelp,
+the URL with a token, as Jupyter does: http://xmode-PORT.localhost:PORT/, a
+name of its own that browsers resolve to this machine, so that its cookie
+goes to no other local server. Opening the URL logs that browser in (a
+login of its own, for 12 hours or until Log out); every request without
+one is refused. Another address only with --allow-remote (the traffic is
+plain HTTP: put it behind TLS or an SSH tunnel); an empty host (:8765) is
+refused, as by ` + "`xmode mcp --listen`" + `. --open opens the URL in a browser.
+Ctrl-C stops it.` + exitStatusHelp,
 		Example: `  xmode ui
   xmode ui --open
   xmode ui --listen 127.0.0.1:8765`,
@@ -50,58 +53,47 @@ URL in a browser. Ctrl-C stops it.` + exitStatusHelp,
 	f := cmd.Flags()
 	f.StringVar(&o.listen, "listen", "127.0.0.1:0", "address to listen on (port 0: a free one)")
 	f.BoolVar(&o.open, "open", false, "open the URL in a browser (xdg-open)")
-	f.BoolVar(&o.allowRemote, "allow-remote", false, "allow --listen on an address that is not loopback")
+	f.BoolVar(&o.allowRemote, "allow-remote", false, "let --listen take an address other machines reach")
 	return a.setTraits(cmd, traits{interrupted: "stopped serving"})
 }
 
 func (a *App) runUI(ctx context.Context, o uiOptions) error {
-	host, _, err := net.SplitHostPort(o.listen)
-	if err != nil {
-		return fail.Usagef("--listen %q: give HOST:PORT, e.g. 127.0.0.1:8765 (%v)", o.listen, err)
-	}
-	loopback := host == "localhost"
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		loopback = true
-	}
-	if !loopback && !o.allowRemote {
-		return fail.Usagef("--listen %s is not a loopback address: whoever reaches it can try the token, over plain HTTP; add --allow-remote if that is what you want", o.listen)
+	if err := httpserve.CheckListen(o.listen, o.allowRemote); err != nil {
+		return err
 	}
 	svc, err := a.service(ctx, nil)
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", o.listen)
+	ln, err := httpserve.Listen(o.listen, o.allowRemote)
 	if err != nil {
-		return fail.Failedf("listen on %s: %v", o.listen, err)
+		return err
 	}
 	defer ln.Close()
+	host, _, _ := net.SplitHostPort(o.listen)
 	addr := ln.Addr().(*net.TCPAddr)
 	shown := host
+	remote := !httpserve.Loopback(host)
 	switch {
-	case host == "" || addr.IP.IsUnspecified():
+	case addr.IP.IsUnspecified():
 		shown, _ = os.Hostname()
 	case host != "localhost":
 		shown = addr.IP.String()
 	}
 	reach := net.JoinHostPort(shown, fmt.Sprint(addr.Port))
-	srv, err := ui.New(ui.Options{Svc: svc, Changes: changesOf(svc), Addr: reach, Remote: !loopback})
+	srv, err := ui.New(ui.Options{Svc: svc, Changes: changesOf(svc), Addr: reach, Remote: remote})
 	if err != nil {
 		return err
 	}
-	url := "http://" + reach + "/?token=" + srv.Token()
-	hs := &http.Server{
-		Handler:           srv,
-		ReadHeaderTimeout: 10 * time.Second,
-		// Handlers (a live log) end when xmode is asked to stop.
-		BaseContext: func(net.Listener) context.Context { return ctx },
-	}
+	url := srv.URL()
 	// The URL first: a reader of it that is already gone (| head with its
 	// line) ends xmode ui before it serves anyone (141, silently).
 	if _, err := fmt.Fprintln(a.Out, url); err != nil {
 		return err
 	}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	// Handlers (a live log) end when xmode is asked to stop.
+	go func() { served <- httpserve.Serve(ctx, ln, srv, httpserve.Options{Base: ctx}) }()
 	a.info("xmode ui: serving %s at the URL above; Ctrl-C stops it", svc.Cfg.StorageRoot)
 	if o.open {
 		page, err := a.openBrowser(svc.Cfg.StorageRoot, url)
@@ -112,15 +104,8 @@ func (a *App) runUI(ctx context.Context, o uiOptions) error {
 			defer os.Remove(page)
 		}
 	}
-	select {
-	case err := <-served:
+	if err := <-served; err != nil {
 		return fail.Failedf("serve %s: %v", reach, err)
-	case <-ctx.Done():
-	}
-	shut, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(shut); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
 	}
 	a.info("xmode ui: stopped")
 	return nil

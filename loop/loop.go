@@ -2,7 +2,7 @@
 // docs/agents.md, "The loop"): objective → plan → sandbox → evidence → change
 // request, recorded as a run. It only strings the other packages together:
 // sandbox creates and stops the session, plans runs the steps (agents among
-// them), and a ChangeRequester freezes what the sandbox ended with.
+// them), and changes freezes what the sandbox ended with.
 package loop
 
 import (
@@ -21,11 +21,6 @@ import (
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
 )
-
-// Status is a run's status as users see it. The store computes it (its
-// change request's review shows through, and a run of attempts shows its
-// best attempt's), so that `run show`, `run list` and the runs page agree.
-func Status(_ context.Context, r *store.LoopRun) string { return r.Status }
 
 // Loop runs the loop against one storage root.
 type Loop struct {
@@ -295,9 +290,6 @@ func runStatus(rep *plans.Report) int {
 	}
 	return rep.ExitCode
 }
-
-// NoChange is why a run ends no-change, as `xmode run` and `run show` say it.
-const NoChange = "every step passed, and the worktree has no change against its base commit: there is nothing to review"
 
 // outcome is how a run whose plan ran ends, and why (docs/agents.md, "The
 // loop"). A change request goes to review whatever the checks said — the

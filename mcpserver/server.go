@@ -27,6 +27,7 @@ import (
 
 	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/httpserve"
 	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
@@ -127,21 +128,14 @@ func (s *Server) HTTPHandler(token string) http.Handler {
 
 // ServeHTTP serves HTTPHandler on ln until ctx ends, then shuts down: no
 // new requests, and the calls in flight (their steps ended) get a few
-// seconds to answer.
+// seconds to answer. Deadlines, the connection cap and the shutdown are
+// httpserve's, as for `xmode ui`.
 func (s *Server) ServeHTTP(ctx context.Context, ln net.Listener, token string) error {
-	srv := &http.Server{Handler: s.HTTPHandler(token), ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
+	err := httpserve.Serve(ctx, ln, s.HTTPHandler(token), httpserve.Options{ShutdownGrace: 10 * time.Second})
+	if ctx.Err() != nil {
+		s.drain()
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(sctx)
-	s.drain()
-	return nil
+	return err
 }
 
 // RequireToken lets a request through to next only with "Authorization:
@@ -154,7 +148,7 @@ func RequireToken(token string, next http.Handler) http.Handler {
 		got := sha256.Sum256([]byte(strings.TrimSpace(given)))
 		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 || !ok || token == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="xmode mcp"`)
-			http.Error(w, "xmode mcp: this server needs its bearer token: send Authorization: Bearer <token> (the token is XMODE_MCP_TOKEN of the server, or the one it printed when it started)", http.StatusUnauthorized)
+			httpserve.Refuse(w, http.StatusUnauthorized, "xmode mcp: this server needs its bearer token: send Authorization: Bearer <token> (the token is XMODE_MCP_TOKEN of the server, or the one it printed when it started)")
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -167,27 +161,6 @@ func NewToken() string {
 	var b [32]byte
 	_, _ = rand.Read(b[:])
 	return base64.RawURLEncoding.EncodeToString(b[:])
-}
-
-// CheckListen checks --listen: a host and a port, and a loopback address
-// unless allowRemote and the address was given explicitly (":8080" and
-// "0.0.0.0:8080" listen everywhere: only the second, with --allow-remote).
-func CheckListen(addr string, allowRemote bool) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || port == "" {
-		return fail.Usagef("--listen %q: give HOST:PORT, e.g. 127.0.0.1:8765", addr)
-	}
-	if host == "" {
-		return fail.Usagef("--listen %q listens on every interface: give 127.0.0.1:%s for this machine (or an explicit address, e.g. 0.0.0.0:%s, with --allow-remote)", addr, port, port)
-	}
-	loopback := host == "localhost"
-	if ip := net.ParseIP(host); ip != nil {
-		loopback = ip.IsLoopback()
-	}
-	if !loopback && !allowRemote {
-		return fail.Usagef("--listen %s is reachable from other machines, and anyone who reaches it with the token runs commands as you: add --allow-remote if that is what you want (with a firewall, and TLS in front), or listen on 127.0.0.1:%s", addr, port)
-	}
-	return nil
 }
 
 // toolError is the message a failed tool call gives the model: what went

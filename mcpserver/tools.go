@@ -886,7 +886,7 @@ func (s *Server) stepStatus(ctx context.Context, _ *mcp.CallToolRequest, in step
 	if err != nil {
 		return nil, stepStatusOut{}, err
 	}
-	out := stepStatusOut{stepView: viewStep(row), Running: row.State == "running"}
+	out := stepStatusOut{stepView: viewStep(row), Running: row.Live(s.o.Sandbox.Now())}
 	if dir, err := evidence.StepDir(s.o.Sandbox.Guard, row.RunID, row.Seq, row.Name); err == nil {
 		out.Evidence, out.StdoutPath, out.StderrPath = dir, filepath.Join(dir, evidence.StdoutFile), filepath.Join(dir, evidence.StderrFile)
 	}
@@ -973,20 +973,26 @@ func (s *Server) stepLogs(ctx context.Context, _ *mcp.CallToolRequest, in logsIn
 	if limit == 0 || limit > LogsCap {
 		limit = LogsCap
 	}
-	sess, row, err := s.step(ctx, in.Session, in.Step)
+	_, row, err := s.step(ctx, in.Session, in.Step)
 	if err != nil {
 		return nil, logsOut{}, err
 	}
-	f, err := evidence.Open(s.o.Sandbox.Guard, sess.RunID, row.Seq, row.Name, file)
+	fw, err := evidence.Follow(s.o.Sandbox.Store, s.o.Sandbox.Guard, s.o.Sandbox.Now, row, file)
 	if err != nil {
 		return nil, logsOut{}, err
 	}
-	defer f.Close()
-	st, err := f.Stat()
+	defer fw.Close()
+	// Whether it has ended is asked before the log is read: then what is
+	// read is all there is.
+	ended, err := fw.Ended(ctx)
 	if err != nil {
 		return nil, logsOut{}, err
 	}
-	size := st.Size()
+	row = fw.Step()
+	size, err := fw.Size(0)
+	if err != nil {
+		return nil, logsOut{}, err
+	}
 	var off int64
 	if in.Offset != nil {
 		off = min(*in.Offset, size)
@@ -997,13 +1003,14 @@ func (s *Server) stepLogs(ctx context.Context, _ *mcp.CallToolRequest, in logsIn
 		}
 		off = max(0, size-min(tail, limit))
 	}
+	_ = fw.Seek(0, off)
 	buf := make([]byte, min(limit, size-off))
-	n, err := f.ReadAt(buf, off)
-	if err != nil && !errors.Is(err, io.EOF) {
+	n, err := fw.Read(0, buf)
+	if err != nil {
 		return nil, logsOut{}, err
 	}
 	out := logsOut{Step: row.Seq, Stream: in.Stream, State: row.State, Offset: off, NextOffset: off + int64(n), Size: size, Content: string(buf[:n])}
-	out.EOF = row.State != "running" && out.NextOffset >= size
+	out.EOF = ended && out.NextOffset >= size
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf("step %d %s, bytes %d-%d of %d (%s)%s\n%s",
 		out.Step, out.Stream, out.Offset, out.NextOffset, out.Size, out.State, map[bool]string{true: ", all of it", false: ""}[out.EOF], out.Content)}}}, out, nil
 }

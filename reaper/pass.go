@@ -21,9 +21,8 @@ const (
 	// `xmode reap --provision-grace` defaults to it too.
 	DefaultProvisionGrace = 15 * time.Minute
 	// DefaultStaleAfter: a step whose heartbeat is this old no longer runs
-	// (its exec process was killed); six missed heartbeats of sandbox's
-	// default interval, so a busy database cannot make a live step look dead.
-	DefaultStaleAfter = 30 * time.Second
+	// (store.StepStaleAfter, the one rule every front end applies).
+	DefaultStaleAfter = store.StepStaleAfter
 	// DefaultParallel teardowns at once: docker calls overlap, and the
 	// daemon is not flooded.
 	DefaultParallel = 16

@@ -337,7 +337,7 @@ func (r *Reaper) awaitEnd(ctx context.Context, st store.StepRow, stale time.Time
 	deadline := time.Now().Add(stepEndWait)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		row, err := r.Store.Step(ctx, st.RunID, st.Seq)
-		if err != nil || row.State != "running" || row.Gone(stale) {
+		if err != nil || row.State != store.StateRunning || row.Gone(stale) {
 			return
 		}
 		select {

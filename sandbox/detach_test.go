@@ -77,7 +77,7 @@ func TestExecDetached(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if row.State != StepRunning || !row.Detached || row.Owner == "" || row.Owner == proc.Self() {
+	if row.State != store.StateRunning || !row.Detached || row.Owner == "" || row.Owner == proc.Self() {
 		t.Fatalf("the background step's row: %+v; want running, detached, owned by its supervisor", row)
 	}
 	dir, err := evidence.StepDir(svc.Guard, sess.RunID, seq, "serve")

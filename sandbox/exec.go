@@ -202,7 +202,7 @@ func newTag() string {
 
 // HeartbeatInterval is how often a running step renews its lease
 // (steps.heartbeat_at). The reaper leaves an expired session alone while one
-// of its steps has a fresh heartbeat (reaper.DefaultStaleAfter is six of
+// of its steps has a fresh heartbeat (store.StepStaleAfter is six of
 // these), and reaps it once the step has finished or its heartbeat stopped.
 var HeartbeatInterval = 5 * time.Second
 

@@ -9,13 +9,8 @@ import (
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
-	"github.com/xmode/xmode/reaper"
 	"github.com/xmode/xmode/store"
 )
-
-// StepRunning is a step's state while it runs (docs/reference.md, "Step
-// state"); store.StepRow.State.
-const StepRunning = "running"
 
 // Step is step seq of the session as the store records it: its state
 // (running, finished or lost), its status once it ended, whether it runs in
@@ -106,7 +101,7 @@ func (s *Service) KillStep(ctx context.Context, sess *store.Session, seq int, si
 	if err != nil {
 		return err
 	}
-	if row.State != StepRunning {
+	if row.State != store.StateRunning {
 		return notRunning(row)
 	}
 	if row.Tag == "" {
@@ -135,13 +130,13 @@ func (s *Service) KillStep(ctx context.Context, sess *store.Session, seq int, si
 	if err := engine.SignalStep(ctx, provider, sess.Sandbox(), row.Tag, sig, grace); err != nil {
 		return err
 	}
-	stale := func() time.Time { return s.Now().Add(-reaper.DefaultStaleAfter) }
+	stale := func() time.Time { return s.Now().Add(-store.StepStaleAfter) }
 	deadline := time.Now().Add(killRecordWait)
 	for {
 		if row, err = s.Store.Step(ctx, row.RunID, row.Seq); err != nil {
 			return err
 		}
-		if row.State != StepRunning {
+		if row.State != store.StateRunning {
 			return nil
 		}
 		if row.Gone(stale()) {
@@ -168,7 +163,7 @@ func notRunning(r store.StepRow) error {
 	switch {
 	case r.ExitCode != nil:
 		how = "finished: exit " + strconv.Itoa(*r.ExitCode)
-	case r.State == "lost":
+	case r.State == store.StateLost:
 		how = "lost: " + r.LostReason
 	}
 	return fail.Refusedf("step %d (%s) is not running (%s)", r.Seq, r.Name, how)

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -318,7 +319,7 @@ func (s *Store) ForgetRun(ctx context.Context, runID string) error {
 type RunQuery struct {
 	Status string // the status as users see it (RunSummary.Status); "" any
 	User   string // only runs with a session of this user
-	All    bool   // also the runs of plain sandboxes (no objective)
+	All    bool   // also the runs no session made (a warm pool's entries)
 	Before *RunCursor
 	Limit  int
 }
@@ -331,34 +332,48 @@ type RunCursor struct {
 
 // RunSummary is a run as a list of runs shows it: the run, the status
 // users see (its change request's review applied, and a running run whose
-// xmode is gone failed: loop.Status, scanRun), its sessions, its latest
+// xmode is gone failed: runview.Status, scanRun), its sessions, its latest
 // change request and who ran it.
 type RunSummary struct {
 	*LoopRun
 	Sessions []string
 	User     string
+	// SessionTitle and Origin are its first session's: what it was made
+	// for and what made it (OriginCLI, OriginMCP).
+	SessionTitle, Origin string
 	// CRStatus is the change request's status ("" without one).
 	CRStatus string
 }
 
 // RunsPage returns up to q.Limit runs and, when more follow, the cursor of
-// the next page. One query per page: sessions, user and change request
-// come from subqueries on their indexes.
+// the next page. One query per page: the page's runs are chosen first (the
+// filters, the order, the limit: no runs table index serves every run a
+// session made, so they are sorted), and only then are their sessions,
+// user, title and change request read, from subqueries on their indexes,
+// for the page's runs alone.
 func (s *Store) RunsPage(ctx context.Context, q RunQuery) ([]*RunSummary, *RunCursor, error) {
 	if q.Limit <= 0 {
 		q.Limit = 50
 	}
-	base := `SELECT ` + runCols + `,
+	const crOf = `LEFT JOIN change_requests c ON c.id = coalesce(nullif(r.cr_id, ''),
+			(SELECT id FROM change_requests WHERE run_id = r.id ORDER BY number DESC LIMIT 1))`
+	const firstSession = `FROM sessions WHERE run_id = r.id ORDER BY created_at, id LIMIT 1`
+	outer := `SELECT ` + runCols + `,
 		coalesce((SELECT group_concat(id, ' ') FROM (SELECT id FROM sessions WHERE run_id = r.id ORDER BY created_at, id)), ''),
-		coalesce((SELECT user FROM sessions WHERE run_id = r.id ORDER BY created_at, id LIMIT 1), ''),
+		coalesce((SELECT json_array(user, title, origin) ` + firstSession + `), '[]'),
 		coalesce(c.id, ''), coalesce(c.status, '')
-		FROM runs r
-		LEFT JOIN change_requests c ON c.id = coalesce(nullif(r.cr_id, ''),
-			(SELECT id FROM change_requests WHERE run_id = r.id ORDER BY number DESC LIMIT 1))
-		WHERE 1=1`
+		FROM (%s) page JOIN runs r ON r.id = page.id ` + crOf + `
+		ORDER BY r.created_at DESC, r.id`
+	// The status users see is shownStatus, in SQL, for the filter; scanRun
+	// then applies the one rule SQL cannot know (a running run whose xmode
+	// is gone).
+	base := `SELECT r.id FROM runs r WHERE 1=1`
 	var args []any
 	if !q.All {
-		base += ` AND r.status != '' AND r.parent_run = ''`
+		// Runs of the loop, and the runs sessions made (the CLI's, an MCP
+		// client's); not a warm pool's, which are nobody's yet; not an
+		// attempt's or a continuation's, listed under their run.
+		base += ` AND (r.status != '' OR r.id IN (SELECT run_id FROM sessions)) AND r.parent_run = ''`
 	}
 	switch q.Status {
 	case "":
@@ -389,7 +404,7 @@ func (s *Store) RunsPage(ctx context.Context, q RunQuery) ([]*RunSummary, *RunCu
 		}
 		qs += ` ORDER BY r.created_at DESC, r.id LIMIT ?`
 		qa = append(qa, batch)
-		got, last, err := s.runSummaries(ctx, qs, qa...)
+		got, last, err := s.runSummaries(ctx, fmt.Sprintf(outer, qs), qa...)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -421,10 +436,15 @@ func (s *Store) runSummaries(ctx context.Context, q string, args ...any) ([]*Run
 	var last *RunCursor
 	for rows.Next() {
 		var rs RunSummary
-		var sessions, crID string
-		r, err := scanRun(rowWith{rows, []any{&sessions, &rs.User, &crID, &rs.CRStatus}})
+		var sessions, first, crID string
+		r, err := scanRun(rowWith{rows, []any{&sessions, &first, &crID, &rs.CRStatus}})
 		if err != nil {
 			return nil, nil, err
+		}
+		// The first session's user, title and origin, in one subquery.
+		var f []string
+		if json.Unmarshal([]byte(first), &f) == nil && len(f) == 3 {
+			rs.User, rs.SessionTitle, rs.Origin = f[0], f[1], f[2]
 		}
 		rs.LoopRun = r
 		last = &RunCursor{CreatedAt: r.CreatedAt, ID: r.ID}

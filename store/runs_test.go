@@ -89,16 +89,28 @@ func TestRunsPage(t *testing.T) {
 		}
 	}
 
-	// Pages of 3, newest first, loop runs only.
+	// A run no session made (a warm pool's entry): only with All.
+	pooled := NewRunID()
+	if _, err := s.db.Exec(`INSERT INTO runs (id, created_at, repo, ref, project) VALUES (?, ?, '', '', '')`, pooled, millis(base.Add(time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec(`UPDATE sessions SET title = 'Fix the flaky test', origin = 'mcp' WHERE run_id = ?`, plain.RunID); err != nil {
+		t.Fatal(err)
+	}
+
+	// Pages of 3, newest first: the loop's runs and the runs sessions made.
 	p1, next, rows := page(RunQuery{Limit: 3})
-	eq("page 1", p1, []string{ids[6], ids[5], ids[4]})
-	if next == nil || rows[0].User != "alice" || len(rows[0].Sessions) != 1 {
-		t.Fatalf("page 1: next %v, first %+v", next, rows[0])
+	eq("page 1", p1, []string{plain.RunID, ids[6], ids[5]})
+	if next == nil || rows[1].User != "alice" || len(rows[1].Sessions) != 1 || rows[1].Origin != OriginCLI || rows[1].SessionTitle != "" {
+		t.Fatalf("page 1: next %v, a loop run %+v", next, rows[1])
+	}
+	if rows[0].CR != crPlain.ID || rows[0].Status != "" || rows[0].SessionTitle != "Fix the flaky test" || rows[0].Origin != OriginMCP || rows[0].User != "alice" {
+		t.Fatalf("a session's run: %+v", rows[0])
 	}
 	p2, next, _ := page(RunQuery{Limit: 3, Before: next})
-	eq("page 2", p2, []string{ids[3], ids[2], ids[1]})
+	eq("page 2", p2, []string{ids[4], ids[3], ids[2]})
 	p3, next, _ := page(RunQuery{Limit: 3, Before: next})
-	eq("page 3", p3, []string{ids[0]})
+	eq("page 3", p3, []string{ids[1], ids[0]})
 	if next != nil {
 		t.Fatalf("a cursor after the last page: %v", next)
 	}
@@ -124,13 +136,13 @@ func TestRunsPage(t *testing.T) {
 		t.Fatalf("running: a cursor after the last page")
 	}
 
-	// By user, and with plain sandboxes.
+	// By user, and with the runs no session made.
 	got, _, _ = page(RunQuery{User: "bob"})
 	eq("bob", got, []string{ids[5], ids[3], ids[1]})
-	got, _, rows = page(RunQuery{All: true, Limit: 1})
-	eq("all", got, []string{plain.RunID})
-	if rows[0].CR != crPlain.ID || rows[0].Status != "" {
-		t.Fatalf("a plain sandbox's run: %+v", rows[0])
+	got, _, rows = page(RunQuery{All: true, Limit: 2})
+	eq("all", got, []string{pooled, plain.RunID})
+	if len(rows[0].Sessions) != 0 || rows[0].User != "" || rows[0].Origin != "" {
+		t.Fatalf("a run no session made: %+v", rows[0])
 	}
 }
 

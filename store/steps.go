@@ -14,6 +14,18 @@ import (
 	"github.com/xmode/xmode/internal/proc"
 )
 
+// A step's states (docs/reference.md, "Step state"): StepRow.State.
+const (
+	StateRunning  = "running"  // its xmode runs it, or did until it died
+	StateFinished = "finished" // its xmode recorded its end
+	StateLost     = "lost"     // its xmode was gone, and the reaper (or a kill) recorded it so
+)
+
+// StepStaleAfter: a running step whose heartbeat is this old has lost its
+// xmode (its exec process was killed): six missed heartbeats of sandbox's
+// default interval, so a busy database cannot make a live step look dead.
+const StepStaleAfter = 30 * time.Second
+
 // StepRow is a step as the store keeps it.
 type StepRow struct {
 	RunID      string
@@ -260,6 +272,14 @@ func (s *Store) AllRunningSteps(ctx context.Context) ([]StepRow, error) {
 // before staleBefore, or its owner process has certainly ended.
 func (r StepRow) Gone(staleBefore time.Time) bool {
 	return !r.Heartbeat.After(staleBefore) || r.Owner != "" && proc.Gone(r.Owner)
+}
+
+// Live reports whether the step still runs at now: recorded running, and
+// its xmode not gone (StepStaleAfter). A step that is not live has ended,
+// or will be recorded lost: its logs will not grow. Every front end asks
+// this one question (the CLI, MCP, the UI, the log follower).
+func (r StepRow) Live(now time.Time) bool {
+	return r.State == StateRunning && !r.Gone(now.Add(-StepStaleAfter))
 }
 
 // LoseStep finishes a running step whose xmode is gone as lost, with the

@@ -6,12 +6,14 @@ import (
 	"html/template"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
+	"github.com/xmode/xmode/runview"
 	"github.com/xmode/xmode/store"
 )
 
@@ -73,6 +75,10 @@ type crData struct {
 	Reviews   []reviewView
 	Done      string
 	Run       *store.LoopRun
+	Checks    *runview.Checks
+	// ExportRepo prefills the export form: the repository the session was
+	// made from, when it is a path on this machine.
+	ExportRepo string
 	// Links of the page: built from IDs and numbers only.
 	UnifiedURL, SplitURL, NextURL, FirstURL template.URL
 }
@@ -121,9 +127,15 @@ func (s *Server) crPage(r *http.Request) (*view, error) {
 				d.Passed++
 			}
 		}
+		if d.Checks, err = runview.LoadChecks(ctx, s.o.Svc.Store, p.RunID, d.Ev); err != nil {
+			return nil, err
+		}
 	}
 	if run, err := s.o.Svc.Store.ResolveRun(ctx, p.RunID); err == nil && run.ID == p.RunID {
 		d.Run = run
+	}
+	if sess, err := s.o.Svc.Store.Get(ctx, p.SessionID); err == nil && filepath.IsAbs(sess.Repo) {
+		d.ExportRepo = sess.Repo
 	}
 	for _, rv := range p.Reviews {
 		v := reviewView{Review: rv}
@@ -305,12 +317,12 @@ func (s *Server) export(r *http.Request) (*view, error) {
 func (s *Server) patchFile(w http.ResponseWriter, r *http.Request) {
 	p, err := s.loadCR(r)
 	if err != nil {
-		s.errorPage(w, err)
+		s.errorPage(w, r, err)
 		return
 	}
 	f, size, err := s.o.Changes.OpenFile(p, changes.PatchFile)
 	if err != nil {
-		s.errorPage(w, err)
+		s.errorPage(w, r, err)
 		return
 	}
 	defer f.Close()

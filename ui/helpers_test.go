@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/gitcli/gittest"
+	"github.com/xmode/xmode/internal/httpserve"
 	_ "github.com/xmode/xmode/providers/local" // the host engine
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
@@ -35,7 +38,8 @@ type fixture struct {
 	svc  *sandbox.Service
 	cs   *changes.Service
 	srv  *Server
-	base string // http://127.0.0.1:PORT
+	base string // http://xmode-PORT.localhost:PORT
+	csrf string // the CSRF token of client's last login
 }
 
 func newFixture(t testing.TB) *fixture {
@@ -81,7 +85,7 @@ func write(t testing.TB, path, body string) {
 
 // serve starts the UI on a loopback port, as cmd's runUI does.
 func (f *fixture) serve() {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := httpserve.Listen("127.0.0.1:0", false)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -89,16 +93,26 @@ func (f *fixture) serve() {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	f.srv, f.base = srv, "http://"+ln.Addr().String()
+	f.srv, f.base = srv, "http://"+srv.Name()
 	ctx, cancel := context.WithCancel(context.Background())
-	hs := &http.Server{Handler: srv, BaseContext: func(net.Listener) context.Context { return ctx }}
-	go hs.Serve(ln)
+	done := make(chan error, 1)
+	go func() { done <- httpserve.Serve(ctx, ln, srv, httpserve.Options{Base: ctx}) }()
 	f.t.Cleanup(func() {
 		cancel()
-		shut, done := context.WithTimeout(context.Background(), 5*time.Second)
-		defer done()
-		hs.Shutdown(shut)
+		<-done
 	})
+}
+
+// localTransport resolves *.localhost to loopback, as browsers and curl
+// do (Go's resolver asks DNS, which does not know them).
+func localTransport() *http.Transport {
+	d := &net.Dialer{Timeout: 10 * time.Second}
+	return &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if host, port, err := net.SplitHostPort(addr); err == nil && strings.HasSuffix(host, ".localhost") {
+			addr = net.JoinHostPort("127.0.0.1", port)
+		}
+		return d.DialContext(ctx, network, addr)
+	}}
 }
 
 // session makes a session of the repository on the host engine.
@@ -140,21 +154,30 @@ func (f *fixture) changeRequest(s *store.Session, title string, files map[string
 	return p
 }
 
-// client is a browser-like HTTP client logged in with the token.
+// client is a browser-like HTTP client logged in with the token; f.csrf
+// is its login's CSRF token, as its pages carry it.
 func (f *fixture) client() *http.Client {
 	f.t.Helper()
 	jar, _ := cookiejar.New(nil)
-	c := &http.Client{Jar: jar, Timeout: 30 * time.Second}
+	c := &http.Client{Jar: jar, Timeout: 30 * time.Second, Transport: localTransport()}
 	resp, err := c.Get(f.base + "/?token=" + f.srv.Token())
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || resp.Request.URL.RawQuery != "" {
 		f.t.Fatalf("log in: %d at %s", resp.StatusCode, resp.Request.URL)
 	}
+	m := csrfField.FindSubmatch(b)
+	if m == nil {
+		f.t.Fatalf("the page after logging in has no CSRF token")
+	}
+	f.csrf = string(m[1])
 	return c
 }
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
 
 // noRedirect is a client that shows redirects instead of following them.
 func noRedirect(c *http.Client) *http.Client {

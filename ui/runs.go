@@ -16,8 +16,7 @@ import (
 	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
-	"github.com/xmode/xmode/loop"
-	"github.com/xmode/xmode/plans"
+	"github.com/xmode/xmode/runview"
 	"github.com/xmode/xmode/store"
 )
 
@@ -28,7 +27,7 @@ var runStatuses = []string{store.RunRunning, store.RunReview, store.RunNoChange,
 const runsPerPage = 50
 
 type runsData struct {
-	Runs         []*store.RunSummary
+	Runs         []*runview.RunItem
 	Status, User string
 	All          bool
 	Statuses     []string
@@ -52,7 +51,7 @@ func (s *Server) runsPage(r *http.Request) (*view, error) {
 		}
 		rq.Before, d.Paged = cur, true
 	}
-	runs, next, err := s.o.Svc.Store.RunsPage(r.Context(), rq)
+	runs, next, err := runview.Runs(r.Context(), s.o.Svc.Store, rq)
 	if err != nil {
 		return nil, err
 	}
@@ -93,41 +92,24 @@ func contains(list []string, s string) bool {
 }
 
 // loadRun is the run a URL names: an exact, well-formed ID, or not found.
-func (s *Server) loadRun(r *http.Request) (*store.LoopRun, error) {
-	id := r.PathValue("run")
-	if !fsguard.ValidID("run_", id) {
-		return nil, fail.NotFoundf("no such run: run IDs look like run_7k2m9q4x")
-	}
-	run, err := s.o.Svc.Store.ResolveRun(r.Context(), id)
-	if err != nil {
-		return nil, err
-	}
-	if run.ID != id {
-		return nil, fail.NotFoundf("no run %s", id)
-	}
-	return run, nil
+func (s *Server) loadRun(r *http.Request) (*runview.Run, error) {
+	return runview.LoadRun(r.Context(), s.o.Svc.Store, r.PathValue("run"), s.now())
 }
 
 type runData struct {
-	Run      *store.LoopRun
-	Status   string
-	Why      string
-	Plan     *plans.Plan
-	Sessions []*store.Session
+	*runview.Run
 	Steps    []*stepView
 	Timeline *timeline
-	CRs      []*store.Change
 }
 
-// stepView is a step on the run page.
+// stepView is a step on a page: the read model's, its logs and its
+// agent's summary.
 type stepView struct {
-	store.StepRow
-	Class, Exit, Duration string
-	Command               string
-	Running               bool
-	Out, Err              *logView
-	Agent                 *evidence.Agent
-	AgentErr              string
+	runview.Step
+	Duration string
+	Out, Err *logView
+	Agent    *evidence.Agent
+	AgentErr string
 }
 
 // logView is a part of a step's log, rendered.
@@ -144,6 +126,7 @@ type logView struct {
 	HasNext  bool
 	StepPath string
 	State    string // the id of the step's status badge, which the live stream updates
+	Seq      int
 }
 
 // Bounds of the logs a page shows.
@@ -158,59 +141,31 @@ const (
 // their logs (growing live while a step runs), the agent's summary and the
 // change requests.
 func (s *Server) runPage(r *http.Request) (*view, error) {
-	ctx := r.Context()
 	run, err := s.loadRun(r)
 	if err != nil {
 		return nil, err
 	}
-	st := s.o.Svc.Store
-	d := &runData{Run: run}
-	d.Status = loop.Status(ctx, run)
-	if d.Status == store.RunNoChange {
-		d.Why = loop.NoChange
-	} else if d.Status == store.RunFailed {
-		d.Why = run.Error
-	}
-	if run.Plan != "" {
-		var p plans.Plan
-		if json.Unmarshal([]byte(run.Plan), &p) == nil {
-			d.Plan = &p
-		}
-	}
-	if d.Sessions, err = st.RunSessions(ctx, run.ID); err != nil {
-		return nil, err
-	}
-	rows, err := st.Steps(ctx, run.ID)
-	if err != nil {
-		return nil, err
-	}
-	now := s.now()
-	d.Timeline = buildTimeline(rows, now)
+	d := &runData{Run: run, Timeline: buildTimeline(run.Steps)}
 	budget := int64(runPageLogs)
-	for i := len(rows) - 1; i >= 0; i-- { // the last steps' logs first
-		v := s.stepView(rows[i], now)
+	for i := len(run.Steps) - 1; i >= 0; i-- { // the last steps' logs first
+		v := viewOf(run.Steps[i])
 		if budget > 0 {
-			v.Out = s.logTail(rows[i], evidence.StdoutFile, v.Running)
-			v.Err = s.logTail(rows[i], evidence.StderrFile, v.Running)
+			v.Out = s.logTail(v.StepRow, evidence.StdoutFile, v.Live)
+			v.Err = s.logTail(v.StepRow, evidence.StderrFile, v.Live)
 			budget -= v.Out.End - v.Out.From + v.Err.End - v.Err.From
 		}
 		s.agentSummary(v)
 		d.Steps = append([]*stepView{v}, d.Steps...)
 	}
-	if d.CRs, err = st.ListChanges(ctx, store.ChangeFilter{RunID: run.ID}); err != nil {
-		return nil, err
-	}
 	return &view{tmpl: "run.html", title: "Run " + run.ID, nav: "runs", data: d}, nil
 }
 
+func viewOf(st runview.Step) *stepView {
+	return &stepView{Step: st, Duration: shortDuration(st.Duration)}
+}
+
 func (s *Server) stepView(row store.StepRow, now time.Time) *stepView {
-	v := &stepView{StepRow: row, Class: stepClass(row), Exit: stepExitText(row), Command: strings.Join(row.Argv, " ")}
-	v.Running = row.State == "running" && !row.Gone(now.Add(-30*time.Second))
-	if !v.Running && row.State == "running" {
-		v.Class, v.Exit = "lost", "its xmode is gone"
-	}
-	v.Duration = shortDuration(stepEnd(row, now).Sub(row.StartedAt))
-	return v
+	return viewOf(runview.ViewStep(row, now))
 }
 
 // agentSummary reads the agent's summary of an agent step from result.json
@@ -255,7 +210,7 @@ func streamName(file string) string { return strings.TrimSuffix(file, ".log") }
 
 // logTail is the end of a log (runPageTail bytes, from a line's start).
 func (s *Server) logTail(row store.StepRow, file string, running bool) *logView {
-	lv := &logView{Stream: streamName(file), StepPath: stepPath(row), State: "state-" + strconv.Itoa(row.Seq)}
+	lv := &logView{Stream: streamName(file), StepPath: stepPath(row), State: "state-" + strconv.Itoa(row.Seq), Seq: row.Seq}
 	f, size, err := s.openLog(row, file)
 	if err != nil {
 		lv.Missing = err.Error()
@@ -347,7 +302,7 @@ func (s *Server) stepPage(r *http.Request) (*view, error) {
 	}
 	v := s.stepView(row, s.now())
 	s.agentSummary(v)
-	lv := &logView{Stream: streamName(file), StepPath: stepPath(row)}
+	lv := &logView{Stream: streamName(file), StepPath: stepPath(row), Seq: row.Seq}
 	f, size, err := s.openLog(row, file)
 	if err != nil {
 		lv.Missing = err.Error()
@@ -362,10 +317,10 @@ func (s *Server) stepPage(r *http.Request) (*view, error) {
 		}
 	}
 	from = min(from, size)
-	s.readLog(f, lv, from, min(size, from+logPage), v.Running, false)
+	s.readLog(f, lv, from, min(size, from+logPage), v.Live, false)
 	lv.HasNext = lv.End < size
 	lv.Prev, lv.HasPrev = max(0, from-logPage), from > 0
-	if v.Running && !lv.HasNext {
+	if v.Live && !lv.HasNext {
 		lv.Live = liveURL(row, lv.Stream, lv.End)
 	}
 	return &view{tmpl: "step.html", title: fmt.Sprintf("Step %d", row.Seq), nav: "runs", data: &stepData{v, lv}}, nil

@@ -8,6 +8,7 @@
 package ui
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"embed"
@@ -25,6 +26,8 @@ import (
 
 	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/fsguard"
+	"github.com/xmode/xmode/internal/httpserve"
 	"github.com/xmode/xmode/sandbox"
 )
 
@@ -35,27 +38,29 @@ var embedded embed.FS
 type Options struct {
 	Svc     *sandbox.Service
 	Changes *changes.Service
-	// Addr is the host:port the server listens on: requests must name it
-	// (or localhost with its port) in Host, so a page of another site that
-	// rebinds a name to 127.0.0.1 is refused.
+	// Addr is the host:port the server listens on. On loopback it answers
+	// to a name of its own, xmode-PORT.localhost:PORT (browsers resolve
+	// *.localhost to loopback themselves), so its cookie goes to no other
+	// server on this machine; a request to 127.0.0.1:PORT or
+	// localhost:PORT is sent there, and one naming any other host (a page
+	// of another site that rebinds a name to 127.0.0.1) is refused.
 	Addr string
 	// Remote: it listens beyond loopback (--allow-remote), reached by
 	// names the server cannot know; the Host check is off.
 	Remote bool
-	// Token is what the URL carries the first time; "" makes a random one.
+	// Token is what the URL carries to log in; "" makes a random one.
 	Token string
 }
 
 // Server is the web app's handler.
 type Server struct {
-	o       Options
-	token   string
-	cookie  string // the cookie's name: one per port, as cookies ignore ports
-	session string // the cookie's value
-	csrf    string // the forms' token
-	hosts   map[string]bool
-	mux     *http.ServeMux
-	hl      highlighter
+	o      Options
+	token  string
+	name   string          // the host:port the server answers to
+	alias  map[string]bool // hosts sent to name (loopback spellings of it)
+	logins *logins
+	mux    *http.ServeMux
+	hl     highlighter
 
 	tmplOnce sync.Once
 	tmpl     map[string]*template.Template
@@ -64,7 +69,7 @@ type Server struct {
 
 // New makes a server for o.
 func New(o Options) (*Server, error) {
-	s := &Server{o: o, token: o.Token, session: randomHex(32), csrf: randomHex(32)}
+	s := &Server{o: o, token: o.Token, logins: newLogins()}
 	if s.token == "" {
 		s.token = randomHex(24)
 	}
@@ -72,10 +77,13 @@ func New(o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ui address %q: %w", o.Addr, err)
 	}
-	s.cookie = "xmode_ui_" + port
-	s.hosts = map[string]bool{o.Addr: true, "localhost:" + port: true, "127.0.0.1:" + port: true, "[::1]:" + port: true}
-	if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
-		s.hosts["["+host+"]:"+port] = true
+	s.name = o.Addr
+	if !o.Remote {
+		s.name = "xmode-" + port + ".localhost:" + port
+		s.alias = map[string]bool{o.Addr: true, "localhost:" + port: true, "127.0.0.1:" + port: true, "[::1]:" + port: true}
+		if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
+			s.alias["["+host+"]:"+port] = true
+		}
 	}
 	s.routes()
 	return s, nil
@@ -85,8 +93,14 @@ func New(o Options) (*Server, error) {
 // tests' clock under test), so ages and expiries agree with the commands.
 func (s *Server) now() time.Time { return s.o.Svc.Now() }
 
-// Token is the one-time token of the URL `xmode ui` prints.
+// Token is the token of the URL `xmode ui` prints.
 func (s *Server) Token() string { return s.token }
+
+// URL is the address to open: the server's own name, with the token.
+func (s *Server) URL() string { return "http://" + s.name + "/?token=" + s.token }
+
+// Name is the host:port the server answers to.
+func (s *Server) Name() string { return s.name }
 
 func randomHex(n int) string {
 	b := make([]byte, n)
@@ -102,8 +116,9 @@ func randomHex(n int) string {
 const csp = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; " +
 	"base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
 
-// ServeHTTP checks every request — the Host, the token or cookie, and for
-// a POST its origin and CSRF token — before any handler sees it.
+// ServeHTTP checks every request — the Host, the token or the login's
+// cookie, and for a POST its origin and the login's CSRF token — before
+// any handler sees it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", csp)
@@ -113,23 +128,30 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cross-Origin-Opener-Policy", "same-origin")
 	h.Set("Cross-Origin-Resource-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
-	if !s.o.Remote && !s.hosts[r.Host] {
-		s.refuse(w, http.StatusMisdirectedRequest, "this server answers to "+s.o.Addr+" only")
+	if !s.o.Remote && r.Host != s.name {
+		if s.alias[r.Host] && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			// Its own name, so that no cookie is ever set for 127.0.0.1,
+			// which every other server on this machine would be sent.
+			to := url.URL{Scheme: "http", Host: s.name, Path: r.URL.Path, RawQuery: r.URL.RawQuery}
+			http.Redirect(w, r, to.String(), http.StatusTemporaryRedirect)
+			return
+		}
+		s.refuse(w, http.StatusMisdirectedRequest, "this server answers to http://"+s.name+" only")
 		return
 	}
 	if tok := r.URL.Query().Get("token"); tok != "" || r.URL.Query().Has("token") {
 		s.login(w, r, tok)
 		return
 	}
-	c, err := r.Cookie(s.cookie)
-	if err != nil || subtle.ConstantTimeCompare([]byte(c.Value), []byte(s.session)) != 1 {
-		s.refuse(w, http.StatusUnauthorized, "open the URL `xmode ui` printed: it carries the token this server needs")
+	l := s.logins.find(r)
+	if l == nil {
+		s.refuse(w, http.StatusUnauthorized, "open the URL `xmode ui` printed: it carries the token this server needs (a login ends after "+loginTTL.String()+", and with Log out)")
 		return
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
 	case http.MethodPost:
-		if err := s.checkPost(r); err != nil {
+		if err := s.checkPost(r, l); err != nil {
 			s.refuse(w, http.StatusForbidden, err.Error())
 			return
 		}
@@ -138,12 +160,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, http.StatusMethodNotAllowed, r.Method+" is not a method this server takes")
 		return
 	}
-	s.mux.ServeHTTP(w, r)
+	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), loginKey{}, l)))
 }
 
-// login trades the URL's token for the session cookie, then sends the
-// browser to the same page without it, so the token leaves the address
-// bar and is in no Referer.
+// login trades the URL's token for a login of its own — a fresh random
+// session, kept on the server with its CSRF token and an expiry — then
+// sends the browser to the same page without the token, so that it leaves
+// the address bar and is in no Referer.
 func (s *Server) login(w http.ResponseWriter, r *http.Request, tok string) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		s.refuse(w, http.StatusMethodNotAllowed, "the token is given with GET")
@@ -153,7 +176,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request, tok string) {
 		s.refuse(w, http.StatusUnauthorized, "wrong token: open the URL `xmode ui` printed")
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: s.cookie, Value: s.session, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, s.logins.add())
 	q := r.URL.Query()
 	q.Del("token")
 	to := url.URL{Path: r.URL.Path, RawQuery: q.Encode()}
@@ -163,9 +186,17 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request, tok string) {
 	http.Redirect(w, r, to.String(), http.StatusSeeOther)
 }
 
+// logout ends the request's login on the server: its cookie and its CSRF
+// token are good for nothing from then on.
+func (s *Server) logout(w http.ResponseWriter, r *http.Request) {
+	s.logins.remove(loginOf(r))
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	s.render(w, r, http.StatusOK, &view{tmpl: "loggedout.html", title: "Logged out"})
+}
+
 // checkPost refuses a state-changing request from another origin, or
-// without the forms' CSRF token.
-func (s *Server) checkPost(r *http.Request) error {
+// without the CSRF token of the request's login.
+func (s *Server) checkPost(r *http.Request, l *login) error {
 	self := "http://" + r.Host
 	switch origin := r.Header.Get("Origin"); {
 	case origin != "":
@@ -182,17 +213,16 @@ func (s *Server) checkPost(r *http.Request) error {
 	if err := r.ParseForm(); err != nil {
 		return fmt.Errorf("the form does not parse: %v", err)
 	}
-	if subtle.ConstantTimeCompare([]byte(r.PostForm.Get("csrf")), []byte(s.csrf)) != 1 {
+	if subtle.ConstantTimeCompare([]byte(r.PostForm.Get("csrf")), []byte(l.csrf)) != 1 {
 		return errors.New("the form's CSRF token is missing or wrong: reload the page and try again")
 	}
 	return nil
 }
 
-// refuse answers a request the checks refused: a short page, no data.
+// refuse answers a request the checks refused: a short page, no data, and
+// the connection closed.
 func (s *Server) refuse(w http.ResponseWriter, code int, why string) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.WriteHeader(code)
-	fmt.Fprintf(w, "xmode ui: %s\n", why)
+	httpserve.Refuse(w, code, "xmode ui: "+why)
 }
 
 // routes: GET pages and POST actions; an action never answers GET.
@@ -218,6 +248,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /machines/{project}", s.page(s.machinePage))
 	m.HandleFunc("GET /cloud", s.page(s.cloudPage))
 	m.HandleFunc("GET /cloud/{session}", s.page(s.cloudTaskPage))
+	m.HandleFunc("POST /logout", s.logout)
 	s.mux = m
 }
 
@@ -229,7 +260,7 @@ func Routes() []string {
 		"GET /runs/{run}/steps/{seq}", "GET /runs/{run}/steps/{seq}/live", "GET /crs", "GET /crs/{cr}",
 		"GET /crs/{cr}/patch", "POST /crs/{cr}/review", "POST /crs/{cr}/export", "GET /sessions",
 		"GET /sessions/{session}", "POST /sessions/{session}/stop", "POST /sessions/{session}/extend",
-		"GET /machines", "GET /machines/{project}", "GET /cloud", "GET /cloud/{session}",
+		"GET /machines", "GET /machines/{project}", "GET /cloud", "GET /cloud/{session}", "POST /logout",
 	}
 }
 
@@ -263,18 +294,19 @@ func (s *Server) page(fn func(r *http.Request) (*view, error)) http.HandlerFunc 
 	return func(w http.ResponseWriter, r *http.Request) {
 		v, err := fn(r)
 		if err != nil {
-			s.errorPage(w, err)
+			s.errorPage(w, r, err)
 			return
 		}
 		if v.redirect != "" {
 			http.Redirect(w, r, v.redirect, http.StatusSeeOther)
 			return
 		}
-		s.render(w, http.StatusOK, v)
+		s.render(w, r, http.StatusOK, v)
 	}
 }
 
-// layoutData is what every page's template gets.
+// layoutData is what every page's template gets: CSRF is the token of
+// the request's login ("" when logged out).
 type layoutData struct {
 	Title string
 	Nav   string
@@ -282,7 +314,7 @@ type layoutData struct {
 	Data  any
 }
 
-func (s *Server) render(w http.ResponseWriter, code int, v *view) {
+func (s *Server) render(w http.ResponseWriter, r *http.Request, code int, v *view) {
 	t, err := s.template(v.tmpl)
 	if err != nil {
 		s.refuse(w, http.StatusInternalServerError, err.Error())
@@ -292,13 +324,42 @@ func (s *Server) render(w http.ResponseWriter, code int, v *view) {
 	w.WriteHeader(code)
 	// An error half way through a page (the client went away) has nowhere
 	// to go but the page itself, which is cut.
-	_ = t.ExecuteTemplate(w, "layout", layoutData{Title: v.title, Nav: v.nav, CSRF: s.csrf, Data: v.data})
+	csrf := ""
+	if l := loginOf(r); l != nil && s.logins.live(l) {
+		csrf = l.csrf
+	}
+	_ = t.ExecuteTemplate(w, "layout", layoutData{Title: v.title, Nav: v.nav, CSRF: csrf, Data: v.data})
 }
 
-// errorPage shows an error in the layout with the HTTP status of its kind.
-func (s *Server) errorPage(w http.ResponseWriter, err error) {
+// errorPage shows an error in the layout with the HTTP status of its
+// kind, and a link back: to the page the failed request came from or
+// belongs to (an action's item, a sub-page's item), else to its list.
+func (s *Server) errorPage(w http.ResponseWriter, r *http.Request, err error) {
 	code := fail.KindOf(err).HTTPStatus()
-	s.render(w, code, &view{tmpl: "error.html", title: http.StatusText(code), data: err.Error()})
+	back, to := backLink(r)
+	s.render(w, r, code, &view{tmpl: "error.html", title: http.StatusText(code), data: errorData{err.Error(), back, to}})
+}
+
+type errorData struct {
+	Message, Back, BackTo string
+}
+
+// backLink is where an error page leads back to, made from the request's
+// path pieces that are well-formed IDs only: a page of one thing (a run, a
+// change request, a session) after an action on it or on a page below it,
+// else the list it is in.
+func backLink(r *http.Request) (path, name string) {
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	lists := map[string]string{"runs": "Runs", "crs": "Change requests", "sessions": "Sessions", "machines": "Machines", "cloud": "Cloud tasks"}
+	prefix := map[string]string{"runs": "run_", "crs": "cr_", "sessions": "sbx_"}
+	list, ok := lists[parts[0]]
+	if !ok {
+		return "/runs", "Runs"
+	}
+	if p := prefix[parts[0]]; p != "" && len(parts) > 1 && fsguard.ValidID(p, parts[1]) && (len(parts) > 2 || r.Method == http.MethodPost) {
+		return "/" + parts[0] + "/" + parts[1], parts[1]
+	}
+	return "/" + parts[0], list
 }
 
 // template parses the templates once, the first time a page is shown (not

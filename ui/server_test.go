@@ -58,7 +58,8 @@ func checkHeaders(t *testing.T, what string, resp *http.Response) {
 // nothing; and every route the list names is one the server has.
 func TestEveryRouteNeedsTheToken(t *testing.T) {
 	w := newWorld(t)
-	plain := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	w.client() // a login, whose CSRF token the refused requests carry
+	plain := &http.Client{Timeout: 10 * time.Second, Transport: localTransport(), CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	for _, route := range Routes() {
 		method, path := w.fill(route)
 		req, _ := http.NewRequest(method, w.base+path, nil)
@@ -71,14 +72,14 @@ func TestEveryRouteNeedsTheToken(t *testing.T) {
 			query  string
 		}{
 			{"no cookie", nil, ""},
-			{"a wrong cookie", &http.Cookie{Name: w.srv.cookie, Value: strings.Repeat("0", 64)}, ""},
-			{"another port's cookie", &http.Cookie{Name: "xmode_ui_1", Value: w.srv.session}, ""},
+			{"a wrong cookie", &http.Cookie{Name: cookieName, Value: strings.Repeat("0", 64)}, ""},
+			{"the CSRF token as the cookie", &http.Cookie{Name: cookieName, Value: w.csrf}, ""},
 			{"a wrong token", nil, "?token=nope"},
 			{"an empty token", nil, "?token="},
 		} {
 			var body io.Reader
 			if method == http.MethodPost {
-				body = strings.NewReader(url.Values{"csrf": {w.srv.csrf}, "decision": {"approve"}, "ttl": {"1h"}, "repo": {w.repo}}.Encode())
+				body = strings.NewReader(url.Values{"csrf": {w.csrf}, "decision": {"approve"}, "ttl": {"1h"}, "repo": {w.repo}}.Encode())
 			}
 			req, _ := http.NewRequest(method, w.base+path+c.query, body)
 			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -119,7 +120,7 @@ func TestEveryRouteNeedsTheToken(t *testing.T) {
 // page answers, with the security headers.
 func TestTokenBecomesACookie(t *testing.T) {
 	w := newWorld(t)
-	plain := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	plain := &http.Client{Transport: localTransport(), CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := plain.Get(w.base + "/crs/" + w.cr + "?view=split&token=" + w.srv.Token())
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +130,7 @@ func TestTokenBecomesACookie(t *testing.T) {
 		t.Fatalf("login: %d to %q", resp.StatusCode, resp.Header.Get("Location"))
 	}
 	sc := resp.Header.Get("Set-Cookie")
-	if !contains2(sc, w.srv.cookie+"=", "HttpOnly", "SameSite=Strict", "Path=/") || strings.Contains(sc, w.srv.Token()) {
+	if !contains2(sc, cookieName+"=", "HttpOnly", "SameSite=Strict", "Path=/", "Max-Age=") || strings.Contains(sc, w.srv.Token()) || strings.Contains(sc, "Domain") {
 		t.Fatalf("cookie: %q", sc)
 	}
 	c := w.client()
@@ -189,9 +190,9 @@ func TestPostNeedsSameOriginAndCSRF(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	good := url.Values{"csrf": {w.srv.csrf}, "decision": {"approve"}, "note": {"ok"}}
+	good := url.Values{"csrf": {w.csrf}, "decision": {"approve"}, "note": {"ok"}}
 	noCSRF := url.Values{"decision": {"approve"}}
-	badCSRF := url.Values{"csrf": {"x" + w.srv.csrf[1:]}, "decision": {"approve"}}
+	badCSRF := url.Values{"csrf": {"x" + w.csrf[1:]}, "decision": {"approve"}}
 	for _, c := range []struct {
 		name    string
 		form    url.Values
@@ -234,7 +235,7 @@ func TestReviewDecisions(t *testing.T) {
 	w := newWorld(t)
 	c := noRedirect(w.client())
 	post := func(path string, form url.Values) (int, string) {
-		form.Set("csrf", w.srv.csrf)
+		form.Set("csrf", w.csrf)
 		req, _ := http.NewRequest("POST", w.base+path, strings.NewReader(form.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("Origin", w.base)
@@ -260,7 +261,7 @@ func TestReviewDecisions(t *testing.T) {
 		t.Errorf("reject: %d", code)
 	}
 	ch, _ := w.st.GetChange(context.Background(), w.cr)
-	if ch.Status != store.ChangeRejected || len(ch.Reviews) != 2 || ch.Reviews[0].Note != "changes requested: add a test" || ch.Reviews[1].Note != "no" {
+	if ch.Status != store.ChangeRejected || len(ch.Reviews) != 2 || ch.Reviews[0].Decision != store.ChangeChangesRequested || ch.Reviews[0].Note != "add a test" || ch.Reviews[1].Note != "no" {
 		t.Fatalf("reviews: %+v", ch.Reviews)
 	}
 	resp, err := c.Get(w.base + "/crs/" + w.cr)
@@ -293,7 +294,7 @@ func TestExportStopExtend(t *testing.T) {
 	w := newWorld(t)
 	c := noRedirect(w.client())
 	post := func(path string, form url.Values) (int, string) {
-		form.Set("csrf", w.srv.csrf)
+		form.Set("csrf", w.csrf)
 		req, _ := http.NewRequest("POST", w.base+path, strings.NewReader(form.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("Origin", w.base)
@@ -445,33 +446,54 @@ func TestLiveStream(t *testing.T) {
 		}
 		close(events)
 	}()
+	states := 0
+	next := func() [2]string {
+		for {
+			select {
+			case e := <-events:
+				if e[0] == "state" {
+					var st liveState
+					if json.Unmarshal([]byte(e[1]), &st) != nil || st.Exit != "running" || st.Class != "run" || st.Duration == "" ||
+						st.Timeline == nil || len(st.Timeline.Rows) != 1 || st.Timeline.Rows[0].Seq != 1 {
+						t.Fatalf("a state event: %s", e[1])
+					}
+					states++
+					continue
+				}
+				return e
+			case <-time.After(20 * time.Second):
+				t.Fatal("no event came")
+			}
+		}
+	}
 	for i := 1; i <= 3; i++ {
 		start := time.Now()
 		release(t, gate)
-		select {
-		case e := <-events:
-			var segs []seg
-			if e[0] != "out" || json.Unmarshal([]byte(e[1]), &segs) != nil || len(segs) == 0 ||
-				joinSegs(segs) != fmt.Sprintf("<f2>line %d\n", i) {
-				t.Fatalf("event %d: %v", i, e)
-			}
-			t.Logf("line %d reached the stream %v after it was released", i, time.Since(start).Round(time.Millisecond))
-		case <-time.After(20 * time.Second):
-			t.Fatalf("line %d never came", i)
+		e := next()
+		var segs []seg
+		if e[0] != "out" || json.Unmarshal([]byte(e[1]), &segs) != nil || len(segs) == 0 ||
+			joinSegs(segs) != fmt.Sprintf("<f2>line %d\n", i) {
+			t.Fatalf("event %d: %v", i, e)
 		}
+		t.Logf("line %d reached the stream %v after it was released", i, time.Since(start).Round(time.Millisecond))
 	}
 	if code := <-done; code != 3 {
 		t.Fatalf("step: %d", code)
 	}
-	for e := range events {
-		if e[0] == "end" {
-			if !strings.Contains(e[1], `"exit":"exit 3"`) {
-				t.Fatalf("end: %s", e[1])
-			}
-			return
-		}
+	// The end carries the counters as they ended, not as they were.
+	e := next()
+	var end liveState
+	if e[0] != "end" || json.Unmarshal([]byte(e[1]), &end) != nil {
+		t.Fatalf("not an end event: %v", e)
 	}
-	t.Fatal("the stream ended without an end event")
+	row, _ := f.st.Step(context.Background(), runID, 1)
+	if end.Exit != "exit 3" || end.Class != "fail" || end.Bytes != int64(3*len("\x1b[32mline 1\x1b[0m\n")) ||
+		end.Duration != shortDuration(row.FinishedAt.Sub(row.StartedAt)) || end.Timeline == nil || end.Timeline.Rows[0].Class != "fail" {
+		t.Errorf("end: %s", e[1])
+	}
+	if states == 0 {
+		t.Error("no state event while the step ran")
+	}
 }
 
 // The pages and the extend form read the time of day from the sandbox
@@ -497,7 +519,7 @@ func TestPagesReadTheServiceClock(t *testing.T) {
 	if !strings.Contains(string(body), want) {
 		t.Errorf("the session page does not say %q", want)
 	}
-	form := url.Values{"ttl": {"30m"}, "csrf": {f.srv.csrf}}
+	form := url.Values{"ttl": {"30m"}, "csrf": {f.csrf}}
 	req, _ := http.NewRequest("POST", f.base+"/sessions/"+s.ID+"/extend", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", f.base)

@@ -3,11 +3,10 @@ package ui
 import (
 	"fmt"
 	"html/template"
-	"strings"
 	"time"
 
 	"github.com/xmode/xmode/internal/termsafe"
-	"github.com/xmode/xmode/store"
+	"github.com/xmode/xmode/runview"
 )
 
 // The run's steps as a chart, drawn on the server as SVG (no script): one
@@ -48,8 +47,8 @@ type timelineTick struct {
 }
 
 // buildTimeline lays the steps out on the time from the first start to the
-// last end (now, for a step still running).
-func buildTimeline(steps []store.StepRow, now time.Time) *timeline {
+// last end (the moment they were read, for a step still running).
+func buildTimeline(steps []runview.Step) *timeline {
 	if len(steps) == 0 {
 		return nil
 	}
@@ -58,16 +57,17 @@ func buildTimeline(steps []store.StepRow, now time.Time) *timeline {
 		tl.Hidden = len(steps) - maxChart
 		steps = steps[len(steps)-maxChart:]
 	}
-	start, end := steps[0].StartedAt, steps[0].StartedAt
+	end := func(s runview.Step) time.Time { return s.StartedAt.Add(s.Duration) }
+	start, last := steps[0].StartedAt, end(steps[0])
 	for _, s := range steps {
 		if s.StartedAt.Before(start) {
 			start = s.StartedAt
 		}
-		if e := stepEnd(s, now); e.After(end) {
-			end = e
+		if e := end(s); e.After(last) {
+			last = e
 		}
 	}
-	span := end.Sub(start)
+	span := last.Sub(start)
 	if span <= 0 {
 		span = time.Millisecond
 	}
@@ -78,69 +78,20 @@ func buildTimeline(steps []store.StepRow, now time.Time) *timeline {
 	}
 	for i, s := range steps {
 		y := tlTop + i*tlRow
-		x0, x1 := x(s.StartedAt), x(stepEnd(s, now))
+		x0, x1 := x(s.StartedAt), x(end(s))
 		w := max(x1-x0, 2)
 		r := timelineRow{
 			Y: y, BarY: y + (tlRow-tlBar)/2, TextY: y + tlRow/2 + 4, X: x0, W: w, Seq: s.Seq,
 			Name:     hostileSVG(truncate(fmt.Sprintf("%d %s", s.Seq, s.Name), 30)),
-			Class:    stepClass(s),
-			Exit:     stepExitText(s),
-			Duration: shortDuration(stepEnd(s, now).Sub(s.StartedAt)),
+			Class:    s.Class,
+			Exit:     s.Exit,
+			Duration: shortDuration(s.Duration),
 		}
 		r.Title = termsafe.Escape(fmt.Sprintf("step %d %s: %s, %s", s.Seq, truncate(s.Name, 200), r.Exit, r.Duration))
 		tl.Rows = append(tl.Rows, r)
 	}
 	tl.Height = tlTop + len(tl.Rows)*tlRow + 4
 	return tl
-}
-
-func stepEnd(s store.StepRow, now time.Time) time.Time {
-	if s.FinishedAt != nil {
-		return *s.FinishedAt
-	}
-	return now
-}
-
-// stepClass is how a step ended, as a CSS class: pass, fail, run, lost.
-func stepClass(s store.StepRow) string {
-	switch {
-	case s.State == "running":
-		return "run"
-	case s.State == "lost":
-		return "lost"
-	case s.ExitCode != nil && *s.ExitCode == 0:
-		return "pass"
-	}
-	return "fail"
-}
-
-// stepExitText says how a step ended: "exit 0", "exit 1 (timeout)",
-// "running", "lost".
-func stepExitText(s store.StepRow) string {
-	switch {
-	case s.ExitCode != nil:
-		t := fmt.Sprintf("exit %d", *s.ExitCode)
-		var why []string
-		if s.TimedOut {
-			why = append(why, "timeout")
-		}
-		if s.OOMKilled {
-			why = append(why, "out of memory")
-		}
-		if s.Signal != "" {
-			why = append(why, s.Signal)
-		}
-		if s.StoppedBy != "" {
-			why = append(why, "stopped")
-		}
-		if len(why) > 0 {
-			t += " (" + strings.Join(why, ", ") + ")"
-		}
-		return t
-	case s.State == "lost":
-		return "lost"
-	}
-	return "running"
 }
 
 // shortDuration is a duration as a person reads it: 340ms, 4.2s, 3m05s, 2h10m.
