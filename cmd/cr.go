@@ -273,9 +273,9 @@ func (a *App) runCRList(ctx context.Context, o crListOptions) error {
 		return nil
 	}
 	now := clock()
-	t := newTable(a.Out, "ID", "STATUS", "RUN", "V", "FILES", "+/-", "CREATED", "TITLE")
+	t := newTable(a.Out, "ID", "STATUS", "RUN", "FILES", "+/-", "CREATED", "TITLE")
 	for _, c := range list {
-		t.row(c.ID, a.crStatus(c.Status), c.RunID, fmt.Sprint(c.Version), fmt.Sprint(c.Files), fmt.Sprintf("+%d -%d", c.Insertions, c.Deletions),
+		t.row(c.ID, a.crStatus(c.Status), c.RunID, fmt.Sprint(c.Files), fmt.Sprintf("+%d -%d", c.Insertions, c.Deletions),
 			humanize.Ago(c.CreatedAt, now), truncate(clean(c.Title), 50))
 	}
 	return t.flush()

@@ -114,7 +114,7 @@ func TestCRCommands(t *testing.T) {
 
 	c.fails(2, `--status "merged": use open, approved, rejected, changes_requested or superseded`, "cr", "list", "--status", "merged")
 	out := c.ok("cr", "list")
-	if !regexp.MustCompile(`^ID +STATUS +RUN +V +FILES +\+/- +CREATED +TITLE\n` + cr + ` +open +run_\w+ +1 +5 +\+303 -1 +\d+s ago +Grow a.txt\n$`).MatchString(out) {
+	if !regexp.MustCompile(`^ID +STATUS +RUN +FILES +\+/- +CREATED +TITLE\n` + cr + ` +open +run_\w+ +5 +\+303 -1 +\d+s ago +Grow a.txt\n$`).MatchString(out) {
 		t.Errorf("cr list:\n%s", out)
 	}
 	if out := c.ok("cr", "list", "--status", "approved", "--json"); strings.TrimSpace(out) != "[]" {

@@ -265,6 +265,12 @@ func (l *Loop) runOne(ctx context.Context, o Options, pr *prepared, at attempt, 
 	}); err != nil {
 		return res, err
 	}
+	if len(res.Reviews) > 0 && loopErr == nil {
+		// the reviewer's last decision shows through, as run show says it
+		if r, err := l.Svc.Store.ResolveRun(end, sess.RunID); err == nil {
+			res.Status = r.Status
+		}
+	}
 	if loopErr != nil && !errors.Is(loopErr, errInterrupted) {
 		return res, loopErr
 	}
