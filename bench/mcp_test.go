@@ -61,7 +61,7 @@ func mcpSession(b *testing.B, cs *mcp.ClientSession, repo string) string {
 func BenchmarkMCPExec(b *testing.B) {
 	dir := b.TempDir()
 	makeRepo(b, filepath.Join(dir, "repo"), 20, 2)
-	env := []string{"XMODE_STORAGE_ROOT=" + filepath.Join(dir, "root")}
+	env := []string{"XMODE_STORAGE_ROOT=" + filepath.Join(dir, "root"), "XMODE_MCP_REPOS=" + dir}
 	cs, proc := mcpServer(b, env)
 	id := mcpSession(b, cs, filepath.Join(dir, "repo"))
 	bin := xmodeBin(b)
@@ -82,7 +82,7 @@ func BenchmarkMCPExec(b *testing.B) {
 func BenchmarkMCPFiles(b *testing.B) {
 	dir := b.TempDir()
 	makeRepo(b, filepath.Join(dir, "repo"), 20, 2)
-	cs, proc := mcpServer(b, []string{"XMODE_STORAGE_ROOT=" + filepath.Join(dir, "root")})
+	cs, proc := mcpServer(b, []string{"XMODE_STORAGE_ROOT=" + filepath.Join(dir, "root"), "XMODE_MCP_REPOS=" + dir})
 	id := mcpSession(b, cs, filepath.Join(dir, "repo"))
 	content := strings.Repeat(strings.Repeat("x", 99)+"\n", 1000) // 100 KB, 1000 lines
 	b.ResetTimer()
@@ -107,7 +107,7 @@ func BenchmarkMCPFiles(b *testing.B) {
 func BenchmarkMCPIdleRSS(b *testing.B) {
 	dir := b.TempDir()
 	makeRepo(b, filepath.Join(dir, "repo"), 20, 2)
-	cs, proc := mcpServer(b, []string{"XMODE_STORAGE_ROOT=" + filepath.Join(dir, "root"), "XMODE_SANDBOX_MAX_OPEN=0"})
+	cs, proc := mcpServer(b, []string{"XMODE_STORAGE_ROOT=" + filepath.Join(dir, "root"), "XMODE_SANDBOX_MAX_OPEN=0", "XMODE_MCP_REPOS=" + dir})
 	for range 50 {
 		mcpSession(b, cs, filepath.Join(dir, "repo"))
 	}

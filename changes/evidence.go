@@ -59,23 +59,34 @@ type FileHash struct {
 	Size   int64  `json:"size"`
 }
 
+// An evidence step's status (docs/reference.md, "Evidence step status").
+const (
+	EvidencePassed    = "passed"
+	EvidenceFailed    = "failed"
+	EvidenceTimedOut  = "timed_out"
+	EvidenceOOMKilled = "oom_killed"
+	EvidenceKilled    = "killed"
+	// EvidenceRunning: not finished when the package was made (running or lost).
+	EvidenceRunning = "running"
+)
+
 // Passed reports a step that finished with status 0.
-func (s StepEvidence) Passed() bool { return s.Status == "passed" }
+func (s StepEvidence) Passed() bool { return s.Status == EvidencePassed }
 
 func stepStatus(r store.StepRow) string {
 	switch {
 	case r.State != store.StateFinished || r.ExitCode == nil:
-		return "running"
+		return EvidenceRunning
 	case r.TimedOut:
-		return "timed_out"
+		return EvidenceTimedOut
 	case r.OOMKilled:
-		return "oom_killed"
+		return EvidenceOOMKilled
 	case r.Signal != "":
-		return "killed"
+		return EvidenceKilled
 	case *r.ExitCode == 0:
-		return "passed"
+		return EvidencePassed
 	}
-	return "failed"
+	return EvidenceFailed
 }
 
 // evidence collects the run's steps. Step directories are derived from the
@@ -135,7 +146,7 @@ func (s *Service) evidence(ctx context.Context, runID string, now time.Time) (*E
 				se.DurationMS = res.DurationMS
 			}
 		}
-		if se.Status != "running" {
+		if se.Status != EvidenceRunning {
 			se.Stdout, _ = hashFileIn(ctx, root, rel+"/stdout.log", -1)
 			se.Stderr, _ = hashFileIn(ctx, root, rel+"/stderr.log", -1)
 		}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 
 	"github.com/spf13/cobra"
 
+	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/internal/httpserve"
 	"github.com/xmode/xmode/internal/termsafe"
@@ -41,7 +43,12 @@ unless it names another explicitly and --allow-remote is given.
 Commands run only in a session's engine. Use the docker engine for agents
 (XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=cloud_worker in the server's
 environment): with the host engine a sandbox is a separate worktree, but its
-commands run on this machine as you.
+commands run on this machine as you. Docker sandboxes the server makes are
+hardened — every limit, network none, capabilities dropped — unless
+XMODE_SANDBOX_BIND_HARDENED=0 opts out; sandbox_create's warnings say what a
+sandbox lacks. MCP clients start the server with their own environment, not
+your shell's: give it the variables it needs (XMODE_SANDBOX_IMAGE, and
+XMODE_STORAGE_ROOT when you set one), as docs/mcp.md shows.
 
 The server acts on the sessions MCP clients made for your user (so a new
 server picks up where the last left off); --all-sessions adds the sessions
@@ -75,7 +82,8 @@ func (a *App) runMCP(ctx context.Context, o mcpOptions) error {
 	}
 	// The token is the server's: steps it runs on the host do not inherit it.
 	_ = os.Unsetenv("XMODE_MCP_TOKEN")
-	svc, err := a.service(ctx, nil)
+	// Hardened sandboxes unless the user opted out (mcpserver.ConfigDefaults).
+	svc, err := a.service(ctx, mcpserver.ConfigDefaults(a.Env))
 	if err != nil {
 		return err
 	}
@@ -94,6 +102,11 @@ func (a *App) runMCP(ctx context.Context, o mcpOptions) error {
 	srv := mcpserver.New(mcpserver.Options{
 		Sandbox: svc, Changes: changesOf(svc), AllSessions: o.allSessions, Version: Version, WorkDir: wd,
 		LookupEnv: a.lookupEnv, Log: log, StorageRootArg: root,
+		LoadConfig: func(ov map[string]config.Flag) (*config.Config, error) {
+			all := mcpserver.ConfigDefaults(a.Env)
+			maps.Copy(all, ov)
+			return a.config(all)
+		},
 	})
 	if o.listen == "" {
 		return srv.ServeStdio(ctx, a.In, a.Out)

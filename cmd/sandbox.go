@@ -162,7 +162,7 @@ func (a *App) checkEngine(cfg *config.Config, imageSet bool) error {
 		return nil // Create says why
 	}
 	if imageSet {
-		runsImage, err := runsImage(name, cfg)
+		runsImage, err := sandbox.RunsImage(cfg)
 		if err != nil {
 			return nil // the engine cannot be opened: Create says why
 		}
@@ -186,22 +186,6 @@ type execOptions struct {
 	session          string
 	interactive, tty bool
 	detach           bool
-}
-
-// runsImage reports whether the engine a new sandbox gets runs an image
-// (engine.Image), so that --image means something; the cloud engine runs
-// nothing here.
-func runsImage(name string, cfg *config.Config) (bool, error) {
-	if name == engine.Cloud {
-		return false, nil
-	}
-	provider, err := engine.Open(name, cfg)
-	if err != nil {
-		return false, err
-	}
-	defer engine.Close(provider)
-	_, ok := engine.Image(provider)
-	return ok, nil
 }
 
 func (a *App) newExec() *cobra.Command {

@@ -66,6 +66,12 @@ type Config struct {
 	CloudPollInterval  time.Duration
 	CloudStaleAfter    time.Duration
 
+	// The MCP server (docs/mcp.md): the repositories its clients may name
+	// besides their roots and the server's directory, and the variables
+	// of its environment they may ask for by name (path.Match patterns).
+	MCPRepos []string
+	MCPEnv   []string
+
 	// Agents (docs/agents.md).
 	AgentCommandTemplate []string // XMODE_AGENT_COMMAND_TEMPLATE split into argv elements; nil when unset
 	AgentEnv             []string // variable names passed to agent steps
@@ -110,7 +116,7 @@ var settings = []setting{
 			// silently be a new, empty one there.
 			return fmt.Errorf("%q must be an absolute path (e.g. %s)", v, filepath.Join("$PWD", v))
 		}
-		c.StorageRoot = resolveExisting(filepath.Clean(v))
+		c.StorageRoot = ResolveExisting(filepath.Clean(v))
 		return nil
 	}},
 	{name: "XMODE_USER", def: defaultUser, apply: func(c *Config, v string) error {
@@ -434,6 +440,17 @@ var settings = []setting{
 		c.CloudStaleAfter = d
 		return err
 	}},
+	// The MCP server (docs/mcp.md, "Security model").
+	{name: "XMODE_MCP_REPOS", def: lit(""), apply: func(c *Config, v string) error {
+		pats, err := ParseRepoPatterns(v)
+		c.MCPRepos = pats
+		return err
+	}},
+	{name: "XMODE_MCP_ENV", def: lit(""), apply: func(c *Config, v string) error {
+		pats, err := ParseEnvPatterns(v)
+		c.MCPEnv = pats
+		return err
+	}},
 }
 
 // Load builds the effective configuration. flags maps a variable name to the
@@ -561,10 +578,10 @@ func (c *Config) CheckTTL(d time.Duration) error {
 	return nil
 }
 
-// resolveExisting resolves the symlinks of the longest part of p that
+// ResolveExisting resolves the symlinks of the longest part of p that
 // exists, so that a storage root reached through a symlink is one path for
 // every command, and the paths derived from it match what is on disk.
-func resolveExisting(p string) string {
+func ResolveExisting(p string) string {
 	rest := ""
 	for cur := p; ; cur = filepath.Dir(cur) {
 		if real, err := filepath.EvalSymlinks(cur); err == nil {

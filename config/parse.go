@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"math"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -81,4 +82,44 @@ func ParseBool(s string) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("%q is not a boolean: use 1 or 0", s)
+}
+
+// ParseRepoPatterns reads a comma-separated list of repository patterns:
+// each an absolute path or a URL (scheme://host/path, or git's
+// user@host:path), with path.Match's wildcards (* and ? within a
+// component, [...]). What a pattern matches is mcpserver's.
+func ParseRepoPatterns(v string) ([]string, error) {
+	var pats []string
+	for _, p := range strings.Split(v, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if _, err := path.Match(p, ""); err != nil {
+			return nil, fmt.Errorf("%q is not a pattern: %v (wildcards are path.Match's: *, ?, [...])", p, err)
+		}
+		if !strings.HasPrefix(p, "/") && !strings.Contains(p, ":") {
+			return nil, fmt.Errorf("%q is neither an absolute path nor a URL: give /path/to/repos or https://host/org/*, comma-separated", p)
+		}
+		pats = append(pats, p)
+	}
+	return pats, nil
+}
+
+// ParseEnvPatterns reads a comma-separated list of variable names and
+// patterns of names (path.Match's wildcards: GITHUB_*, *_TOKEN).
+func ParseEnvPatterns(v string) ([]string, error) {
+	var pats []string
+	for _, p := range strings.Split(v, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		_, err := path.Match(p, "")
+		if err != nil || strings.Trim(p, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_*?[]^-") != "" {
+			return nil, fmt.Errorf("%q is not a variable name or pattern: use letters, digits, _ and the wildcards * ? [...], comma-separated", p)
+		}
+		pats = append(pats, p)
+	}
+	return pats, nil
 }

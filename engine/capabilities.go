@@ -419,3 +419,22 @@ func PathPresent(ctx context.Context, a Provider, sb Sandbox, path string) (pres
 	present, err = p.PathPresent(ctx, sb, path)
 	return present, err == nil, err
 }
+
+// IsolationReporter is an engine that can say, in words for the user, what
+// the sandboxes it makes under its configuration lack of an isolated,
+// bounded sandbox: limits left at the engine's defaults, a network open to
+// the outside, hardening not applied — or, for the host, isolation itself.
+// Each gap is what is lacking ("limits", "network isolation"), then, after
+// a colon, why and what would close it. `xmode mcp` tells an agent's user.
+type IsolationReporter interface {
+	IsolationGaps() []string
+}
+
+// IsolationGaps lists what the provider's new sandboxes lack; none for a
+// provider that cannot say (or lacks nothing).
+func IsolationGaps(a Provider) []string {
+	if r, ok := a.(IsolationReporter); ok {
+		return r.IsolationGaps()
+	}
+	return nil
+}

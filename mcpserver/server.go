@@ -1,11 +1,12 @@
 // Package mcpserver is `xmode mcp`: a Model Context Protocol server whose
-// tools (tools.go) are a thin adapter over the services the CLI uses —
-// sandbox.Service for sessions, steps and file steps, changes.Service for
-// diffs and change requests, the store for what was recorded — so that an
-// interactive agent (Claude Code, Codex CLI, Cursor…) runs every command in
-// an xmode sandbox, leaves evidence of every tool call, and ends its work in
-// a change request a person reviews (docs/mcp.md). It serves one client over
-// stdio, or many over streamable HTTP behind a bearer token.
+// tools (register.go, then a file a toolset) are a thin adapter over the
+// services the CLI uses — sandbox.Service for sessions, steps and file
+// steps, changes.Service for diffs and change requests, the store for what
+// was recorded — so that an interactive agent (Claude Code, Codex CLI,
+// Cursor…) runs every command in an xmode sandbox, leaves evidence of every
+// tool call, and ends its work in a change request a person reviews
+// (docs/mcp.md). It serves one client over stdio, or many over streamable
+// HTTP behind a bearer token.
 package mcpserver
 
 import (
@@ -24,8 +25,10 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/xmode/xmode/changes"
+	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/internal/httpserve"
 	"github.com/xmode/xmode/internal/termsafe"
@@ -55,6 +58,9 @@ type Options struct {
 	// StorageRootArg is --storage-root for the commands a person is given
 	// to follow along, when the server's storage root is not the default.
 	StorageRootArg string
+	// LoadConfig loads the server's configuration with overrides (with
+	// ConfigDefaults): sandbox_create's image is one.
+	LoadConfig func(overrides map[string]config.Flag) (*config.Config, error)
 }
 
 // Server is one xmode MCP server: its tools, and the calls in flight.
@@ -63,6 +69,8 @@ type Server struct {
 	mcp      *mcp.Server
 	inflight sync.WaitGroup
 	logMu    sync.Mutex
+	// budget bounds the bytes of messages in flight (bodies.go).
+	budget *semaphore.Weighted
 }
 
 // New makes a server with every tool.
@@ -70,9 +78,13 @@ func New(o Options) *Server {
 	if o.ProgressEvery <= 0 {
 		o.ProgressEvery = time.Second
 	}
-	s := &Server{o: o}
+	s := &Server{o: o, budget: newBudget()}
+	ttl := 2 * time.Hour // XMODE_SANDBOX_TTL's default, for a server without a service
+	if o.Sandbox != nil && o.Sandbox.Cfg != nil {
+		ttl = o.Sandbox.Cfg.TTL
+	}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "xmode", Title: "xmode sandboxes", Version: o.Version}, &mcp.ServerOptions{
-		Instructions: Instructions,
+		Instructions: Instructions(ttl),
 		// Tools only: no logging, prompts or resources.
 		Capabilities: &mcp.ServerCapabilities{},
 	})
@@ -81,22 +93,37 @@ func New(o Options) *Server {
 }
 
 // Instructions is what the server tells the agent at initialize (the MCP
-// "instructions"): how to work through xmode.
-const Instructions = `xmode gives you a sandbox: a checkout of the user's repository in which every command you run and every file you change is recorded as evidence, and whose work ends in a change request that the user reviews. Work like this:
+// "instructions"): how to work through xmode, sessions living ttl
+// (XMODE_SANDBOX_TTL as the user configured it).
+func Instructions(ttl time.Duration) string {
+	return `xmode gives you a sandbox: a checkout of the user's repository in which every command you run and every file you change is recorded as evidence, and whose work ends in a change request that the user reviews. Work like this:
 
-1. Start with sandbox_create for the repository you are asked to work on (leave "repository" empty for the project the user has open). Keep the session ID it returns and use it for every later call. If a sandbox for this work already exists (sandbox_list shows yours), use it instead of creating another.
-2. Right after creating it, tell the user the follow_along commands it returned, so they can watch and review as you work: xmode sandbox logs ID --follow, xmode sandbox diff ID, xmode sandbox shell ID. If it returned warnings (uncommitted changes the sandbox does not have, commands running on the user's host), tell the user those too.
+1. Start with sandbox_create for the repository you are asked to work on (leave "repository" empty for the project the user has open; the user allows which others you may name). Keep the session ID it returns and use it for every later call. If a sandbox for this work already exists (sandbox_list shows yours), use it instead of creating another.
+2. Right after creating it, tell the user the follow_along commands it returned, so they can watch and review as you work: xmode sandbox logs ID --follow, xmode sandbox diff ID, xmode sandbox shell ID. If it returned warnings (uncommitted changes the sandbox does not have, what the sandbox lacks: limits, network isolation, hardening, isolation of any kind), tell the user those too.
 3. Do all the work through the sandbox: run builds, tests and git with sandbox_exec; read, list, write, edit and delete files with file_read, file_list, file_write, file_edit and file_delete. Do not change the user's own checkout with other tools: it is not the sandbox, and nothing done there reaches the change request. Give long commands a timeout_seconds; a step's full output stays in its logs (step_logs) when the reply cuts it short. Start what must keep running (a dev server, a watcher) with sandbox_exec's background set: later steps reach it on localhost, step_status and step_logs read it, step_kill ends it.
 4. When the work is done and the checks pass, look at it with sandbox_diff, then call cr_create with a title and a message that says what you changed and why. Give the user the change request's ID and the review commands it returned. You cannot approve your own change request: the user reviews it.
 5. Call sandbox_stop only when the user no longer needs the sandbox; the change request and the evidence stay after it.
 
-Sessions expire (after 2 hours unless the user configured otherwise); a tool that says a session expired or was not found means: create a new one and tell the user.`
+A sandbox lives ` + humanTTL(ttl) + ` from its creation (XMODE_SANDBOX_TTL, as the user configured it), then expires and is stopped: what you had not put in a change request goes with it. When the work will take longer, or its expires_at (sandbox_show) is near, call sandbox_extend — do not create a new sandbox instead, which starts from the repository again without your uncommitted work. Only when a tool says the session expired or was not found, create a new one and tell the user.`
+}
+
+// humanTTL is d as a person writes it: 2h, 90m → 1h30m, 45s.
+func humanTTL(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
 
 // ServeStdio serves one client over r and w (newline-delimited JSON-RPC)
 // until the client goes away or ctx ends; then it waits for the calls in
 // flight, whose steps a cancelled context has ended, to record their end.
 func (s *Server) ServeStdio(ctx context.Context, r io.Reader, w io.Writer) error {
-	err := s.mcp.Run(ctx, &lineTransport{r: r, w: w, maxLine: MaxMessageBytes})
+	err := s.mcp.Run(ctx, &lineTransport{r: r, w: w, budget: s.budget, release: s.release})
 	s.drain()
 	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return nil
@@ -122,7 +149,7 @@ func (s *Server) HTTPHandler(token string) http.Handler {
 		SessionTimeout:      time.Hour,
 	})
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", h)
+	mux.Handle("/mcp", s.limitBodies(h))
 	return RequireToken(token, mux)
 }
 
@@ -170,14 +197,14 @@ func toolError(err error) error {
 	if err == nil {
 		return nil
 	}
-	return errors.New(fail.KindOf(err).ToolMessage(fail.Render(err, parameter)))
+	return errors.New(fail.KindOf(err).ToolMessage(mcpWords(fail.Render(err, parameter))))
 }
 
-// parameter is MCP's word for an input a service names: the tools'
-// parameter of that name (repository for repo).
+// parameter is MCP's word for an input a service names: the tool
+// parameter (or the setting) that gives it (toolParams).
 func parameter(in fail.Input) string {
-	if in == fail.Repo {
-		return "repository"
+	if p, ok := toolParams[string(in)]; ok {
+		return p
 	}
 	return string(in)
 }

@@ -12,11 +12,14 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sync/semaphore"
 )
 
 // MaxMessageBytes bounds one JSON-RPC message (a line on stdio, a request
 // body over HTTP): room for a file_write of sandbox.MaxFileBytes however
-// its JSON escapes it. A longer line is answered with an error and skipped.
+// its JSON escapes it. A longer line is answered with an error and skipped;
+// a message other than a file_write or file_edit call is bounded lower
+// (SmallMessageBytes, bodies.go).
 const MaxMessageBytes = 64 << 20
 
 // lineTransport is the stdio transport: newline-delimited JSON-RPC, as the
@@ -25,16 +28,22 @@ const MaxMessageBytes = 64 << 20
 // error or invalid request, with the request's id when it can be read — and
 // the server reads on. The SDK's own transport ends the session at the
 // first such line, so one bad message from a client would cost it every
-// sandbox tool until it restarts the server.
+// sandbox tool until it restarts the server. A line holds its bytes of the
+// server's budget (bodies.go) from before it is read until it is answered:
+// while there is no room, the server reads no further and the client's
+// writes wait.
 type lineTransport struct {
 	r       io.Reader
 	w       io.Writer
-	maxLine int
+	budget  *semaphore.Weighted
+	release func(int64)
 }
 
 func (t *lineTransport) Connect(context.Context) (mcp.Connection, error) {
-	c := &lineConn{w: t.w, incoming: make(chan lineMsg), closed: make(chan struct{})}
-	go c.readLoop(t.r, t.maxLine)
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &lineConn{w: t.w, incoming: make(chan lineMsg), closed: make(chan struct{}), budget: t.budget, release: t.release,
+		ctx: ctx, cancel: cancel, pending: map[string][]int64{}}
+	go c.readLoop(t.r)
 	return c, nil
 }
 
@@ -49,26 +58,48 @@ type lineConn struct {
 	incoming  chan lineMsg
 	closed    chan struct{}
 	closeOnce sync.Once
+
+	// budget is the server's, release how it is given back; ctx ends a
+	// wait for room when the connection closes; pending is what each
+	// request being handled holds of the budget, by its id, until its
+	// response is written.
+	budget  *semaphore.Weighted
+	release func(int64)
+	ctx     context.Context
+	cancel  context.CancelFunc
+	pmu     sync.Mutex
+	pending map[string][]int64
 }
 
 // readLoop reads lines until r ends, handing each message to Read and
 // answering each line that is not one.
-func (c *lineConn) readLoop(r io.Reader, maxLine int) {
+func (c *lineConn) readLoop(r io.Reader) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	for {
-		line, tooLong, err := readLine(br, maxLine)
+		held := int64(SmallMessageBytes)
+		if err := c.budget.Acquire(c.ctx, held); err != nil {
+			c.deliver(lineMsg{err: io.EOF})
+			return
+		}
+		line, tooLong, limit, err := c.readLine(br, &held)
 		if len(bytes.TrimSpace(line)) > 0 || tooLong {
-			if msg, reply := decodeLine(line, tooLong, maxLine); reply != nil {
+			if msg, reply := decodeLine(line, tooLong, limit); reply != nil {
+				c.budget.Release(held)
 				if werr := c.writeRaw(reply); werr != nil {
 					c.deliver(lineMsg{err: werr})
 					return
 				}
-			} else if !c.deliver(lineMsg{msg: msg}) {
-				return
+			} else {
+				c.hold(msg, held, int64(len(line)))
+				if !c.deliver(lineMsg{msg: msg}) {
+					return
+				}
 			}
+		} else {
+			c.budget.Release(held)
 		}
 		if err != nil {
-			if errors.Is(err, io.EOF) {
+			if errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
 				err = io.EOF
 			}
 			c.deliver(lineMsg{err: err})
@@ -76,6 +107,45 @@ func (c *lineConn) readLoop(r io.Reader, maxLine int) {
 		}
 	}
 }
+
+// hold keeps size of the held bytes of the budget for a request until its
+// response is written (answered), and gives back the rest; a message that
+// gets no response gives all back.
+func (c *lineConn) hold(msg jsonrpc.Message, held, size int64) {
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || !req.ID.IsValid() {
+		c.budget.Release(held)
+		return
+	}
+	size = min(size, held)
+	c.budget.Release(held - size)
+	key := idKey(req.ID)
+	c.pmu.Lock()
+	c.pending[key] = append(c.pending[key], size)
+	c.pmu.Unlock()
+}
+
+// answered gives back what the request of id held.
+func (c *lineConn) answered(id jsonrpc.ID) {
+	key := idKey(id)
+	c.pmu.Lock()
+	held := c.pending[key]
+	var n int64
+	if len(held) > 0 {
+		n = held[0]
+		if held = held[1:]; len(held) == 0 {
+			delete(c.pending, key)
+		} else {
+			c.pending[key] = held
+		}
+	}
+	c.pmu.Unlock()
+	if n > 0 {
+		c.release(n)
+	}
+}
+
+func idKey(id jsonrpc.ID) string { return fmt.Sprintf("%T:%v", id.Raw(), id.Raw()) }
 
 // deliver hands m to Read; false once the connection is closed.
 func (c *lineConn) deliver(m lineMsg) bool {
@@ -87,13 +157,26 @@ func (c *lineConn) deliver(m lineMsg) bool {
 	}
 }
 
-// readLine reads up to a newline. A line longer than limit is read to its
-// end and dropped, keeping its first 64 KB (where a request's id is),
-// with tooLong set. limit is the longest line read whole.
-func readLine(br *bufio.Reader, limit int) (line []byte, tooLong bool, err error) {
+// readLine reads up to a newline: at most SmallMessageBytes, or, for a line
+// that starts as a file_write or file_edit call, MaxMessageBytes, holding
+// room in the budget for what it may read (*held). A longer line is read to
+// its end and dropped, keeping its first 64 KB (where a request's id is),
+// with tooLong set; limit is the most it was allowed.
+func (c *lineConn) readLine(br *bufio.Reader, held *int64) (line []byte, tooLong bool, limit int, err error) {
+	limit = SmallMessageBytes
 	var buf []byte
 	for {
 		chunk, err := br.ReadSlice('\n')
+		if !tooLong && limit < MaxMessageBytes && len(buf)+len(chunk) > limit && takesContent(append(buf[:len(buf):len(buf)], chunk...)) {
+			if aerr := c.budget.Acquire(c.ctx, MaxMessageBytes-*held); aerr != nil {
+				return buf, false, limit, aerr
+			}
+			*held, limit = MaxMessageBytes, MaxMessageBytes
+			// Room for all it may hold at once, which the budget holds
+			// anyway: growing by doubling would copy it over and over.
+			// Pages it does not fill are never touched.
+			buf = append(make([]byte, 0, MaxMessageBytes+64<<10), buf...)
+		}
 		switch {
 		case tooLong:
 		case len(buf)+len(chunk) > limit:
@@ -106,7 +189,7 @@ func readLine(br *bufio.Reader, limit int) (line []byte, tooLong bool, err error
 		if err == bufio.ErrBufferFull {
 			continue
 		}
-		return buf, tooLong, err
+		return buf, tooLong, limit, err
 	}
 }
 
@@ -121,23 +204,26 @@ type rpcError struct {
 	} `json:"error"`
 }
 
-// decodeLine is the message of a line, or the error response it gets.
-func decodeLine(line []byte, tooLong bool, maxLine int) (jsonrpc.Message, []byte) {
-	reply := func(code int64, id json.RawMessage, format string, args ...any) []byte {
-		r := rpcError{Version: "2.0", ID: id}
-		if len(id) == 0 {
-			r.ID = json.RawMessage("null")
-		}
-		r.Error.Code, r.Error.Message = code, fmt.Sprintf(format, args...)
-		b, _ := json.Marshal(r)
-		return b
+// errorReply is a JSON-RPC error response of id (null when none).
+func errorReply(code int64, id json.RawMessage, format string, args ...any) []byte {
+	r := rpcError{Version: "2.0", ID: id}
+	if len(id) == 0 {
+		r.ID = json.RawMessage("null")
 	}
+	r.Error.Code, r.Error.Message = code, fmt.Sprintf(format, args...)
+	b, _ := json.Marshal(r)
+	return b
+}
+
+// decodeLine is the message of a line, or the error response it gets; a
+// line too long passed limit.
+func decodeLine(line []byte, tooLong bool, limit int) (jsonrpc.Message, []byte) {
 	if tooLong {
-		return nil, reply(jsonrpc.CodeInvalidRequest, idOf(line), "the message is longer than %d bytes, the most xmode mcp reads: file contents beyond %d MiB go in with a command in the sandbox, or `xmode sandbox cp`", maxLine, maxLine>>20)
+		return nil, errorReply(jsonrpc.CodeInvalidRequest, idOf(line), "%s", tooLargeMessage(line, limit))
 	}
 	trimmed := bytes.TrimSpace(line)
 	if trimmed[0] == '[' {
-		return nil, reply(jsonrpc.CodeInvalidRequest, nil, "JSON-RPC batches are not supported: send one message per line")
+		return nil, errorReply(jsonrpc.CodeInvalidRequest, nil, "JSON-RPC batches are not supported: send one message per line")
 	}
 	msg, err := jsonrpc.DecodeMessage(trimmed)
 	if err == nil {
@@ -146,9 +232,9 @@ func decodeLine(line []byte, tooLong bool, maxLine int) (jsonrpc.Message, []byte
 	// Only a line that is no message is checked for being JSON at all: a
 	// pass over every message's bytes saved (a file_write's content).
 	if !json.Valid(trimmed) {
-		return nil, reply(jsonrpc.CodeParseError, nil, "parse error: the line is not JSON (one JSON-RPC 2.0 message per line)")
+		return nil, errorReply(jsonrpc.CodeParseError, nil, "parse error: the line is not JSON (one JSON-RPC 2.0 message per line)")
 	}
-	return nil, reply(jsonrpc.CodeInvalidRequest, idOf(trimmed), "invalid request: %v", err)
+	return nil, errorReply(jsonrpc.CodeInvalidRequest, idOf(trimmed), "invalid request: %v", err)
 }
 
 // idOf is the "id" of a JSON object as it is written, read from the
@@ -193,6 +279,9 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if r, ok := msg.(*jsonrpc.Response); ok && r.ID.IsValid() {
+		defer c.answered(r.ID)
 	}
 	if line := responseLine(msg); line != nil {
 		return c.writeLine(line)
@@ -244,7 +333,19 @@ func (c *lineConn) writeLine(b []byte) error {
 }
 
 func (c *lineConn) Close() error {
-	c.closeOnce.Do(func() { close(c.closed) })
+	c.closeOnce.Do(func() {
+		close(c.closed)
+		c.cancel()
+		// What requests never answered held goes back to the server.
+		c.pmu.Lock()
+		for k, held := range c.pending {
+			for _, n := range held {
+				c.budget.Release(n)
+			}
+			delete(c.pending, k)
+		}
+		c.pmu.Unlock()
+	})
 	return nil
 }
 

@@ -69,6 +69,18 @@ func checkRepo(repo string) error {
 	return nil
 }
 
+// RepoError is a repository that could not be read — not a repository,
+// or git could not list or clone it — with the error saying why (its kind
+// kept). A front end that must not tell a client why (MCP: what the
+// host's network and files reach) tells it apart.
+type RepoError struct {
+	Repo string
+	Err  error
+}
+
+func (e *RepoError) Error() string { return e.Err.Error() }
+func (e *RepoError) Unwrap() error { return e.Err }
+
 // gitMessage is what git said when it failed, for a user-facing message.
 func gitMessage(err error) string {
 	var ge *gitcli.Error
@@ -92,7 +104,7 @@ func resolveRef(ctx context.Context, repo, ref string) (target, error) {
 		if ctx.Err() != nil {
 			return target{}, err
 		}
-		return target{}, fail.Failedf("cannot read repository %s: %s", repo, gitMessage(err))
+		return target{}, &RepoError{Repo: repo, Err: fail.Failedf("cannot read repository %s: %s", repo, gitMessage(err))}
 	}
 	// Lines are "<hash>\t<name>", "ref: <target>\t<name>" for a symbolic
 	// ref (HEAD), and "<hash>\t<tag>^{}" for what an annotated tag peels to.
@@ -202,7 +214,7 @@ func clone(ctx context.Context, repo string, t target, dir string, out io.Writer
 		if ctx.Err() != nil {
 			return "", err
 		}
-		return "", fmt.Errorf("git clone %s: %s", repo, gitMessage(err))
+		return "", &RepoError{Repo: repo, Err: fmt.Errorf("git clone %s: %s", repo, gitMessage(err))}
 	}
 	if t.hash != "" {
 		h, err := gitcli.Run(ctx, nil, dir, "rev-parse", "--verify", "--quiet", "--end-of-options", t.hash+"^{commit}")

@@ -52,6 +52,10 @@ const (
 	// MaxReadBytes is the most one read returns; a longer range stops at a
 	// line and says where to go on.
 	MaxReadBytes = 1 << 20
+	// MaxReadScan is the most of a file one read reads (read): what a read
+	// costs is bounded whatever the file's size (a sparse file of 100 GB
+	// reads as zeros, as fast as memory, for a minute).
+	MaxReadScan = 32 << 20
 	// MaxListEntries is the most one list returns.
 	MaxListEntries = 2000
 	// maxListVisit bounds the entries a list walks to find them.
@@ -79,8 +83,10 @@ type FileStep struct {
 type FileRead struct {
 	FileStep
 	// Content holds lines StartLine to EndLine (1-based, inclusive) of a
-	// file of TotalLines lines; "" for a binary file. NextLine is the first
-	// line a further read would start at, 0 when the range was read whole.
+	// file of TotalLines lines (-1: more than a read scans, MaxReadScan);
+	// "" for a binary file (a NUL byte, or not UTF-8). NextLine is the
+	// first line a further read would start at, 0 when the range was read
+	// whole.
 	Content                        string
 	StartLine, EndLine, TotalLines int
 	NextLine                       int
@@ -131,7 +137,14 @@ func (s *Service) ReadFile(ctx context.Context, sess *store.Session, o ReadOptio
 			return nil, inWorktreeFile(rel, err)
 		}
 		defer f.Close()
-		if err := out.read(f, o); err != nil {
+		st, err := f.Stat()
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", rel, err)
+		}
+		if err := out.read(ctx, f, st.Size(), rel, o); err != nil {
+			if fail.KindOf(err) != fail.Failed {
+				return nil, err
+			}
 			return nil, fmt.Errorf("read %s: %w", rel, err)
 		}
 		return &evidence.FileOutcome{Op: "read", Path: rel, Before: out.Before, After: out.Before}, nil
@@ -140,34 +153,48 @@ func (s *Service) ReadFile(ctx context.Context, sess *store.Session, o ReadOptio
 	return out, err
 }
 
-// read reads f's lines o asks for, hashing the whole file on the way.
-func (r *FileRead) read(f *os.File, o ReadOptions) error {
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
+// read reads the lines o asks for of f, a file of size bytes, scanning at
+// most MaxReadScan bytes of it: the lines before the range, the range, and
+// after it the rest of the file to count its lines and hash it. A file
+// larger than that is not hashed (its size alone is recorded) and its
+// lines past the scan are not counted (TotalLines -1); a range that begins
+// past the scan is refused. It stops when ctx ends.
+func (r *FileRead) read(ctx context.Context, f io.Reader, size int64, rel string, o ReadOptions) error {
 	start := max(o.StartLine, 1)
 	h := sha256.New()
-	var src io.Reader = f
-	if st.Size() <= maxHashBytes {
-		src = io.TeeReader(f, h)
+	scan := &io.LimitedReader{R: f, N: MaxReadScan}
+	var src io.Reader = scan
+	if size <= MaxReadScan {
+		src = io.TeeReader(scan, h)
 	}
 	br := bufio.NewReaderSize(src, 64<<10)
 	var content bytes.Buffer
-	line, full := 0, false
+	// line: the lines begun; open: the last one read has not ended yet;
+	// lineAt: where it begins in content.
+	line, open, lineAt, full := 0, false, 0, false
 	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		b, err := br.ReadSlice('\n')
-		if len(b) > 0 || err == nil {
-			line++
+		if len(b) > 0 {
+			if !open {
+				line++
+				lineAt = content.Len()
+			}
+			open = b[len(b)-1] != '\n'
 			switch {
 			case line < start || full || (o.EndLine > 0 && line > o.EndLine):
-			case content.Len()+len(b) > MaxReadBytes && content.Len() > 0:
-				full, r.NextLine = true, line
+			case content.Len()+len(b) > MaxReadBytes && lineAt > 0:
+				// This line goes whole into the next read.
+				content.Truncate(lineAt)
+				full, r.EndLine, r.NextLine = true, line-1, line
+			case content.Len()+len(b) > MaxReadBytes:
+				// One line longer than a whole read: its start, and the
+				// next read begins at the line after it.
+				content.Write(b[:MaxReadBytes-content.Len()])
+				full, r.StartLine, r.EndLine, r.NextLine = true, line, line, line+1
 			default:
-				if content.Len()+len(b) > MaxReadBytes {
-					b = b[:MaxReadBytes] // one line longer than a whole read
-					full, r.NextLine = true, line+1
-				}
 				if r.StartLine == 0 {
 					r.StartLine = line
 				}
@@ -176,7 +203,6 @@ func (r *FileRead) read(f *os.File, o ReadOptions) error {
 			}
 		}
 		if err == bufio.ErrBufferFull {
-			line-- // the rest of this line comes next
 			continue
 		}
 		if err == io.EOF {
@@ -186,15 +212,40 @@ func (r *FileRead) read(f *os.File, o ReadOptions) error {
 			return err
 		}
 	}
-	r.TotalLines = line
-	if r.NextLine > r.TotalLines {
-		r.NextLine = 0
+	// The scan reached the end of the file, or stopped at MaxReadScan
+	// (a file of exactly that size ends there: one more byte says so).
+	counted := scan.N > 0
+	if !counted {
+		var one [1]byte
+		n, _ := f.Read(one[:])
+		counted = n == 0
 	}
-	r.Before = &evidence.FileHash{Size: st.Size()}
-	if st.Size() <= maxHashBytes {
+	r.Before = &evidence.FileHash{Size: size}
+	if size <= MaxReadScan && counted {
 		r.Before.SHA256 = hex.EncodeToString(h.Sum(nil))
 	}
-	if !utf8.Valid(content.Bytes()) {
+	if counted {
+		r.TotalLines = line
+		if r.NextLine > r.TotalLines {
+			r.NextLine = 0
+		}
+	} else {
+		r.TotalLines = -1
+		inRange := r.StartLine > 0 && !full
+		if inRange && open && lineAt > 0 {
+			// The scan stopped inside a line of the range: it goes whole
+			// into the next read.
+			content.Truncate(lineAt)
+			r.EndLine, r.NextLine = line-1, line
+		} else if inRange && (o.EndLine == 0 || r.EndLine < o.EndLine) {
+			r.NextLine = r.EndLine + 1
+		}
+		if r.StartLine == 0 || r.EndLine < r.StartLine {
+			return fail.Refusedf("line %d of %s is past the first %d MiB of it, the most a read scans (the file is %d bytes): read that part with a command in the sandbox (e.g. tail -c, or sed -n '%d,%dp')",
+				start, rel, MaxReadScan>>20, size, start, start+99)
+		}
+	}
+	if c := content.Bytes(); bytes.IndexByte(c, 0) >= 0 || !utf8.Valid(c) {
 		r.Binary = true
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -318,6 +319,108 @@ func TestReadBounds(t *testing.T) {
 	if _, err := svc.ReadFile(ctx, sess, ReadOptions{Path: "nope"}); fail.KindOf(err) != fail.NotFound {
 		t.Fatalf("a missing file: %v", err)
 	}
+}
+
+// A read of a huge file costs what it returns plus a bounded scan: a
+// sparse file of 100 GB (on the real filesystem) is read for at most
+// MaxReadScan bytes, recorded by its size alone, its lines not counted;
+// its NULs make it binary. A text file past the scan reads on by
+// next_line until the scan's end, and a range past it is refused.
+func TestReadHugeFile(t *testing.T) {
+	ctx := context.Background()
+	svc, sess := fileSession(t)
+	huge := filepath.Join(sess.WorktreePath, "huge")
+	if err := os.WriteFile(huge, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(huge, 100<<30); err != nil {
+		t.Fatal(err)
+	}
+	r, err := svc.ReadFile(ctx, sess, ReadOptions{Path: "huge"})
+	if err != nil || !r.Binary || r.Content != "" || r.TotalLines != -1 || r.Before.Size != 100<<30 || r.Before.SHA256 != "" {
+		t.Fatalf("a 100 GB sparse file: binary %v, %d bytes, total %d, %+v, %v", r.Binary, len(r.Content), r.TotalLines, r.Before, err)
+	}
+	// What it reads of the file, counted at the file.
+	f, err := os.Open(huge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cr := &countingReader{r: f}
+	if err := new(FileRead).read(ctx, cr, 100<<30, "huge", ReadOptions{}); err != nil || cr.n > MaxReadScan+1 {
+		t.Fatalf("read %d bytes of a 100 GB file (at most %d): %v", cr.n, MaxReadScan+1, err)
+	}
+	if _, err := svc.ReadFile(ctx, sess, ReadOptions{Path: "huge", StartLine: 2}); fail.KindOf(err) != fail.Refused || !strings.Contains(err.Error(), "past the first 32 MiB") {
+		t.Fatalf("a range past the scan: %v", err)
+	}
+
+	// Text with a NUL byte is binary, not text.
+	if err := os.WriteFile(filepath.Join(sess.WorktreePath, "nul.txt"), []byte("one\ntw\x00o\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := svc.ReadFile(ctx, sess, ReadOptions{Path: "nul.txt"}); err != nil || !r.Binary || r.Content != "" || r.TotalLines != 2 {
+		t.Fatalf("text with a NUL: %+v %v", r, err)
+	}
+	if r, err := svc.ReadFile(ctx, sess, ReadOptions{Path: "nul.txt", EndLine: 1}); err != nil || r.Binary || r.Content != "one\n" {
+		t.Fatalf("the line before the NUL: %+v %v", r, err)
+	}
+
+	// 40 MiB of text: read on to the scan's end, its lines uncounted.
+	line := strings.Repeat("y", 1023) + "\n"
+	if err := os.WriteFile(filepath.Join(sess.WorktreePath, "long.txt"), []byte(strings.Repeat(line, 40<<10)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, err = svc.ReadFile(ctx, sess, ReadOptions{Path: "long.txt"})
+	if err != nil || r.NextLine != 1025 || r.TotalLines != -1 || r.Before.SHA256 != "" || r.Before.Size != 40<<20 {
+		t.Fatalf("40 MiB of text: next %d, total %d, %+v, %v", r.NextLine, r.TotalLines, r.Before, err)
+	}
+	r, err = svc.ReadFile(ctx, sess, ReadOptions{Path: "long.txt", StartLine: 32<<10 - 10})
+	if err != nil || r.StartLine != 32<<10-10 || r.EndLine != 32<<10 || r.NextLine != 32<<10+1 || len(r.Content) != 11<<10 {
+		t.Fatalf("the last lines of the scan: lines %d-%d, next %d, %d bytes, %v", r.StartLine, r.EndLine, r.NextLine, len(r.Content), err)
+	}
+	if _, err := svc.ReadFile(ctx, sess, ReadOptions{Path: "long.txt", StartLine: r.NextLine}); fail.KindOf(err) != fail.Refused {
+		t.Fatalf("the first line past the scan: %v", err)
+	}
+}
+
+// A read stops when its context ends: cancelled as the first chunk is
+// read, it reads no more of a 100 GB file.
+func TestReadStopsWhenCancelled(t *testing.T) {
+	huge := filepath.Join(t.TempDir(), "huge")
+	if err := os.WriteFile(huge, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(huge, 100<<30); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(huge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cr := &countingReader{r: f, after: cancel}
+	err = new(FileRead).read(ctx, cr, 100<<30, "huge", ReadOptions{})
+	if err != context.Canceled || cr.n > 128<<10 {
+		t.Fatalf("a cancelled read: %v after %d bytes", err, cr.n)
+	}
+}
+
+// countingReader counts what is read through it, and calls after (if
+// any) once it has been read from.
+type countingReader struct {
+	r     io.Reader
+	n     int64
+	after func()
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if c.after != nil {
+		c.after()
+	}
+	return n, err
 }
 
 // A file a write makes belongs to the worktree's owner (the sandbox's user

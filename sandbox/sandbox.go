@@ -195,7 +195,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		}
 		var dirty bool
 		if sess.Repo, dirty, err = machines.ResolveRepo(ctx, s.Guard, o.Repo); err != nil {
-			return nil, err
+			return nil, &RepoError{Repo: o.Repo, Err: err}
 		}
 		if dirty && s.Notices != nil {
 			fmt.Fprintf(s.Notices, "xmode: note: %s has uncommitted changes; the sandbox gets what is committed, not them (commit first to include them)\n", sess.Repo)

@@ -16,6 +16,7 @@ import (
 	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/runview"
 	"github.com/xmode/xmode/store"
 )
@@ -161,7 +162,7 @@ func (s *Server) runPage(r *http.Request) (*view, error) {
 }
 
 func viewOf(st runview.Step) *stepView {
-	return &stepView{Step: st, Duration: shortDuration(st.Duration)}
+	return &stepView{Step: st, Duration: humanize.Duration(st.Duration)}
 }
 
 func (s *Server) stepView(row store.StepRow, now time.Time) *stepView {

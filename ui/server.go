@@ -28,6 +28,7 @@ import (
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/internal/httpserve"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/sandbox"
 )
 
@@ -337,11 +338,46 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, code int, v *vie
 func (s *Server) errorPage(w http.ResponseWriter, r *http.Request, err error) {
 	code := fail.KindOf(err).HTTPStatus()
 	back, to := backLink(r)
-	s.render(w, r, code, &view{tmpl: "error.html", title: http.StatusText(code), data: errorData{err.Error(), back, to}})
+	s.render(w, r, code, &view{tmpl: "error.html", title: http.StatusText(code), data: errorData{errorParts(err), back, to}})
 }
 
 type errorData struct {
-	Message, Back, BackTo string
+	Parts        []errorPart
+	Back, BackTo string
+}
+
+// errorPart is a piece of an error's message: text, or the form field an
+// input it names is given in (Field, a fragment of the page Back leads to).
+type errorPart struct {
+	Text, Field string
+}
+
+// formFields are the UI's words for the inputs a service's error names:
+// the id of the field that gives it on the page the error leads back to,
+// and what the field is called there.
+var formFields = map[fail.Input]struct{ id, label string }{
+	fail.Repo:   {"export-repo", "the export's repository"},
+	fail.Branch: {"export-branch", "the export's branch"},
+	fail.Note:   {"note", "the review's note"},
+	fail.TTL:    {"ttl", "the session's \"expires in\""},
+	fail.Force:  {"force", "\"even while a step runs\""},
+}
+
+// errorParts is err's message in the UI's words: an input the page has a
+// field for is a link to it, any other by its neutral name.
+func errorParts(err error) []errorPart {
+	var parts []errorPart
+	for _, p := range fail.Parts(err) {
+		switch f, ok := formFields[p.Input]; {
+		case p.Input == "":
+			parts = append(parts, errorPart{Text: p.Text})
+		case ok:
+			parts = append(parts, errorPart{Text: f.label, Field: f.id})
+		default:
+			parts = append(parts, errorPart{Text: string(p.Input)})
+		}
+	}
+	return parts
 }
 
 // backLink is where an error page leads back to, made from the request's
@@ -414,7 +450,7 @@ var funcs = template.FuncMap{
 		}
 		return s
 	},
-	"dur": shortDuration,
+	"dur": humanize.Duration,
 	"add": func(a, b int) int { return a + b },
 }
 

@@ -82,6 +82,13 @@ func (r *mcpRig) cliOut(env []string, args ...string) string {
 // stdio starts `xmode mcp ARGS` and connects a client to it.
 func (r *mcpRig) stdio(opts *mcp.ClientOptions, env []string, args ...string) *mcp.ClientSession {
 	r.t.Helper()
+	cs, _ := r.stdioServer(opts, env, args...)
+	return cs
+}
+
+// stdioServer is stdio, with the server's process.
+func (r *mcpRig) stdioServer(opts *mcp.ClientOptions, env []string, args ...string) (*mcp.ClientSession, *os.Process) {
+	r.t.Helper()
 	c := r.cli(env, append([]string{"mcp"}, args...)...)
 	c.Stderr = &testLog{t: r.t, prefix: "server: "}
 	client := mcp.NewClient(&mcp.Implementation{Name: "xmode-test", Version: "1.0"}, opts)
@@ -90,12 +97,44 @@ func (r *mcpRig) stdio(opts *mcp.ClientOptions, env []string, args ...string) *m
 		r.t.Fatalf("connect to xmode mcp: %v", err)
 	}
 	r.t.Cleanup(func() { cs.Close() })
-	return cs
+	return cs, c.Process
+}
+
+// rawStdio starts `xmode mcp` for a test that speaks JSON-RPC itself: its
+// standard input and a reader of its output. The server ends when the
+// test does.
+func (r *mcpRig) rawStdio() (*exec.Cmd, io.WriteCloser, *bufio.Reader) {
+	r.t.Helper()
+	c := r.cli(nil, "mcp")
+	in, err := c.StdinPipe()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	out, err := c.StdoutPipe()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	c.Stderr = &testLog{t: r.t, prefix: "server: "}
+	if err := c.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() {
+		in.Close()
+		c.Wait()
+	})
+	return c, in, bufio.NewReaderSize(out, 1<<20)
 }
 
 // httpServer starts `xmode mcp --listen 127.0.0.1:0 ARGS` and returns its
 // endpoint and the token it printed.
 func (r *mcpRig) httpServer(env []string, args ...string) (endpoint, token string) {
+	r.t.Helper()
+	endpoint, token, _ = r.httpServerProc(env, args...)
+	return endpoint, token
+}
+
+// httpServerProc is httpServer, with the server's process.
+func (r *mcpRig) httpServerProc(env []string, args ...string) (endpoint, token string, proc *os.Process) {
 	r.t.Helper()
 	c := r.cli(env, append([]string{"mcp", "--listen", "127.0.0.1:0"}, args...)...)
 	stderr, err := c.StderrPipe()
@@ -127,7 +166,7 @@ func (r *mcpRig) httpServer(env []string, args ...string) (endpoint, token strin
 		r.t.Fatalf("xmode mcp --listen printed no URL or token")
 	}
 	go io.Copy(&testLog{t: r.t, prefix: "server: "}, stderr)
-	return endpoint, token
+	return endpoint, token, c.Process
 }
 
 // httpClient connects a client to endpoint with token.
@@ -234,7 +273,7 @@ func str(v map[string]any, path ...string) string {
 }
 
 var mcpTools = []string{"cr_create", "cr_show", "file_delete", "file_edit", "file_list", "file_read", "file_write",
-	"sandbox_create", "sandbox_diff", "sandbox_exec", "sandbox_list", "sandbox_show", "sandbox_stop", "step_kill", "step_logs", "step_status"}
+	"sandbox_create", "sandbox_diff", "sandbox_exec", "sandbox_extend", "sandbox_list", "sandbox_show", "sandbox_stop", "step_kill", "step_logs", "step_status"}
 
 // Every tool, over stdio and over HTTP: a session from create to change
 // request, recorded as MCP's, whose change request verifies and applies.
@@ -243,7 +282,7 @@ func TestMCPEveryTool(t *testing.T) {
 	for _, transport := range []string{"stdio", "http"} {
 		t.Run(transport, func(t *testing.T) {
 			t.Parallel()
-			r := newMCPRig(t, "SECRET_FOR_MCP=hunter2-very-secret")
+			r := newMCPRig(t, "SECRET_FOR_MCP=hunter2-very-secret", "XMODE_MCP_ENV=SECRET_*")
 			var cs *mcp.ClientSession
 			if transport == "stdio" {
 				cs = r.stdio(nil, nil)
@@ -302,7 +341,7 @@ func everyTool(t *testing.T, r *mcpRig, cs *mcp.ClientSession) {
 			t.Errorf("follow_along %s lacks %q", follow, want)
 		}
 	}
-	if !strings.Contains(str(created, "warnings"), "host engine") {
+	if !strings.Contains(str(created, "warnings"), "this sandbox lacks isolation of any kind: the host engine runs commands on this machine as the user") {
 		t.Errorf("a host session's warnings do not say its commands run on the host: %s", str(created, "warnings"))
 	}
 	// The session says where it came from, in sandbox show and its JSON.
@@ -394,6 +433,13 @@ func everyTool(t *testing.T, r *mcpRig, cs *mcp.ClientSession) {
 	if !strings.HasPrefix(crID, "cr_") || str(cr, "title") != "Make README say three" || !strings.Contains(str(cr, "review"), "cr review "+crID) {
 		t.Fatalf("cr_create: %v", cr)
 	}
+	// Its steps, and the export prefilled with the session's repository.
+	if steps := str(cr, "steps"); !strings.Contains(steps, `"file-edit"`) || !strings.Contains(steps, `"name":"pwd"`) || !strings.Contains(steps, `"status":"failed"`) {
+		t.Fatalf("cr_create's steps: %s", steps)
+	}
+	if rv := str(cr, "review"); !strings.Contains(rv, "cr export "+crID+" --repo "+r.repo+" ") || strings.Contains(rv, "REPO") {
+		t.Fatalf("cr_create's export command is not of the session's repository: %s", rv)
+	}
 	crs := ok(t, cs, "cr_show", map[string]any{"change_request": crID, "patch": true})
 	if !strings.Contains(str(crs, "patch"), "+version three") || str(crs, "status") != "open" || !strings.Contains(str(crs, "steps"), "file-edit") {
 		t.Fatalf("cr_show: %v", crs)
@@ -480,7 +526,7 @@ func verifyAndApply(t *testing.T, r *mcpRig, crID, file, want string) {
 // a session the server did not create is not found; another user's never.
 func TestMCPErrorsAndScope(t *testing.T) {
 	t.Parallel()
-	r := newMCPRig(t)
+	r := newMCPRig(t, "XMODE_MCP_ENV=XMODE_TEST_*")
 	cli := r.cliOut(nil, "sandbox", "create", "--repo", r.repo, "-q")
 	other := r.cliOut([]string{"XMODE_USER=mallory"}, "sandbox", "create", "--repo", r.repo, "-q")
 	cs := r.stdio(nil, nil)
@@ -499,8 +545,9 @@ func TestMCPErrorsAndScope(t *testing.T) {
 		{"cr_create", map[string]any{"session": cli}, "not found"},
 		{"sandbox_exec", map[string]any{"session": id}, "invalid input: give the command to run"},
 		{"sandbox_exec", map[string]any{"session": id, "command": "x", "argv": []string{"y"}}, "not both"},
-		{"sandbox_exec", map[string]any{"session": id, "command": "true", "env": []string{"A=b"}}, "give a variable's name only"},
+		{"sandbox_exec", map[string]any{"session": id, "command": "true", "env": []string{"1A=b"}}, "give a variable's name"},
 		{"sandbox_exec", map[string]any{"session": id, "command": "true", "env": []string{"XMODE_TEST_NO_SUCH_VAR"}}, "server's environment has no XMODE_TEST_NO_SUCH_VAR"},
+		{"sandbox_exec", map[string]any{"session": id, "command": "true", "env": []string{"HOME"}}, "refused: env HOME: the user has not allowed"},
 		{"sandbox_exec", map[string]any{"session": id, "command": "true", "workdir": "../.."}, "invalid input"},
 		{"sandbox_exec", map[string]any{"session": id, "command": "true", "timeout_seconds": -1}, "timeout_seconds"},
 		{"file_edit", map[string]any{"session": id, "path": "README", "old_string": "nope", "new_string": "x"}, "old_string was not found in README: read the file (file_read)"},
@@ -509,7 +556,7 @@ func TestMCPErrorsAndScope(t *testing.T) {
 		{"step_logs", map[string]any{"session": id, "step": 1, "stream": "both"}, "stdout or stderr"},
 		{"cr_create", map[string]any{"session": id}, "nothing to package"},
 		{"cr_show", map[string]any{"change_request": "cr_nosuch00"}, "not found"},
-		{"sandbox_create", map[string]any{"repository": filepath.Join(r.dir, "no-such-repo")}, "invalid input"},
+		{"sandbox_create", map[string]any{"repository": filepath.Join(r.dir, "no-such-repo")}, "refused: repository"},
 		{"sandbox_exec", map[string]any{"session": id, "command": "true", "bogus": 1}, "bogus"},
 		{"file_write", map[string]any{"session": id, "path": "x", "content": "x", "bogus": 1}, `invalid input: the arguments: json: unknown field "bogus"`},
 		{"file_write", map[string]any{"session": id, "path": "x"}, `invalid input: "content" is required`},
@@ -1148,16 +1195,7 @@ func TestMCPRootsOlderProtocol(t *testing.T) {
 	if err := makeRepo(other); err != nil {
 		t.Fatal(err)
 	}
-	c := r.cli(nil, "mcp")
-	in, _ := c.StdinPipe()
-	outPipe, _ := c.StdoutPipe()
-	c.Stderr = &testLog{t: t, prefix: "server: "}
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Wait()
-	defer in.Close()
-	out := bufio.NewReader(outPipe)
+	_, in, out := r.rawStdio()
 	read := func() map[string]any {
 		t.Helper()
 		l, err := out.ReadString('\n')

@@ -740,7 +740,7 @@ func (p *Provider) EnsureImage(ctx context.Context, ref string) error {
 	defer rc.Close()
 	if err := progress.Pull(rc, p.Progress, ref); err != nil {
 		if errors.Is(pctx.Err(), context.DeadlineExceeded) {
-			return fail.Enginef("image %s is not present locally and pulling it took longer than %s: load it with `docker load` or check the daemon's registry access", ref, p.pullTimeout())
+			return fail.Enginef("image %s is not present locally and pulling it took longer than %s: %s", ref, p.pullTimeout(), imageFix)
 		}
 		return pullFailed(ref, err)
 	}
@@ -755,5 +755,10 @@ func (p *Provider) EnsureImage(ctx context.Context, ref string) error {
 }
 
 func pullFailed(ref string, err error) error {
-	return fail.Enginef("image %s is not present locally and the docker daemon could not pull it: %v — check the image name and the daemon's registry access, or load the image with `docker load`", ref, err)
+	return fail.Enginef("image %s is not present locally and the docker daemon could not pull it: %v — %s", ref, err, imageFix)
 }
+
+// imageFix is what to do about an image the daemon does not have, for
+// every front end: the image comes from XMODE_SANDBOX_IMAGE, or from the
+// create that named one.
+const imageFix = "give an image the daemon has: XMODE_SANDBOX_IMAGE for every sandbox, or the create's own (`xmode sandbox create --image`, MCP sandbox_create's image parameter); or load it with `docker load`, or check the image name and the daemon's registry access (docs/docker.md)"

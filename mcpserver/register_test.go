@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"encoding/json"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -34,5 +35,23 @@ func TestDecodeArgs(t *testing.T) {
 		if err == nil || fail.KindOf(err) != fail.Usage || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want %q", args, err, want)
 		}
+	}
+}
+
+// file_read's line_numbers are cat -n's, as the real cat prints them.
+func TestNumberLinesIsCatN(t *testing.T) {
+	for _, content := range []string{"", "one\n", "one\ntwo", "a\n\n\tb\n", strings.Repeat("x\n", 1000001)} {
+		c := exec.Command("cat", "-n")
+		c.Stdin = strings.NewReader(content)
+		want, err := c.Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := numberLines(content, 1); got != string(want) {
+			t.Errorf("%.40q: got %.80q, cat -n %.80q", content, got, want)
+		}
+	}
+	if got := numberLines("x\ny\n", 41); got != "    41\tx\n    42\ty\n" {
+		t.Errorf("from line 41: %q", got)
 	}
 }
