@@ -164,7 +164,7 @@ func (a *App) printRunResult(res *loop.Result) {
 			}
 			kv.row("session:", session)
 		}
-		if res.Attempts == nil {
+		if res.Ranking == nil {
 			cr := orDash(res.CR)
 			if res.Version > 1 {
 				cr += fmt.Sprintf(" (version %d)", res.Version)
@@ -185,8 +185,8 @@ func (a *App) printRunResult(res *loop.Result) {
 		}
 		_ = kv.flush()
 		fmt.Fprintln(a.Out)
-		if res.Attempts != nil {
-			_ = a.attemptsTable(res.Attempts)
+		if res.Ranking != nil {
+			_ = a.attemptsTable(res.Ranking)
 			return
 		}
 		a.outcomeTable(res.Steps)
@@ -308,9 +308,9 @@ type runView struct {
 	Sessions       []*store.Session `json:"sessions"`
 	Steps          []stepView       `json:"steps"`
 	ChangeRequests []string         `json:"change_requests"`
-	// Attempts: a run of attempts', best first; Versions: its change
+	// Ranking: a run of attempts', best first; Versions: its change
 	// request's (a run's that has one).
-	Attempts []loop.Attempt        `json:"attempts"`
+	Ranking  []loop.Attempt        `json:"ranking"`
 	Versions []store.ChangeVersion `json:"versions"`
 }
 
@@ -378,7 +378,7 @@ func (a *App) runShowRun(ctx context.Context, o runShowOptions) error {
 	}
 	if a.json {
 		v := runView{LoopRun: r, Plan: json.RawMessage("null"), Sessions: sessions, Steps: []stepView{}, ChangeRequests: []string{},
-			Attempts: nonNilSlice(attempts), Versions: versions}
+			Ranking: nonNilSlice(attempts), Versions: versions}
 		if r.Plan != "" {
 			v.Plan = json.RawMessage(r.Plan)
 		}

@@ -94,7 +94,7 @@ func (l *Loop) runAttempts(ctx context.Context, o Options, pr *prepared) (*Resul
 	if err != nil {
 		return res, err
 	}
-	res.Attempts = ranked
+	res.Ranking = ranked
 	res.Status, res.ExitCode, res.Error = attemptsOutcome(ctx, ranked, results, errs, first == nil)
 	if err := l.Svc.Store.FinishLoopRun(end, parent, store.LoopEnd{
 		Status: res.Status, ExitCode: res.ExitCode, Error: res.Error, Finished: l.Svc.Now(),

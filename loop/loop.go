@@ -71,8 +71,8 @@ type Result struct {
 	Kept       bool            `json:"session_kept"`
 	// Version is the change request's newest version (0 without one).
 	Version int `json:"version"`
-	// Attempts are a run of attempts' attempts, best first (Rank).
-	Attempts []Attempt `json:"attempts,omitempty"`
+	// Ranking is a run of attempts' attempts, best first (Rank).
+	Ranking []Attempt `json:"ranking,omitempty"`
 	// Reviews are what a reviewer command decided, a version at a time.
 	Reviews []store.Review `json:"reviews,omitempty"`
 	// Error says why the run failed (a step, or xmode itself).

@@ -802,7 +802,7 @@ echo uncommitted > notes.txt`)
 		}
 	}
 	atts := r.j(0, "Run result", "run", "--repo", repo, "--objective", "write notes", "-f", attemptsPlan)[0]
-	attempts := r.j(0, "Run shown", "run", "show", refStr(t, atts, "id"))[0].(map[string]any)["attempts"].([]any)
+	attempts := r.j(0, "Run shown", "run", "show", refStr(t, atts, "id"))[0].(map[string]any)["ranking"].([]any)
 	if len(attempts) != 2 {
 		t.Fatalf("a run of 2 attempts shows %d", len(attempts))
 	}
