@@ -48,8 +48,8 @@ stdout; the steps' output streams to stderr. Ctrl-C ends the running step
 change requests.
 
 --attempts N runs the plan in N sandboxes from one base (claimed from the
-project's pool where it has one), --parallel at a time (default: one per
-core, at least 2), and ends with up to N change requests, ranked: required
+project's pool where it has one), --parallel at a time (default: two per
+core), and ends with up to N change requests, ranked: required
 checks passed, then checks passed, then the smaller change. N sandboxes
 beyond XMODE_SANDBOX_MAX_OPEN are refused before any starts (exit 4). Each
 attempt's agent sees XMODE_ATTEMPT (1..N) and XMODE_ATTEMPTS in its
@@ -115,7 +115,7 @@ EXIT STATUS
 	f.BoolVar(&o.Keep, "keep", false, "leave the session open when the run ends")
 	f.StringArrayVar(&o.EnvPass, "env-pass", nil, "pass this host variable to agent steps by name (repeatable)")
 	f.IntVar(&o.Attempts, "attempts", 0, "run the plan in N sandboxes from one base (default: the plan's attempts:, else 1)")
-	f.IntVar(&o.Parallel, "parallel", 0, "with --attempts: at most this many at a time (default: one per core, at least 2)")
+	f.IntVar(&o.Parallel, "parallel", 0, "with --attempts: at most this many at a time (default: two per core)")
 	f.IntVar(&o.Iterate, "iterate", 0, "with --reviewer: up to N new versions while it asks for changes (default: the plan's iterate:)")
 	f.StringVar(&o.Reviewer, "reviewer", "", "a command (sh -c) that reviews each version: approve, request-changes or reject on stdout")
 	cmd.AddCommand(a.newRunList(), a.newRunShow(), a.newRunContinue())
@@ -143,6 +143,9 @@ func (a *App) loop(svc *sandbox.Service) *loop.Loop {
 	l := &loop.Loop{Svc: svc, Plans: &plans.Runner{Svc: svc, Agents: a.agents(svc)}, Changes: changesOf(svc), ForkVersion: forkVersion(svc)}
 	if !a.json && !a.quiet {
 		l.Notes, l.LiveStdout, l.LiveStderr = termsafe.NewWriter(a.Err), a.Err, a.Err
+		if a.verbose {
+			svc.Verbose = l.Notes // what each sandbox's making took
+		}
 	}
 	return l
 }

@@ -19,12 +19,12 @@ import (
 )
 
 // DefaultParallel is how many of n attempts run at once when --parallel
-// is not given: one per core, and at least two — an attempt spends most
-// of its time waiting (on an agent's model, on git and the engine), so
-// two share a core well — never more than n. The quota is checked for all
-// n before any starts (runAttempts), so it bounds nothing further here.
+// is not given: two per core — an attempt spends most of its time waiting
+// (on an agent's model, on git, the engine and the disk), so two share a
+// core well — and never more than n. The quota is checked for all n before
+// any starts (runAttempts), so it bounds nothing further here.
 func DefaultParallel(n int) int {
-	return min(n, max(2, runtime.NumCPU()))
+	return min(n, 2*runtime.NumCPU())
 }
 
 // runAttempts runs the plan in n sandboxes from one base, at most

@@ -84,7 +84,7 @@ func TestPrefixedLines(t *testing.T) {
 
 func TestDefaultParallel(t *testing.T) {
 	for _, n := range []int{1, 2, 4, 16} {
-		if p := DefaultParallel(n); p < 1 || p > n || n >= 2 && p < 2 {
+		if p := DefaultParallel(n); p < 1 || p > n || p < min(n, 2) {
 			t.Errorf("DefaultParallel(%d) = %d", n, p)
 		}
 	}
