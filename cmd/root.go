@@ -275,7 +275,8 @@ with evidence for every step that outlives the sandbox.` + exitStatusHelp,
   xmode sandbox list`})
 		addCommands(sb, words, leaf("create", a.newCreate), leaf("exec", a.newExec), leaf("stop", a.newStop),
 			leaf("list ls", a.newList), leaf("show", a.newShow), leaf("extend", a.newExtend), leaf("reap", reap),
-			leaf("shell", a.newShell), leaf("logs", a.newLogs), leaf("cp", a.newCp), leaf("diff", a.newDiff), leaf("kill", a.newKill))
+			leaf("shell", a.newShell), leaf("logs", a.newLogs), leaf("cp", a.newCp), leaf("diff", a.newDiff), leaf("kill", a.newKill),
+			leaf("fork", a.newFork), leaf("snapshot", a.newSnapshot), leaf("snapshots", a.newSnapshots))
 		return sb
 	}
 	// Only what the command line needs is built (see lazy.go).

@@ -62,6 +62,7 @@ cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=c
 	addCreateFlags(cmd, &o.CreateOptions)
 	cmd.Flags().Lookup("repo").Usage += " (default: the repository of this directory)"
 	cmd.Flags().StringVar(&o.RunID, "run", "", "share this run's worktree instead of cloning")
+	cmd.Flags().StringVar(&o.FromSnapshot, "from-snapshot", "", "start from a snapshot (its name or ID): its worktree, and in docker its filesystem (`sandbox snapshot`)")
 	return a.setTraits(cmd, traits{interrupted: "the sandbox was not created; what it had begun was cleaned up (`xmode sandbox list --all` shows the session as failed if it was recorded)"})
 }
 
@@ -82,7 +83,7 @@ func (a *App) runCreate(ctx context.Context, o createOptions) error {
 	}
 	// No --repo (nor --run, --project) is --repo .: the repository this
 	// directory is in, as git commands take it.
-	here := o.Repo == "" && o.RunID == "" && o.Project == ""
+	here := o.Repo == "" && o.RunID == "" && o.Project == "" && o.FromSnapshot == ""
 	if here {
 		o.Repo = "."
 	}
@@ -590,6 +591,12 @@ func (a *App) runShow(ctx context.Context, o showOptions) error {
 	if s.Title != "" {
 		kv.row("Title:", clean(s.Title))
 	}
+	if s.ForkedFrom != "" {
+		kv.row("Forked from:", fmt.Sprintf("%s after step %d", s.ForkedFrom, s.ForkedAtSeq))
+	}
+	if s.FromSnapshot != "" {
+		kv.row("From snapshot:", s.FromSnapshot)
+	}
 	if s.Origin == store.OriginMCP {
 		kv.row("Origin:", "mcp ("+clean(cmp.Or(s.OriginClient, "a client that gave no name"))+"): made through `xmode mcp`")
 	}
@@ -609,6 +616,9 @@ func (a *App) runShow(ctx context.Context, o showOptions) error {
 	}
 	if s.Network != "" {
 		kv.row("Network:", s.Network)
+	}
+	if s.HostEnv != "" {
+		kv.row("Host env:", s.HostEnv+" (what its steps inherit of xmode's environment)")
 	}
 	if s.Error != "" {
 		kv.row("Error:", clean(s.Error))

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/hostenv"
 )
 
 // Runner modes (docs/reference.md, "Runner modes and engines").
@@ -49,9 +50,10 @@ type Config struct {
 	TmpfsOptions       string
 	Network            string
 	ReadonlyRoot       bool
-	BindHardened       bool   // bind mode gets volume mode's limits and hardening
-	HostCgroup         bool   // host steps each get a cgroup v2 of their own where the machine allows it
-	SandboxUser        string // "uid:gid"; "" when the storage root does not exist yet
+	BindHardened       bool           // bind mode gets volume mode's limits and hardening
+	HostCgroup         bool           // host steps each get a cgroup v2 of their own where the machine allows it
+	HostEnv            hostenv.Policy // what host steps inherit of xmode's environment (HostEnvFor)
+	SandboxUser        string         // "uid:gid"; "" when the storage root does not exist yet
 	TTL                time.Duration
 	MaxTTL             time.Duration
 	MaxOpen            int
@@ -60,6 +62,8 @@ type Config struct {
 	ProjectMachines    bool
 	ProjectCacheMount  string
 	CRMaxBytes         int64         // largest change request accepted
+	SnapshotTTL        time.Duration // lifetime of a new snapshot
+	SnapshotMax        int           // live snapshots per user (0: unlimited)
 	PoolSize           int           // ready sandboxes kept per project machine (0: no pool)
 	PoolMaxAge         time.Duration // a pool entry older than this is replaced
 	CloudStatusCommand string
@@ -294,6 +298,23 @@ var settings = []setting{
 		}
 		return nil
 	}},
+	// The environment policy of host steps (internal/hostenv), recorded on
+	// each host session at create.
+	{name: "XMODE_HOST_ENV", def: lit(hostenv.All), apply: func(c *Config, v string) error {
+		inherit, err := hostenv.ParseInherit(v)
+		c.HostEnv.Inherit = inherit
+		return err
+	}},
+	{name: "XMODE_HOST_ENV_INCLUDE", def: lit(""), apply: func(c *Config, v string) error {
+		pats, err := hostenv.ParsePatterns(v)
+		c.HostEnv.Include = pats
+		return err
+	}},
+	{name: "XMODE_HOST_ENV_EXCLUDE", def: lit(""), apply: func(c *Config, v string) error {
+		pats, err := hostenv.ParsePatterns(v)
+		c.HostEnv.Exclude = pats
+		return err
+	}},
 	{name: "XMODE_SANDBOX_BIND_HARDENED", def: lit("0"), apply: func(c *Config, v string) error {
 		b, err := ParseBool(v)
 		c.BindHardened = b
@@ -340,6 +361,19 @@ var settings = []setting{
 			return fmt.Errorf("%q is not a limit: use a whole number, 0 for unlimited", v)
 		}
 		c.MaxOpen = n
+		return nil
+	}},
+	{name: "XMODE_SNAPSHOT_TTL", def: lit("168h"), apply: func(c *Config, v string) error {
+		d, err := ParseDuration(v)
+		c.SnapshotTTL = d
+		return err
+	}},
+	{name: "XMODE_SNAPSHOT_MAX", def: lit("10"), apply: func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a limit: use a whole number, 0 for unlimited", v)
+		}
+		c.SnapshotMax = n
 		return nil
 	}},
 	{name: "XMODE_EVIDENCE_MAX_BYTES", def: lit("256m"), apply: func(c *Config, v string) error {
@@ -541,6 +575,19 @@ var LimitSettings = []string{"XMODE_SANDBOX_CPUS", "XMODE_SANDBOX_MEMORY", "XMOD
 // but a value the user set explicitly is applied, and
 // XMODE_SANDBOX_BIND_HARDENED applies them all.
 func (c *Config) BindLeaves(name string) bool { return !c.BindHardened && !c.Explicit(name) }
+
+// HostEnvFor is the environment policy a new host session of origin
+// ("mcp", or "" and "cli" for the command line) records: the configured
+// one, except that a session an MCP client makes inherits only the core
+// variables unless XMODE_HOST_ENV was set explicitly — an agent's server
+// should not hand its steps everything of the shell that started it.
+func (c *Config) HostEnvFor(origin string) hostenv.Policy {
+	p := c.HostEnv
+	if origin == "mcp" && !c.Explicit("XMODE_HOST_ENV") {
+		p.Inherit = hostenv.Core
+	}
+	return p
+}
 
 // Unapplied lists the limits that new docker sandboxes will not get as
 // configured: in bind mode (docker engine, no storage volume, a daemon on

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"io"
 	"sort"
 	"syscall"
@@ -36,6 +37,7 @@ type Object struct {
 	State     string // a container's state (created, running, exited, …); "" for a volume
 	SessionID string // its xmode.session label ("" when it has none)
 	Instance  string // its xmode.instance label
+	Snapshot  string // an image's xmode.snapshot label ("" when it has none)
 }
 
 // OrphanLister is an engine whose objects can outlive a crashed xmode: the
@@ -109,6 +111,9 @@ type VolumeRemover interface {
 	// storage root's ID) and refuses anyone else's; one that does not exist
 	// is success.
 	RemoveVolume(ctx context.Context, name, instance string) error
+	// ProjectVolumes lists the cache volumes of a project of this install
+	// (one per user whose sandboxes ran it), found by their labels.
+	ProjectVolumes(ctx context.Context, project, instance string) ([]string, error)
 }
 
 // WorktreeSyncer is an engine whose sandboxes work on a copy of the
@@ -437,4 +442,38 @@ func IsolationGaps(a Provider) []string {
 		return r.IsolationGaps()
 	}
 	return nil
+}
+
+// KindImage is an image an engine made of a sandbox's filesystem
+// (Snapshotter): labelled like the other objects, with the session it was
+// made for (a fork) or the snapshot it belongs to.
+const KindImage = "image"
+
+// ErrInUse is what RemoveObject says of an object something still uses
+// (an image a container runs): not a failure, it goes once its last user
+// has gone.
+var ErrInUse = errors.New("in use")
+
+// Snapshotter is an engine whose sandboxes have a filesystem of their own
+// outside the worktree (a container's): SnapshotImage keeps it as an image
+// a new sandbox starts from (Spec.Image) — what `sandbox fork` and `sandbox
+// snapshot` take along with the worktree. The image is one of the engine's
+// objects: listed and removed through OrphanLister as KindImage.
+type Snapshotter interface {
+	// SnapshotImage commits sb's filesystem outside its worktree (not its
+	// mounts) as the image ref, labelled labels, and returns the reference
+	// a Spec.Image takes.
+	SnapshotImage(ctx context.Context, sb Sandbox, ref string, labels map[string]string) (string, error)
+}
+
+// SnapshotImage keeps sb's filesystem outside the worktree as an image
+// (Snapshotter); ok is false for an engine whose sandboxes have none (the
+// host: its steps see the host's files), which keeps only the worktree.
+func SnapshotImage(ctx context.Context, a Provider, sb Sandbox, ref string, labels map[string]string) (image string, ok bool, err error) {
+	s, ok := a.(Snapshotter)
+	if !ok {
+		return "", false, nil
+	}
+	image, err = s.SnapshotImage(ctx, sb, ref, labels)
+	return image, true, err
 }

@@ -67,6 +67,10 @@ type Sandbox struct {
 	RunID       string
 	SessionID   string
 	Project     string
+	// HostEnv is the environment policy of a step that runs on the host
+	// (HostRunner; internal/hostenv's String form, as the session recorded
+	// it): which of xmode's variables it inherits. "" inherits them all.
+	HostEnv string
 }
 
 // ExecRequest is one step for a provider to run.

@@ -28,22 +28,26 @@ const (
 	EnvPass     Input = "env-pass"
 	Force       Input = "force"
 	From        Input = "from"
-	Image       Input = "image"
-	Iterate     Input = "iterate"
-	Model       Input = "model"
-	Network     Input = "network"
-	Note        Input = "note"
-	Objective   Input = "objective"
-	Parallel    Input = "parallel"
-	Project     Input = "project"
-	Prompt      Input = "prompt"
-	PromptFile  Input = "prompt-file"
-	Ref         Input = "ref"
-	Refresh     Input = "refresh"
-	Repo        Input = "repo"
-	Reviewer    Input = "reviewer"
-	RunID       Input = "run"
-	Signal      Input = "signal"
+	// FromSnapshot is the snapshot a new sandbox starts from.
+	FromSnapshot Input = "from-snapshot"
+	Image        Input = "image"
+	Iterate      Input = "iterate"
+	Model        Input = "model"
+	// Name is what a user calls something they make (a snapshot).
+	Name       Input = "name"
+	Network    Input = "network"
+	Note       Input = "note"
+	Objective  Input = "objective"
+	Parallel   Input = "parallel"
+	Project    Input = "project"
+	Prompt     Input = "prompt"
+	PromptFile Input = "prompt-file"
+	Ref        Input = "ref"
+	Refresh    Input = "refresh"
+	Repo       Input = "repo"
+	Reviewer   Input = "reviewer"
+	RunID      Input = "run"
+	Signal     Input = "signal"
 	// StorageRoot is a setting (XMODE_STORAGE_ROOT) rather than a request's.
 	StorageRoot Input = "storage-root"
 	TTL         Input = "ttl"
@@ -55,8 +59,9 @@ const (
 // Inputs lists every input a service may name, for a front end's test
 // that it has a word for each.
 func Inputs() []Input {
-	return []Input{Agent, Attempts, Branch, CloseOthers, Comment, Env, EnvPass, Force, From, Image, Iterate, Model, Network, Note, Objective,
-		Parallel, Project, Prompt, PromptFile, Ref, Refresh, Repo, Reviewer, RunID, Signal, StorageRoot, TTL, Timeout, To, Workdir}
+	return []Input{Agent, Attempts, Branch, CloseOthers, Comment, Env, EnvPass, Force, From, FromSnapshot, Image, Iterate, Model, Name,
+		Network, Note, Objective, Parallel, Project, Prompt, PromptFile, Ref, Refresh, Repo, Reviewer, RunID, Signal, StorageRoot,
+		TTL, Timeout, To, Workdir}
 }
 
 // Flag is the CLI's word for in.

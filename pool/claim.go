@@ -39,7 +39,7 @@ func (p *Pools) Claim(ctx context.Context, o ClaimOptions, sess store.Session, p
 	if provider == nil {
 		return nil, nil, nil // the cloud's session: no sandbox here to claim
 	}
-	shape := Shape(provider)
+	shape := Shape(provider, sess.User)
 	commits, err := p.readyCommits(ctx, o.Project, shape)
 	if err != nil || len(commits) == 0 {
 		return nil, nil, err

@@ -18,6 +18,7 @@ import (
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
+	"github.com/xmode/xmode/internal/hostenv"
 	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/machines"
 	"github.com/xmode/xmode/pool"
@@ -75,6 +76,30 @@ func (s *Service) seed(ctx context.Context, runID, commit string) {
 	s.detail("stat cache: %d of the checkout's %d files recorded (%s)", n.Recorded, n.Files, took(start))
 }
 
+// seedBase starts changes.Service.SeedBase in the background; the
+// function it returns waits for it to end. Only a cache: a failure is a -v
+// line, and the seed does that part itself.
+func (s *Service) seedBase(ctx context.Context, runID, project, commit string) (wait func()) {
+	done := make(chan struct{})
+	var err error
+	var spent string
+	go func() {
+		defer close(done)
+		start := time.Now()
+		cr := &changes.Service{Store: s.Store, Guard: s.Guard, MaxBytes: s.Cfg.CRMaxBytes}
+		err = cr.SeedBase(ctx, runID, project, commit)
+		spent = took(start)
+	}()
+	return func() {
+		<-done
+		if err != nil {
+			s.detail("the base's trees were not copied beside the checkout (the seed copies them): %v", err)
+			return
+		}
+		s.detail("the base's trees copied into the run's object store beside the checkout (%s)", spent)
+	}
+}
+
 // took is how long since start, for detail.
 func took(start time.Time) string { return humanize.Duration(time.Since(start)) }
 
@@ -95,6 +120,15 @@ type CreateOptions struct {
 	// Origin is what makes the session (store.OriginMCP; "" is the CLI),
 	// OriginClient the MCP client's name and version, Title what it is for.
 	Origin, OriginClient, Title string
+	// EnvPolicy is what the session's host steps inherit of the
+	// environment of the xmode that runs them; nil: the configured one
+	// (config.Config.HostEnvFor the origin: `core` for an MCP client's
+	// unless XMODE_HOST_ENV says otherwise). Recorded on the session; a
+	// session whose steps do not run on the host records none.
+	EnvPolicy *hostenv.Policy
+	// FromSnapshot starts the session from a snapshot (its name, or its
+	// ID): `sandbox create --from-snapshot`.
+	FromSnapshot string
 }
 
 // Machines is the project machines of this storage root.
@@ -129,6 +163,9 @@ func (s *Service) teardown(ctx context.Context, sess *store.Session, err error) 
 // Create provisions a session. The row exists (provisioning) before anything
 // touches disk, so a crash at any point leaves something the reaper finds.
 func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, error) {
+	if o.FromSnapshot != "" {
+		return s.createFromSnapshot(ctx, o)
+	}
 	engineName, err := engine.Choose(s.Cfg.RunnerMode, s.Cfg.Engine)
 	if err != nil {
 		return nil, err
@@ -162,6 +199,13 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		sess.Network = network
 	} else if o.NetworkSet {
 		return nil, fail.Usagef("%s applies to docker sandboxes; this session runs on the host (%s engine), in the host's network", fail.Network, engineName)
+	}
+	if engine.OnHost(provider) {
+		policy := s.Cfg.HostEnvFor(sess.Origin)
+		if o.EnvPolicy != nil {
+			policy = *o.EnvPolicy
+		}
+		sess.HostEnv = policy.String()
 	}
 	var tgt target
 	var co *machines.Checkout // the worktree comes from a project machine
@@ -246,7 +290,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	if err := s.Store.CreateSession(ctx, store.NewSession{Session: sess, NewRun: newRun, MaxOpen: s.Cfg.MaxOpen, Loop: o.Loop}); err != nil {
 		return nil, err
 	}
-	created, err := s.provision(ctx, &sess, newRun, tgt, co, engineName, provider)
+	created, err := s.provision(ctx, &sess, newRun, tgt, co, nil, engineName, provider)
 	if err != nil {
 		// Clean up with a context the user's Ctrl-C has not cancelled.
 		cleanup := context.WithoutCancel(ctx)
@@ -275,7 +319,10 @@ func (s *Service) noRepo(ctx context.Context, project string) error {
 	return fail.Usagef("%s is required: give a URL, a file:// URL or a local path (or %s to share a run's worktree)", fail.Repo, fail.RunID)
 }
 
-func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, co *machines.Checkout, engineName string, provider engine.Provider) (*store.Session, error) {
+// provision makes a session's worktree (for a new run: a clone of tgt, or
+// a worktree of the project machine co; then, for a fork or a snapshot's
+// session, what from holds on top of the base), its sandbox, and opens it.
+func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, co *machines.Checkout, from *source, engineName string, provider engine.Provider) (*store.Session, error) {
 	base := sess.BaseCommit // a joined run's
 	if newRun {
 		if err := os.MkdirAll(s.Guard.RunsDir(), fsguard.RunDirMode); err != nil {
@@ -284,7 +331,12 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 		var err error
 		start := time.Now()
 		if co != nil {
+			// The base's trees go into the run's object store while git
+			// checks the worktree out; the seed below then only records
+			// the files.
+			based := s.seedBase(ctx, sess.RunID, co.Machine.Project, co.Commit)
 			base, err = s.branch(ctx, sess, co)
+			based()
 		} else {
 			base, err = clone(ctx, sess.Repo, tgt, sess.WorktreePath, s.Progress)
 		}
@@ -300,11 +352,20 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 		}
 		s.detail("worktree %s at %s: %s in %s", sess.WorktreePath, shortCommit(base), how, took(start))
 	}
+	seedAt := base
+	if from != nil {
+		start := time.Now()
+		if err := s.applySource(ctx, sess.WorktreePath, base, from); err != nil {
+			return nil, fail.As(fail.Failed, err)
+		}
+		base, seedAt = from.base, from.commit
+		s.detail("worktree %s: what it took checked out on top of the base in %s", sess.WorktreePath, took(start))
+	}
 	if engineName == engine.Cloud {
 		// The Codex cloud runs this session's work: the worktree gives it a
 		// base commit (what the task's diff applies to), and no local sandbox.
 		if newRun {
-			s.seed(ctx, sess.RunID, base)
+			s.seed(ctx, sess.RunID, seedAt)
 		}
 		if err := s.Store.Provisioned(ctx, sess.ID, base, "", "", "", nil, s.Now().Add(s.Cfg.TTL)); err != nil {
 			return nil, err
@@ -341,8 +402,9 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	}
 	if newRun {
 		// After Provision: a provider may give the worktree to the sandbox
-		// user, which changes every file's ctime.
-		s.seed(ctx, sess.RunID, base)
+		// user, which changes every file's ctime. A fork's files are its
+		// frozen commit's, which is what the stat cache records.
+		s.seed(ctx, sess.RunID, seedAt)
 	}
 	if err := s.Store.Provisioned(ctx, sess.ID, base, sb.ContainerID, sb.MountMode, sess.Image, sb.Volumes, s.Now().Add(s.Cfg.TTL)); err != nil {
 		return nil, err
@@ -368,7 +430,9 @@ func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree,
 	}
 	if co != nil {
 		spec.MachineGitDir = co.GitDir()
-		spec.CacheVolume, spec.CacheMount = co.Machine.Volume, s.Cfg.ProjectCacheMount
+		// The cache of this service's user: what a create makes for its
+		// user, and what a pool refill makes for the user who fills it.
+		spec.CacheVolume, spec.CacheMount = machines.CacheVolume(project, s.Cfg.User), s.Cfg.ProjectCacheMount
 		spec.Env = machines.CacheEnv(s.Cfg.ProjectCacheMount)
 	}
 	return spec, nil

@@ -273,7 +273,7 @@ func str(v map[string]any, path ...string) string {
 }
 
 var mcpTools = []string{"cr_create", "cr_show", "file_delete", "file_edit", "file_list", "file_read", "file_write",
-	"sandbox_create", "sandbox_diff", "sandbox_exec", "sandbox_extend", "sandbox_list", "sandbox_show", "sandbox_stop", "step_kill", "step_logs", "step_status"}
+	"sandbox_create", "sandbox_diff", "sandbox_exec", "sandbox_extend", "sandbox_fork", "sandbox_list", "sandbox_show", "sandbox_stop", "step_kill", "step_logs", "step_status"}
 
 // Every tool, over stdio and over HTTP: a session from create to change
 // request, recorded as MCP's, whose change request verifies and applies.

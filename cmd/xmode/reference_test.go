@@ -714,6 +714,22 @@ echo uncommitted > notes.txt`)
 	r.j(0, "Step", "sandbox", "exec", g, "-d", "--", "sleep", "300")
 	r.j(0, "Session", "sandbox", "stop", g)
 	r.j(0, "Session with steps", "sandbox", "show", g)
+	// Forks and snapshots: the fields a fork and a session made from a
+	// snapshot record, the snapshot itself, and their refusals.
+	fp := refStr(t, r.j(0, "Session", "sandbox", "create", "--repo", repo)[0], "id")
+	r.j(0, "Step result", "sandbox", "exec", fp, "--", "sh", "-c", "echo f > forked.txt")
+	fk := refStr(t, r.j(0, "Session", "sandbox", "fork", fp, "--title", "another way")[0], "id")
+	r.j(0, "Session with steps", "sandbox", "show", fk)
+	r.j(0, "Snapshot", "sandbox", "snapshot", fp, "--name", "ref-snap")
+	r.j(4, "Error", "sandbox", "snapshot", fp, "--name", "ref-snap")
+	r.j(2, "Error", "sandbox", "snapshot", fp, "--name", "123")
+	r.j(0, "[]Snapshot", "sandbox", "snapshots")
+	fs := refStr(t, r.j(0, "Session", "sandbox", "create", "--from-snapshot", "ref-snap")[0], "id")
+	r.j(2, "Error", "sandbox", "create", "--from-snapshot", "ref-snap", "--repo", repo)
+	r.j(3, "Error", "sandbox", "create", "--from-snapshot", "no-such-snap")
+	r.j(0, "[]Session", "sandbox", "stop", fk, fs, fp)
+	r.j(4, "Error", "sandbox", "fork", fp)
+	r.j(0, "[]Snapshot", "sandbox", "snapshots", "rm", "ref-snap")
 	// A pass that cannot reach its engine's daemon fails, and says so.
 	r.run([]string{"XMODE_SANDBOX_ENGINE=docker", "XMODE_SANDBOX_DOCKER_HOST=unix://" + filepath.Join(dir, "no-daemon.sock")}, 1, "Reap summary", "reap")
 
@@ -870,6 +886,8 @@ echo uncommitted > notes.txt`)
 		"XMODE_SANDBOX_DOCKER_HOST=" + dockertest.Host()}
 	x := refStr(t, r.run(dk, 0, "Session", "sandbox", "create", "--repo", repo)[0], "id")
 	r.run(dk, 0, "Step result", "sandbox", "exec", x, "--", "sh", "-c", "echo d > d.txt")
+	r.run(dk, 0, "Snapshot", "sandbox", "snapshot", x, "--name", "ref-docker-snap")
+	r.run(dk, 0, "[]Snapshot", "sandbox", "snapshots", "rm", "ref-docker-snap")
 	crx := refStr(t, r.run(dk, 0, "Change request package", "cr", "create", x)[0], "id")
 	r.run(dk, 0, "Change request shown", "cr", "show", crx)
 	r.run(dk, -1, "[]Doctor check", "doctor")
@@ -986,6 +1004,7 @@ func TestReferenceStatuses(t *testing.T) {
 		"Cloud task state":       "cloud_tasks.state",
 		"Cloud task error class": "cloud_tasks.error_class",
 		"Pool entry state":       "pool_entries.state",
+		"Snapshot status":        "snapshots.status",
 	}
 	fromCode := map[string][]string{
 		"Plan step status":    {plans.Passed, plans.Failed, plans.AllowedFailure, plans.Skipped, plans.NotRun},

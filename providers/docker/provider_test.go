@@ -59,7 +59,7 @@ func TestPullFailureIsEngineUnavailable(t *testing.T) {
 	if fail.KindOf(err) != fail.EngineUnavailable || fail.ExitCode(err) != 5 {
 		t.Errorf("kind %v (exit %d), want EngineUnavailable (exit 5): %v", fail.KindOf(err), fail.ExitCode(err), err)
 	}
-	if !strings.Contains(err.Error(), spec.Image) || !strings.Contains(err.Error(), "could not pull") {
+	if !strings.Contains(err.Error(), spec.Image) || !strings.Contains(err.Error(), "could not pull") || !strings.Contains(err.Error(), "XMODE_SANDBOX_IMAGE") {
 		t.Errorf("error does not say what failed: %v", err)
 	}
 	if !strings.Contains(progress.String(), "Unable to find image") {
