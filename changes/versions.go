@@ -377,3 +377,35 @@ func shortString(s string) string {
 	}
 	return s
 }
+
+// Source is where a version's tree is kept, for a sandbox made from it
+// (`run continue` when the version's sandbox has ended): the object store
+// of the run that made it, the ref xmode set there to its snapshot commit,
+// that commit and its tree, the agent's last commit (HEAD of the new
+// worktree; the base when the agent made none) and the base.
+type Source struct {
+	Store, Ref               string
+	Commit, Tree, Head, Base string
+}
+
+// VersionSource is p's Source. p must have been verified (Verify): the
+// manifest names the commits; the tree is checked against the store's.
+func (s *Service) VersionSource(p *Package) (*Source, error) {
+	m := p.Manifest
+	if m == nil || m.Tree != p.at.Tree || m.Snapshot == "" {
+		return nil, fail.Failedf("version %d of %s: its manifest does not name the tree the change request recorded: `xmode cr verify %s` says more", p.at.Version, p.ID, p.ID)
+	}
+	runDir, err := s.Guard.RunDir(p.at.RunID)
+	if err != nil {
+		return nil, err
+	}
+	ref := "refs/xmode/cr/" + p.ID
+	if p.at.Version > 1 {
+		ref += "/v" + strconv.Itoa(p.at.Version)
+	}
+	src := &Source{Store: filepath.Join(runDir, StoreDirName), Ref: ref, Commit: m.Snapshot, Tree: m.Tree, Head: m.BaseCommit, Base: m.BaseCommit}
+	if n := len(m.Commits); n > 0 {
+		src.Head = m.Commits[n-1].ID.String()
+	}
+	return src, nil
+}

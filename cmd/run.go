@@ -10,7 +10,6 @@ import (
 	"github.com/fatih/color"
 	"github.com/spf13/cobra"
 
-	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/internal/humanize"
@@ -140,7 +139,7 @@ func (a *App) runLoop(ctx context.Context, o runOptions) error {
 // loop is the governed loop of a storage root, its notes and the steps'
 // output on stderr unless --json or -q.
 func (a *App) loop(svc *sandbox.Service) *loop.Loop {
-	l := &loop.Loop{Svc: svc, Plans: &plans.Runner{Svc: svc, Agents: a.agents(svc)}, Changes: changesOf(svc), ForkVersion: forkVersion(svc)}
+	l := &loop.Loop{Svc: svc, Plans: &plans.Runner{Svc: svc, Agents: a.agents(svc)}, Changes: changesOf(svc)}
 	if !a.json && !a.quiet {
 		l.Notes, l.LiveStdout, l.LiveStderr = termsafe.NewWriter(a.Err), a.Err, a.Err
 		if a.verbose {
@@ -559,10 +558,4 @@ func runWhy(status, err string) string {
 func firstLine(s string) string {
 	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
 	return l
-}
-
-// forkVersion makes the session `run continue` works in when a change
-// request version's sandbox has ended: a fork of that version's tree.
-func forkVersion(*sandbox.Service) func(context.Context, *changes.Package) (*store.Session, error) {
-	return nil
 }

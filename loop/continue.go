@@ -12,6 +12,7 @@ import (
 	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/plans"
+	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
 )
 
@@ -174,17 +175,32 @@ func awaitedReview(c *store.Change) (store.Review, bool) {
 }
 
 // continueSession is where a continue runs: the session of the newest
-// version while it is open, else a fork of that version's tree, whose run
+// version while it is open, else a fork of that version's tree (checked
+// first: a version that fails verification is not continued), whose run
 // is recorded as the run's continuation.
 func (l *Loop) continueSession(ctx context.Context, r *store.LoopRun, newest *changes.Package) (*store.Session, bool, error) {
-	sess, err := l.Svc.Store.Get(ctx, newest.At().SessionID)
-	if err == nil && store.CheckOpen(sess, l.Svc.Now()) == nil {
-		return sess, false, nil
+	of, err := l.Svc.Store.Get(ctx, newest.At().SessionID)
+	if err != nil {
+		return nil, false, err
 	}
-	if l.ForkVersion == nil {
-		return nil, false, fail.Refusedf("the sandbox of version %d of %s has ended, and this xmode cannot fork a change request's tree: keep the session open (`xmode run --keep`)", newest.At().Version, newest.ID)
+	if store.CheckOpen(of, l.Svc.Now()) == nil {
+		return of, false, nil
 	}
-	if sess, err = l.ForkVersion(ctx, newest); err != nil {
+	rep, err := l.Changes.Verify(ctx, newest)
+	if err != nil {
+		return nil, false, err
+	}
+	if !rep.Intact {
+		pr := rep.Problems[0]
+		return nil, false, fail.Failedf("%s fails verification (version %d, %s: %s): not continuing it; `xmode cr verify %s` lists every problem", newest.ID, pr.Version, pr.File, pr.Problem, newest.ID)
+	}
+	src, err := l.Changes.VersionSource(newest)
+	if err != nil {
+		return nil, false, err
+	}
+	sess, err := l.Svc.FromVersion(ctx, sandbox.FromVersionOptions{Of: of, Source: src,
+		Title: fmt.Sprintf("version %d of %s", newest.At().Version+1, newest.ID)})
+	if err != nil {
 		return nil, false, fmt.Errorf("fork the tree of version %d of %s: %w", newest.At().Version, newest.ID, err)
 	}
 	if err := l.Svc.Store.MarkContinuation(ctx, sess.RunID, r.ID); err != nil {

@@ -27,10 +27,6 @@ type Loop struct {
 	Svc     *sandbox.Service
 	Plans   *plans.Runner
 	Changes *changes.Service
-	// ForkVersion makes a session whose worktree is a change request
-	// version's tree, for `run continue` when the version's sandbox has
-	// ended; nil refuses such a continue.
-	ForkVersion func(ctx context.Context, p *changes.Package) (*store.Session, error)
 	// Notes gets xmode's own lines (each step as it starts, the session
 	// stop); nil for none. The steps' output goes to Live*.
 	Notes                  io.Writer
