@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
+
+	"github.com/xmode/xmode/internal/udiff"
 )
 
 // fileDiff is one file of a unified diff as git writes it: its paths (""
@@ -109,16 +110,16 @@ func parseDiff(r io.Reader) ([]*fileDiff, error) {
 			cur = &fileDiff{}
 			files = append(files, cur)
 			inBinary = false
-			cur.OldPath, cur.NewPath = headerPaths(strings.TrimPrefix(line, "diff --git "))
+			cur.OldPath, cur.NewPath = udiff.HeaderPaths(line)
 		case cur == nil || inBinary:
 		case strings.HasPrefix(line, "--- "):
-			cur.OldPath = diffPath(strings.TrimPrefix(line, "--- "), "a/")
+			cur.OldPath = udiff.StripPrefix(udiff.Unquote(strings.TrimPrefix(line, "--- ")), "a/")
 		case strings.HasPrefix(line, "+++ "):
-			cur.NewPath = diffPath(strings.TrimPrefix(line, "+++ "), "b/")
+			cur.NewPath = udiff.StripPrefix(udiff.Unquote(strings.TrimPrefix(line, "+++ ")), "b/")
 		case strings.HasPrefix(line, "rename from "):
-			cur.OldPath = unquotePath(strings.TrimPrefix(line, "rename from "))
+			cur.OldPath = udiff.Unquote(strings.TrimPrefix(line, "rename from "))
 		case strings.HasPrefix(line, "rename to "):
-			cur.NewPath = unquotePath(strings.TrimPrefix(line, "rename to "))
+			cur.NewPath = udiff.Unquote(strings.TrimPrefix(line, "rename to "))
 		case strings.HasPrefix(line, "new file mode "):
 			cur.OldPath = ""
 		case strings.HasPrefix(line, "deleted file mode "):
@@ -126,10 +127,11 @@ func parseDiff(r io.Reader) ([]*fileDiff, error) {
 		case line == "GIT binary patch" || strings.HasPrefix(line, "Binary files "):
 			cur.Binary, inBinary = true, line == "GIT binary patch"
 		case strings.HasPrefix(line, "@@ "):
-			nh, err := parseHunkHeader(line)
-			if err != nil {
-				return nil, err
+			a, b, c, d, _, ok := udiff.HunkHeader(line)
+			if !ok {
+				return nil, fmt.Errorf("diff: bad hunk header %q", line)
 			}
+			nh := hunk{OldStart: a, OldLines: b, NewStart: c, NewLines: d}
 			cur.Hunks = append(cur.Hunks, nh)
 			h = &cur.Hunks[len(cur.Hunks)-1]
 			left = [2]int{nh.OldLines, nh.NewLines}
@@ -156,133 +158,4 @@ func readLine(br *bufio.Reader) (string, error) {
 			return b.String(), nil
 		}
 	}
-}
-
-// parseHunkHeader reads "@@ -a[,b] +c[,d] @@ …".
-func parseHunkHeader(line string) (hunk, error) {
-	var h hunk
-	f := strings.Fields(line)
-	if len(f) < 4 || f[0] != "@@" || f[3] != "@@" && !strings.HasPrefix(f[3], "@@") {
-		return h, fmt.Errorf("diff: bad hunk header %q", line)
-	}
-	var err error
-	if h.OldStart, h.OldLines, err = hunkRange(f[1], "-"); err != nil {
-		return h, fmt.Errorf("diff: bad hunk header %q", line)
-	}
-	if h.NewStart, h.NewLines, err = hunkRange(f[2], "+"); err != nil {
-		return h, fmt.Errorf("diff: bad hunk header %q", line)
-	}
-	return h, nil
-}
-
-func hunkRange(s, sign string) (start, n int, err error) {
-	s, ok := strings.CutPrefix(s, sign)
-	if !ok {
-		return 0, 0, errors.New("no sign")
-	}
-	a, b, has := strings.Cut(s, ",")
-	if start, err = strconv.Atoi(a); err != nil {
-		return 0, 0, err
-	}
-	n = 1
-	if has {
-		if n, err = strconv.Atoi(b); err != nil {
-			return 0, 0, err
-		}
-	}
-	return start, n, nil
-}
-
-// diffPath is the path of a "--- "/"+++ " line: "" for /dev/null, else
-// unquoted and without its prefix.
-func diffPath(s, prefix string) string {
-	if s == "/dev/null" {
-		return ""
-	}
-	return strings.TrimPrefix(unquotePath(s), prefix)
-}
-
-// headerPaths reads the paths of "diff --git a/X b/Y" where it can: both
-// quoted, or the same path on each side. A binary file or a mode change
-// has no ---/+++ lines to name it.
-func headerPaths(s string) (string, string) {
-	if strings.HasPrefix(s, `"`) {
-		a, rest, ok := cutQuoted(s)
-		if !ok {
-			return "", ""
-		}
-		b := strings.TrimPrefix(rest, " ")
-		return strings.TrimPrefix(a, "a/"), strings.TrimPrefix(unquotePath(b), "b/")
-	}
-	// "a/X b/X": the same X on each side
-	if len(s)%2 == 1 {
-		half := (len(s) - 1) / 2
-		a, b := s[:half], s[half+1:]
-		if strings.HasPrefix(a, "a/") && strings.HasPrefix(b, "b/") && a[2:] == b[2:] {
-			return a[2:], b[2:]
-		}
-	}
-	return "", ""
-}
-
-// unquotePath undoes git's quoting of a path ("…" with C escapes, octal
-// for bytes); an unquoted path is returned as it is.
-func unquotePath(s string) string {
-	if !strings.HasPrefix(s, `"`) {
-		return s
-	}
-	p, _, ok := cutQuoted(s)
-	if !ok {
-		return s
-	}
-	return p
-}
-
-// cutQuoted reads one C-quoted string at the start of s and returns it
-// unquoted with what follows it.
-func cutQuoted(s string) (string, string, bool) {
-	var b strings.Builder
-	for i := 1; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"':
-			return b.String(), s[i+1:], true
-		case c != '\\':
-			b.WriteByte(c)
-			continue
-		}
-		i++
-		if i >= len(s) {
-			return "", "", false
-		}
-		switch e := s[i]; e {
-		case 'a':
-			b.WriteByte('\a')
-		case 'b':
-			b.WriteByte('\b')
-		case 't':
-			b.WriteByte('\t')
-		case 'n':
-			b.WriteByte('\n')
-		case 'v':
-			b.WriteByte('\v')
-		case 'f':
-			b.WriteByte('\f')
-		case 'r':
-			b.WriteByte('\r')
-		case '0', '1', '2', '3':
-			if i+2 >= len(s) {
-				return "", "", false
-			}
-			v, err := strconv.ParseUint(s[i:i+3], 8, 8)
-			if err != nil {
-				return "", "", false
-			}
-			b.WriteByte(byte(v))
-			i += 2
-		default:
-			b.WriteByte(e)
-		}
-	}
-	return "", "", false
 }
