@@ -196,7 +196,7 @@ func (a *App) printRunResult(res *loop.Result) {
 }
 
 // attemptsTable lists a run's attempts, best first.
-func (a *App) attemptsTable(atts []loop.Attempt) error {
+func (a *App) attemptsTable(atts []runview.Attempt) error {
 	t := newTable(a.Out, "RANK", "ATTEMPT", "RUN", "STATUS", "EXIT", "CR", "REQUIRED", "CHECKS", "CHANGE")
 	for _, at := range atts {
 		exit := "-"
@@ -312,7 +312,7 @@ type runView struct {
 	ChangeRequests []string         `json:"change_requests"`
 	// Ranking: a run of attempts', best first; Versions: its change
 	// request's (a run's that has one).
-	Ranking  []loop.Attempt        `json:"ranking"`
+	Ranking  []runview.Attempt     `json:"ranking"`
 	Versions []store.ChangeVersion `json:"versions"`
 }
 
@@ -362,9 +362,9 @@ func (a *App) runShowRun(ctx context.Context, o runShowOptions) error {
 		}
 		sessions, steps = append(sessions, ss...), append(steps, st...)
 	}
-	var attempts []loop.Attempt
+	var attempts []runview.Attempt
 	if r.Attempts > 0 {
-		if attempts, err = loop.Rank(ctx, svc.Store, r.ID); err != nil {
+		if attempts, err = runview.Rank(ctx, svc.Store, r.ID); err != nil {
 			return err
 		}
 	}

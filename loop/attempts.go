@@ -2,9 +2,7 @@ package loop
 
 import (
 	"bytes"
-	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/plans"
+	"github.com/xmode/xmode/runview"
 	"github.com/xmode/xmode/store"
 )
 
@@ -90,7 +89,7 @@ func (l *Loop) runAttempts(ctx context.Context, o Options, pr *prepared) (*Resul
 	wg.Wait()
 
 	end := context.WithoutCancel(ctx)
-	ranked, err := Rank(end, l.Svc.Store, parent)
+	ranked, err := runview.Rank(end, l.Svc.Store, parent)
 	if err != nil {
 		return res, err
 	}
@@ -111,7 +110,7 @@ func (l *Loop) runAttempts(ctx context.Context, o Options, pr *prepared) (*Resul
 // attempt has a change request, no-change when every attempt ended so,
 // failed otherwise; its exit status is its best attempt's (Rank), 130 when
 // interrupted.
-func attemptsOutcome(ctx context.Context, ranked []Attempt, results []*Result, errs []error, none bool) (status string, code int, why string) {
+func attemptsOutcome(ctx context.Context, ranked []runview.Attempt, results []*Result, errs []error, none bool) (status string, code int, why string) {
 	var reasons []string
 	noChange := 0
 	for i, r := range results {
@@ -134,7 +133,7 @@ func attemptsOutcome(ctx context.Context, ranked []Attempt, results []*Result, e
 		return store.RunFailed, 130, "interrupted: the running attempts' steps were ended and their evidence kept"
 	case none:
 		return store.RunFailed, fail.ExitCode(errs[0]), strings.Join(reasons, "; ")
-	case slices.ContainsFunc(ranked, func(a Attempt) bool { return a.CR != "" }):
+	case slices.ContainsFunc(ranked, func(a runview.Attempt) bool { return a.CR != "" }):
 		return store.RunReview, code, ""
 	case noChange == len(results):
 		return store.RunNoChange, code, ""
@@ -143,117 +142,6 @@ func attemptsOutcome(ctx context.Context, ranked []Attempt, results []*Result, e
 		code = fail.Failed.ExitCode()
 	}
 	return store.RunFailed, code, "every attempt failed: " + strings.Join(reasons, "; ")
-}
-
-// Attempt is one attempt of a run of attempts as `run show` ranks it.
-type Attempt struct {
-	Attempt   int    `json:"attempt"`
-	RunID     string `json:"id"`
-	SessionID string `json:"session_id"`
-	CR        string `json:"cr_id"`
-	Status    string `json:"status"`
-	ExitCode  *int   `json:"exit_code"`
-	// Rank is its place, from 1 (Rank's order).
-	Rank int `json:"rank"`
-	// Required and Checks count the plan's command steps (its checks),
-	// the required ones and all; the Passed fields, those that passed.
-	RequiredPassed int `json:"required_passed"`
-	Required       int `json:"required"`
-	ChecksPassed   int `json:"checks_passed"`
-	Checks         int `json:"checks"`
-	// Files, Insertions and Deletions are its change request's newest
-	// version's stat (0 without one).
-	Files      int `json:"files"`
-	Insertions int `json:"insertions"`
-	Deletions  int `json:"deletions"`
-}
-
-// Rank lists the attempts of a run of attempts, best first: those with a
-// change request to review, then the most required checks passed, then
-// the most checks passed, then the smallest change (lines added and
-// removed), then by number.
-func Rank(ctx context.Context, st *store.Store, parent string) ([]Attempt, error) {
-	runs, err := st.Attempts(ctx, parent)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Attempt, 0, len(runs))
-	for _, r := range runs {
-		a := Attempt{Attempt: r.Attempt, RunID: r.ID, CR: r.CR, Status: r.Status, ExitCode: r.ExitCode}
-		sessions, err := st.RunSessions(ctx, r.ID)
-		if err != nil {
-			return nil, err
-		}
-		if len(sessions) > 0 {
-			a.SessionID = sessions[0].ID
-		}
-		if r.CR != "" {
-			c, err := st.GetChange(ctx, r.CR)
-			if err != nil {
-				return nil, err
-			}
-			a.Files, a.Insertions, a.Deletions = c.Files, c.Insertions, c.Deletions
-		}
-		if err := countChecks(ctx, st, r, &a); err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	slices.SortStableFunc(out, func(x, y Attempt) int {
-		reviewable := func(a Attempt) int {
-			if a.CR != "" && a.Status != store.RunFailed {
-				return 0
-			}
-			return 1
-		}
-		return cmp.Or(
-			cmp.Compare(reviewable(x), reviewable(y)),
-			cmp.Compare(y.RequiredPassed, x.RequiredPassed),
-			cmp.Compare(y.ChecksPassed, x.ChecksPassed),
-			cmp.Compare(x.Insertions+x.Deletions, y.Insertions+y.Deletions),
-			cmp.Compare(x.Attempt, y.Attempt),
-		)
-	})
-	for i := range out {
-		out[i].Rank = i + 1
-	}
-	return out, nil
-}
-
-// countChecks counts an attempt's checks — its plan's command steps — and
-// those that passed, each by the last step of its name the run ran.
-func countChecks(ctx context.Context, st *store.Store, r *store.LoopRun, a *Attempt) error {
-	if r.Plan == "" {
-		return nil
-	}
-	var plan plans.Plan
-	if err := json.Unmarshal([]byte(r.Plan), &plan); err != nil {
-		return nil // a plan that does not decode has no checks to count
-	}
-	steps, err := st.Steps(ctx, r.ID)
-	if err != nil {
-		return err
-	}
-	passed := map[string]bool{}
-	for _, s := range steps {
-		passed[s.Name] = s.ExitCode != nil && *s.ExitCode == 0
-	}
-	for _, s := range plan.Steps {
-		if s.IsAgent() {
-			continue
-		}
-		a.Checks++
-		if !s.AllowFailure {
-			a.Required++
-		}
-		if passed[s.Name] {
-			a.ChecksPassed++
-			if !s.AllowFailure {
-				a.RequiredPassed++
-			}
-		}
-	}
-	return nil
 }
 
 // lineWriter writes whole lines to w, one writer's line at a time, so the

@@ -18,6 +18,7 @@ import (
 	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/plans"
+	"github.com/xmode/xmode/runview"
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
 )
@@ -68,7 +69,7 @@ type Result struct {
 	// Version is the change request's newest version (0 without one).
 	Version int `json:"version"`
 	// Ranking is a run of attempts' attempts, best first (Rank).
-	Ranking []Attempt `json:"ranking,omitempty"`
+	Ranking []runview.Attempt `json:"ranking,omitempty"`
 	// Reviews are what a reviewer command decided, a version at a time.
 	Reviews []store.Review `json:"reviews,omitempty"`
 	// Error says why the run failed (a step, or xmode itself).
