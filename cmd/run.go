@@ -345,22 +345,9 @@ func (a *App) runShowRun(ctx context.Context, o runShowOptions) error {
 	}
 	// A run's sessions and steps are its own and its continuations' (the
 	// forks of its change request's tree that made later versions).
-	var sessions []*store.Session
-	var steps []store.StepRow
-	conts, err := svc.Store.Continuations(ctx, r.ID)
+	sessions, steps, err := runview.Members(ctx, svc.Store, r.ID)
 	if err != nil {
 		return err
-	}
-	for _, id := range append([]string{r.ID}, runIDs(conts)...) {
-		ss, err := svc.Store.RunSessions(ctx, id)
-		if err != nil {
-			return err
-		}
-		st, err := svc.Store.Steps(ctx, id)
-		if err != nil {
-			return err
-		}
-		sessions, steps = append(sessions, ss...), append(steps, st...)
 	}
 	var attempts []runview.Attempt
 	if r.Attempts > 0 {
@@ -481,14 +468,6 @@ func (a *App) runShowRun(ctx context.Context, o runShowOptions) error {
 		return a.stepTable(steps)
 	}
 	return nil
-}
-
-func runIDs(runs []*store.LoopRun) []string {
-	ids := make([]string, len(runs))
-	for i, r := range runs {
-		ids[i] = r.ID
-	}
-	return ids
 }
 
 // runContinueOptions are `run continue`'s flags.

@@ -136,6 +136,38 @@ type Run struct {
 	Sessions []*store.Session
 	Steps    []Step
 	CRs      []*store.Change
+	// Ranking is a run of attempts' attempts, best first (Rank); Versions
+	// its change request's versions (none without one).
+	Ranking  []Attempt
+	Versions []store.ChangeVersion
+}
+
+// Members are a run's sessions and steps, and those of the forks of its
+// change request's tree that `run continue` made (its continuations: the
+// later versions' sandboxes), in that order.
+func Members(ctx context.Context, st *store.Store, runID string) ([]*store.Session, []store.StepRow, error) {
+	conts, err := st.Continuations(ctx, runID)
+	if err != nil {
+		return nil, nil, err
+	}
+	ids := []string{runID}
+	for _, c := range conts {
+		ids = append(ids, c.ID)
+	}
+	var sessions []*store.Session
+	var steps []store.StepRow
+	for _, id := range ids {
+		ss, err := st.RunSessions(ctx, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		rows, err := st.Steps(ctx, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		sessions, steps = append(sessions, ss...), append(steps, rows...)
+	}
+	return sessions, steps, nil
 }
 
 // LoadRun reads run id (an exact, well-formed ID, else not found) with its
@@ -159,9 +191,11 @@ func LoadRun(ctx context.Context, st *store.Store, id string, now time.Time) (*R
 	case store.RunFailed:
 		r.Why = lr.Error
 	}
-	if r.Sessions, err = st.RunSessions(ctx, lr.ID); err != nil {
+	sessions, rows, err := Members(ctx, st, lr.ID)
+	if err != nil {
 		return nil, err
 	}
+	r.Sessions = sessions
 	if r.Title == "" {
 		for _, s := range r.Sessions {
 			if s.Title != "" {
@@ -170,15 +204,21 @@ func LoadRun(ctx context.Context, st *store.Store, id string, now time.Time) (*R
 			}
 		}
 	}
-	rows, err := st.Steps(ctx, lr.ID)
-	if err != nil {
-		return nil, err
-	}
 	for _, row := range rows {
 		r.Steps = append(r.Steps, ViewStep(row, now))
 	}
 	if r.CRs, err = st.ListChanges(ctx, store.ChangeFilter{RunID: lr.ID}); err != nil {
 		return nil, err
+	}
+	if lr.Attempts > 0 {
+		if r.Ranking, err = Rank(ctx, st, lr.ID); err != nil {
+			return nil, err
+		}
+	}
+	if lr.CR != "" {
+		if r.Versions, err = st.Versions(ctx, lr.CR); err != nil {
+			return nil, err
+		}
 	}
 	return r, nil
 }
