@@ -358,11 +358,13 @@ type errorPart struct {
 // the id of the field that gives it on the page the error leads back to,
 // and what the field is called there.
 var formFields = map[fail.Input]struct{ id, label string }{
-	fail.Repo:   {"export-repo", "the export's repository"},
-	fail.Branch: {"export-branch", "the export's branch"},
-	fail.Note:   {"note", "the review's note"},
-	fail.TTL:    {"ttl", "the session's \"expires in\""},
-	fail.Force:  {"force", "\"even while a step runs\""},
+	fail.Repo:        {"export-repo", "the export's repository"},
+	fail.Branch:      {"export-branch", "the export's branch"},
+	fail.Note:        {"note", "the review's note"},
+	fail.Comment:     {"comments", "the review's comments on lines"},
+	fail.CloseOthers: {"close-others", "\"close the run's other attempts\""},
+	fail.TTL:         {"ttl", "the session's \"expires in\""},
+	fail.Force:       {"force", "\"even while a step runs\""},
 }
 
 // errorParts is err's message in the UI's words: an input the page has a
