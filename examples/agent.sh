@@ -46,7 +46,7 @@ fi
 has_git() { command -v git >/dev/null 2>&1 && git rev-parse --git-dir >/dev/null 2>&1; }
 commit() {
 	has_git || return 0
-	run git add -- "$@" &&
+	run git add "$@" &&
 		run git -c user.name=xmode-standin -c user.email=standin@xmode.invalid commit -q -m "$msg"
 }
 
