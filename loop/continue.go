@@ -107,33 +107,9 @@ func (l *Loop) Continue(ctx context.Context, o ContinueOptions) (*Result, error)
 	}
 	popts := l.planOptions(Options{Objective: r.Objective, Agent: o.Agent, EnvPass: o.EnvPass})
 	loopErr := l.revise(ctx, sess, &plan, popts, at, newest, review, res, l.Notes)
-	if !o.Keep {
-		if _, err := l.Svc.Stop(end, sess, true); err != nil {
-			loopErr = errors.Join(loopErr, fmt.Errorf("stop session %s: %w", sess.ID, err))
-		} else {
-			note(l.Notes, "stopped %s; evidence kept in %s", sess.ID, sess.RunDir)
-		}
-	}
-	if loopErr != nil {
-		res.Status, res.Error = store.RunFailed, loopErr.Error()
-		if res.ExitCode == 0 {
-			res.ExitCode = fail.ExitCode(loopErr)
-			if errors.Is(loopErr, errInterrupted) {
-				res.ExitCode = 130
-			}
-		}
-	}
 	// The run stays the change request's: a failed continue leaves it
 	// awaiting a new version, with the reason said.
-	if err := l.Svc.Store.FinishLoopRun(end, r.ID, store.LoopEnd{
-		Status: res.Status, ExitCode: res.ExitCode, CR: r.CR, Error: res.Error, Finished: l.Svc.Now(),
-	}); err != nil {
-		return res, err
-	}
-	if loopErr != nil && !errors.Is(loopErr, errInterrupted) {
-		return res, loopErr
-	}
-	return res, nil
+	return l.finish(ctx, sess, r.ID, o.Keep, res, loopErr, l.Notes)
 }
 
 // awaitingAttempt is the attempt of a run of attempts whose change

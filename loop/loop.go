@@ -241,7 +241,23 @@ func (l *Loop) runOne(ctx context.Context, o Options, pr *prepared, at attempt, 
 	if loopErr == nil && res.CR != "" && o.Reviewer != "" && res.Status == store.RunReview {
 		loopErr = l.iterate(ctx, sess, plan, o, at, iterate, res, notes)
 	}
-	if !o.Keep {
+	res, err = l.finish(ctx, sess, sess.RunID, o.Keep, res, loopErr, notes)
+	if len(res.Reviews) > 0 && err == nil && res.Error == "" {
+		// the reviewer's last decision shows through, as run show says it
+		if r, rerr := l.Svc.Store.ResolveRun(end, sess.RunID); rerr == nil {
+			res.Status = r.Status
+		}
+	}
+	return res, err
+}
+
+// finish ends a round of the loop in sess for run runID: it stops the
+// session unless keep, makes xmode's own failure (loopErr) the run's, and
+// records the run's end; the error returned is xmode's own failure, Ctrl-C
+// aside (the result's exit status says it).
+func (l *Loop) finish(ctx context.Context, sess *store.Session, runID string, keep bool, res *Result, loopErr error, notes io.Writer) (*Result, error) {
+	end := context.WithoutCancel(ctx)
+	if !keep {
 		if _, err := l.Svc.Stop(end, sess, true); err != nil {
 			loopErr = errors.Join(loopErr, fmt.Errorf("stop session %s: %w", sess.ID, err))
 		} else {
@@ -257,16 +273,10 @@ func (l *Loop) runOne(ctx context.Context, o Options, pr *prepared, at attempt, 
 			}
 		}
 	}
-	if err := l.Svc.Store.FinishLoopRun(end, sess.RunID, store.LoopEnd{
+	if err := l.Svc.Store.FinishLoopRun(end, runID, store.LoopEnd{
 		Status: res.Status, ExitCode: res.ExitCode, CR: res.CR, Error: res.Error, Finished: l.Svc.Now(),
 	}); err != nil {
 		return res, err
-	}
-	if len(res.Reviews) > 0 && loopErr == nil {
-		// the reviewer's last decision shows through, as run show says it
-		if r, err := l.Svc.Store.ResolveRun(end, sess.RunID); err == nil {
-			res.Status = r.Status
-		}
 	}
 	if loopErr != nil && !errors.Is(loopErr, errInterrupted) {
 		return res, loopErr
