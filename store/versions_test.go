@@ -107,6 +107,9 @@ func attemptsOf(t *testing.T, s *Store, n int) (string, []*Change) {
 	if err := s.NewAttempts(ctx, parent, "do it", n, time.Now()); err != nil {
 		t.Fatal(err)
 	}
+	if r, err := s.ResolveRun(ctx, parent); err != nil || r.Status != RunAttempting || r.Attempts != n {
+		t.Fatalf("a run of attempts at work: %+v, %v", r, err)
+	}
 	var crs []*Change
 	for i := 1; i <= n; i++ {
 		ns := newSess("u", time.Now())
