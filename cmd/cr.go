@@ -375,14 +375,14 @@ func (a *App) runCRShow(ctx context.Context, o crShowOptions) error {
 		ev = nil // tampered with: the report names it
 	}
 	// The patch is streamed, never read whole: a change.patch that is not
-	// the size its manifest records is refused before anything is shown.
+	// what its manifest records is refused before anything is shown — a
+	// forged patch is never printed where a reviewer could apply it.
 	var patch io.ReadCloser
 	if o.patch {
-		if patch, _, err = cs.OpenFile(p, changes.PatchFile); err != nil && rep.Intact {
+		if patch, _, err = cs.OpenFile(p, changes.PatchFile); err != nil {
 			return err
-		} else if err == nil {
-			defer patch.Close()
 		}
+		defer patch.Close()
 	}
 	if a.json {
 		v := crShowView{Package: p, Shown: p.At().Version, Versions: versions, Manifest: p.Manifest, Evidence: ev, Verify: rep}

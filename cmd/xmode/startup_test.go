@@ -29,9 +29,15 @@ func TestPackageInitBudget(t *testing.T) {
 	// longer pay for a fork: upstream's jsonschema-go (the MCP SDK's)
 	// builds its field tables, 80 KB, chroma's regexp2 its Unicode tables
 	// (37 KB) and chroma its token maps (11 KB), which took the total from
-	// 227 to 351 KB; the budgets sit just above those figures.
-	const onFirstUse, perPackage, total = 4 << 10, 48 << 10, 368 << 10
-	budgets := map[string]int{"github.com/google/jsonschema-go/jsonschema": 84 << 10}
+	// 227 to 351 KB. The egress proxy's goproxy (issue 28) parses its
+	// built-in MITM CA at init (61 KB, ~0.7 ms: an RSA key), which xmode
+	// never uses but cannot skip without a fork; miekg/dns builds its type
+	// tables (22 KB). The budgets sit just above those figures.
+	const onFirstUse, perPackage, total = 4 << 10, 48 << 10, 456 << 10
+	budgets := map[string]int{
+		"github.com/google/jsonschema-go/jsonschema": 84 << 10,
+		"github.com/elazarl/goproxy":                 64 << 10,
+	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		testenv.Skip(t, "no go command to build xmode with: %v", err)
