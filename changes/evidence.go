@@ -73,7 +73,9 @@ const (
 // Passed reports a step that finished with status 0.
 func (s StepEvidence) Passed() bool { return s.Status == EvidencePassed }
 
-func stepStatus(r store.StepRow) string {
+// StepStatus is how a step the store records ended, as evidence.json says
+// it (EvidencePassed, …).
+func StepStatus(r store.StepRow) string {
 	switch {
 	case r.State != store.StateFinished || r.ExitCode == nil:
 		return EvidenceRunning
@@ -110,7 +112,7 @@ func (s *Service) evidence(ctx context.Context, runID string, now time.Time) (*E
 	for _, r := range rows {
 		rel := fmt.Sprintf("steps/%04d-%s", r.Seq, r.Name)
 		se := StepEvidence{
-			Seq: r.Seq, Name: r.Name, SessionID: r.SessionID, Argv: r.Argv, Status: stepStatus(r),
+			Seq: r.Seq, Name: r.Name, SessionID: r.SessionID, Argv: r.Argv, Status: StepStatus(r),
 			ExitCode: r.ExitCode, Signal: r.Signal, TimedOut: r.TimedOut, OOMKilled: r.OOMKilled,
 			StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
 			Dir: runDir + "/" + rel, StdoutPath: runDir + "/" + rel + "/stdout.log", StderrPath: runDir + "/" + rel + "/stderr.log",

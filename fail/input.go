@@ -19,41 +19,49 @@ type Input string
 
 // The inputs services name. Each is the CLI's flag without its dashes.
 const (
-	Agent   Input = "agent"
-	Branch  Input = "branch"
-	Env     Input = "env"
-	EnvPass Input = "env-pass"
-	Force   Input = "force"
-	From    Input = "from"
+	Agent       Input = "agent"
+	Attempts    Input = "attempts"
+	Branch      Input = "branch"
+	CloseOthers Input = "close-others"
+	Comment     Input = "comment"
+	Env         Input = "env"
+	EnvPass     Input = "env-pass"
+	Force       Input = "force"
+	From        Input = "from"
 	// FromSnapshot is the snapshot a new sandbox starts from.
 	FromSnapshot Input = "from-snapshot"
 	Image        Input = "image"
+	Iterate      Input = "iterate"
 	Model        Input = "model"
 	// Name is what a user calls something they make (a snapshot).
 	Name       Input = "name"
 	Network    Input = "network"
 	Note       Input = "note"
 	Objective  Input = "objective"
+	Parallel   Input = "parallel"
 	Project    Input = "project"
 	Prompt     Input = "prompt"
 	PromptFile Input = "prompt-file"
 	Ref        Input = "ref"
 	Refresh    Input = "refresh"
 	Repo       Input = "repo"
+	Reviewer   Input = "reviewer"
 	RunID      Input = "run"
 	Signal     Input = "signal"
 	// StorageRoot is a setting (XMODE_STORAGE_ROOT) rather than a request's.
 	StorageRoot Input = "storage-root"
 	TTL         Input = "ttl"
 	Timeout     Input = "timeout"
+	To          Input = "to"
 	Workdir     Input = "workdir"
 )
 
 // Inputs lists every input a service may name, for a front end's test
 // that it has a word for each.
 func Inputs() []Input {
-	return []Input{Agent, Branch, Env, EnvPass, Force, From, FromSnapshot, Image, Model, Name, Network, Note, Objective,
-		Project, Prompt, PromptFile, Ref, Refresh, Repo, RunID, Signal, StorageRoot, TTL, Timeout, Workdir}
+	return []Input{Agent, Attempts, Branch, CloseOthers, Comment, Env, EnvPass, Force, From, FromSnapshot, Image, Iterate, Model, Name,
+		Network, Note, Objective, Parallel, Project, Prompt, PromptFile, Ref, Refresh, Repo, Reviewer, RunID, Signal, StorageRoot,
+		TTL, Timeout, To, Workdir}
 }
 
 // Flag is the CLI's word for in.

@@ -239,7 +239,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		// A ready sandbox from the project's pool when one fits: nothing to
 		// check out, no container to make. An empty pool costs one read.
 		start := time.Now()
-		claimed, resolved, err := s.Pools().Claim(ctx, pool.ClaimOptions{Project: o.Project, Repo: o.Repo, Ref: o.Ref, Refresh: o.Refresh}, sess, provider)
+		claimed, resolved, err := s.Pools().Claim(ctx, pool.ClaimOptions{Project: o.Project, Repo: o.Repo, Ref: o.Ref, Refresh: o.Refresh, Loop: o.Loop}, sess, provider)
 		if err != nil || claimed != nil {
 			if claimed != nil {
 				s.detail("took a ready sandbox from the pool of project %s: %s at %s, nothing to clone or start (%s)", o.Project, claimed.Ref, shortCommit(claimed.BaseCommit), took(start))

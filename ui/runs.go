@@ -23,7 +23,8 @@ import (
 
 // runStatuses are the statuses the runs page filters by (docs/reference.md,
 // "Run status").
-var runStatuses = []string{store.RunRunning, store.RunReview, store.RunNoChange, store.RunFailed, store.RunApproved, store.RunRejected}
+var runStatuses = []string{store.RunRunning, store.RunAttempting, store.RunReview, store.RunNoChange, store.RunFailed, store.RunApproved,
+	store.RunRejected, store.RunChangesRequested, store.RunSuperseded}
 
 const runsPerPage = 50
 

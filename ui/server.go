@@ -30,6 +30,7 @@ import (
 	"github.com/xmode/xmode/internal/httpserve"
 	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/sandbox"
+	"github.com/xmode/xmode/store"
 )
 
 //go:embed assets templates
@@ -234,6 +235,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/runs", http.StatusSeeOther) })
 	m.HandleFunc("GET /runs", s.page(s.runsPage))
 	m.HandleFunc("GET /runs/{run}", s.page(s.runPage))
+	m.HandleFunc("GET /runs/{run}/compare", s.page(s.comparePage))
 	m.HandleFunc("GET /runs/{run}/steps/{seq}", s.page(s.stepPage))
 	m.HandleFunc("GET /runs/{run}/steps/{seq}/live", s.live)
 	m.HandleFunc("GET /crs", s.page(s.crsPage))
@@ -356,11 +358,13 @@ type errorPart struct {
 // the id of the field that gives it on the page the error leads back to,
 // and what the field is called there.
 var formFields = map[fail.Input]struct{ id, label string }{
-	fail.Repo:   {"export-repo", "the export's repository"},
-	fail.Branch: {"export-branch", "the export's branch"},
-	fail.Note:   {"note", "the review's note"},
-	fail.TTL:    {"ttl", "the session's \"expires in\""},
-	fail.Force:  {"force", "\"even while a step runs\""},
+	fail.Repo:        {"export-repo", "the export's repository"},
+	fail.Branch:      {"export-branch", "the export's branch"},
+	fail.Note:        {"note", "the review's note"},
+	fail.Comment:     {"comments", "the review's comments on lines"},
+	fail.CloseOthers: {"close-others", "\"close the run's other attempts\""},
+	fail.TTL:         {"ttl", "the session's \"expires in\""},
+	fail.Force:       {"force", "\"even while a step runs\""},
 }
 
 // errorParts is err's message in the UI's words: an input the page has a
@@ -452,6 +456,41 @@ var funcs = template.FuncMap{
 	},
 	"dur": humanize.Duration,
 	"add": func(a, b int) int { return a + b },
+	// diffOf and commentsOf hand the shared diff templates (layout.html)
+	// what they show.
+	"diffOf": func(files []*diffFile, c commenter, split bool) diffView {
+		return diffView{Files: files, C: c, Split: split}
+	},
+	"commentsOf": func(c commenter, path string, old, new, span int) lineComments {
+		return lineComments{Comments: c.CommentsAt(path, old, new), Span: span}
+	},
+	"deref": func(b *bool) bool { return b != nil && *b },
+}
+
+// commenter is what a page's diff asks of its page: whether its lines take
+// comments, and the comments that stand under a line.
+type commenter interface {
+	Commentable() bool
+	CommentsAt(path string, old, new int) []store.Comment
+}
+
+// noComments: a diff whose lines take no comments (the compare page).
+type noComments struct{}
+
+func (noComments) Commentable() bool                           { return false }
+func (noComments) CommentsAt(string, int, int) []store.Comment { return nil }
+
+// diffView is the files of a page of a diff, for the "difffiles" template.
+type diffView struct {
+	Files []*diffFile
+	C     commenter
+	Split bool
+}
+
+// lineComments are the comments under one line, across span columns.
+type lineComments struct {
+	Comments []store.Comment
+	Span     int
 }
 
 // ago says how long ago t was: 5s, 3m, 2h, 4d.

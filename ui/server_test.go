@@ -262,7 +262,7 @@ func TestReviewDecisions(t *testing.T) {
 		t.Errorf("reject: %d", code)
 	}
 	ch, _ := w.st.GetChange(context.Background(), w.cr)
-	if ch.Status != store.ChangeRejected || len(ch.Reviews) != 2 || ch.Reviews[0].Note != "changes requested: add a test" || ch.Reviews[1].Note != "no" {
+	if ch.Status != store.ChangeRejected || len(ch.Reviews) != 2 || ch.Reviews[0].Decision != store.ChangeChangesRequested || ch.Reviews[0].Note != "add a test" || ch.Reviews[1].Note != "no" {
 		t.Fatalf("reviews: %+v", ch.Reviews)
 	}
 	resp, err := c.Get(w.base + "/crs/" + w.cr)

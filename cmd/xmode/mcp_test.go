@@ -466,6 +466,27 @@ func everyTool(t *testing.T, r *mcpRig, cs *mcp.ClientSession) {
 	}
 	verifyAndApply(t, r, crID, "README", "version three\n")
 
+	// The user asks for changes with a comment on a line; the agent reads
+	// it (cr_show), answers in the sandbox, and makes the next version.
+	toolErr(t, cs, "cr_create", map[string]any{"session": id, "change_request": crID}, "none does now")
+	r.cliOut(nil, "cr", "review", crID, "--request-changes", "--comment", "README:1: say <b>which</b> three")
+	crs = ok(t, cs, "cr_show", map[string]any{"change_request": crID})
+	if str(crs, "status") != "changes_requested" || !strings.Contains(str(crs, "comments"), `README:1 (version 1): say \u003cb\u003ewhich\u003c/b\u003e three`) {
+		t.Fatalf("cr_show of a change request awaiting a new version: %v", crs)
+	}
+	ok(t, cs, "file_edit", map[string]any{"session": id, "path": "README", "old_string": "version three", "new_string": "version three, the third"})
+	v2 := ok(t, cs, "cr_create", map[string]any{"session": id, "change_request": crID, "message": "says which"})
+	if str(v2, "id") != crID || str(v2, "version") != "2" || str(v2, "status") != "open" {
+		t.Fatalf("cr_create of the next version: %v", v2)
+	}
+	crs = ok(t, cs, "cr_show", map[string]any{"change_request": crID})
+	if !strings.Contains(str(crs, "comments"), "[addressed in version 2]") {
+		t.Fatalf("cr_show after version 2: %v", crs)
+	}
+	if out := r.cliOut(nil, "cr", "verify", crID); !strings.Contains(out, "2 versions as a chain") {
+		t.Fatalf("cr verify after version 2: %s", out)
+	}
+
 	// Stop.
 	stop := ok(t, cs, "sandbox_stop", map[string]any{"session": id})
 	if str(stop, "session", "status") != "destroyed" {
