@@ -72,8 +72,7 @@ const DefaultAgent = agents.Codex
 
 // Run runs the loop once. The returned error is xmode's own failure; when
 // the run got as far as having an ID, the Result says what it left. The
-// exit status is Result.ExitCode: the first failing required step's (see
-// runStatus).
+// exit status is Result.ExitCode: the plan's (plans.Report.ExitCode).
 func (l *Loop) Run(ctx context.Context, o Options) (*Result, error) {
 	if strings.TrimSpace(o.Objective) == "" {
 		return nil, fail.Usagef("%s is required: say what the agent is to do", fail.Objective)
@@ -123,7 +122,7 @@ func (l *Loop) Run(ctx context.Context, o Options) (*Result, error) {
 		}
 		rep, err := l.Plans.Run(ctx, sess, plan, l.planOptions(o))
 		if rep != nil {
-			res.Steps, res.ExitCode, failedStep, ran = rep.Steps, runStatus(rep), rep.Failed, true
+			res.Steps, res.ExitCode, failedStep, ran = rep.Steps, rep.ExitCode, rep.Failed, true
 		}
 		if err != nil {
 			return err
@@ -170,26 +169,6 @@ func (l *Loop) Run(ctx context.Context, o Options) (*Result, error) {
 		return res, loopErr
 	}
 	return res, nil
-}
-
-// runStatus is the run's exit status for its plan's report: the first
-// failing required step's status, but 1 when the step's own status is one
-// of xmode's (2 usage … 5 engine unavailable) — a dash script that is not
-// there exits 2, a failing make 2 — which a script would read as a mistake
-// of its command line; that step's outcome keeps its own status. A step
-// xmode could not start keeps the kind of xmode's failure.
-func runStatus(rep *plans.Report) int {
-	for _, s := range rep.Steps {
-		if s.Step != rep.Failed || s.ExitCode == nil || *s.ExitCode != rep.ExitCode {
-			continue
-		}
-		for _, k := range fail.Kinds() {
-			if k != fail.Failed && k.ExitCode() == rep.ExitCode {
-				return fail.Failed.ExitCode()
-			}
-		}
-	}
-	return rep.ExitCode
 }
 
 // outcome is how a run whose plan ran ends, and why (docs/agents.md, "The
