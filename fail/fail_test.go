@@ -139,9 +139,8 @@ func TestOneTable(t *testing.T) {
 // Input argument, never as a CLI flag, which MCP and UI users do not have.
 // A command line to run, in backticks, may keep its flags.
 func TestServiceErrorsNameInputs(t *testing.T) {
-	// Every package below the front ends but codexcloud, which only the
-	// CLI's `cloud` commands reach.
-	services := []string{"agents", "changes", "engine", "evidence", "fsguard", "gitcli", "gitread", "loop",
+	// Every package below the front ends.
+	services := []string{"agents", "changes", "codexcloud", "engine", "evidence", "fsguard", "gitcli", "gitread", "loop",
 		"machines", "plans", "pool", "providers", "reaper", "sandbox", "store"}
 	flag := regexp.MustCompile(`(^|[^\w-])--[a-z]`)
 	quoted := regexp.MustCompile("`[^`]*`")

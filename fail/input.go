@@ -19,12 +19,14 @@ type Input string
 
 // The inputs services name. Each is the CLI's flag without its dashes.
 const (
-	Agent   Input = "agent"
-	Branch  Input = "branch"
-	Env     Input = "env"
-	EnvPass Input = "env-pass"
-	Force   Input = "force"
-	From    Input = "from"
+	Agent Input = "agent"
+	// Attempts is how many attempts the Codex cloud makes at a task.
+	Attempts Input = "attempts"
+	Branch   Input = "branch"
+	Env      Input = "env"
+	EnvPass  Input = "env-pass"
+	Force    Input = "force"
+	From     Input = "from"
 	// FromSnapshot is the snapshot a new sandbox starts from.
 	FromSnapshot Input = "from-snapshot"
 	Image        Input = "image"
@@ -52,7 +54,7 @@ const (
 // Inputs lists every input a service may name, for a front end's test
 // that it has a word for each.
 func Inputs() []Input {
-	return []Input{Agent, Branch, Env, EnvPass, Force, From, FromSnapshot, Image, Model, Name, Network, Note, Objective,
+	return []Input{Agent, Attempts, Branch, Env, EnvPass, Force, From, FromSnapshot, Image, Model, Name, Network, Note, Objective,
 		Project, Prompt, PromptFile, Ref, Refresh, Repo, RunID, Signal, StorageRoot, TTL, Timeout, Workdir}
 }
 
