@@ -540,6 +540,14 @@ func (s *Service) OnHost(sess *store.Session) bool {
 	return engine.OnHost(provider)
 }
 
+// Inherits reports whether a step of the session gets xmode's own
+// variable name without its being passed by name: only a step on this
+// host does (OnHost), and only what the environment policy the session
+// recorded lets through (a key is left out unless the policy includes it).
+func (s *Service) Inherits(sess *store.Session, name string) bool {
+	return s.OnHost(sess) && hostenv.Recorded(sess.HostEnv).Passes(name)
+}
+
 // MissingPaths are the paths (absolute, as the sandbox would see them)
 // that the session's sandbox does not have, asked of an engine whose
 // sandboxes see a filesystem of their own (engine.PathChecker); none for
