@@ -120,7 +120,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 	// A session records the network its engine gave it: "none" only where
 	// the engine can cut one off (engine.Network).
 	if req.Kind != Command && sess.Network == "none" {
-		return nil, fail.Refusedf("session %s has no network (network none), and the %s agent needs it to reach its model: create the session with `xmode sandbox create --network bridge` (or set XMODE_SANDBOX_NETWORK=bridge)", sess.ID, req.Kind)
+		return nil, fail.Refusedf("session %s has no network (network none), and the %s agent needs it to reach its model: create the session with %s (or set XMODE_SANDBOX_NETWORK=bridge)", sess.ID, req.Kind, fail.Do("sandbox create").With(fail.Network, "bridge"))
 	}
 	secretEnv, err := passEnv(cfg.AgentEnv, req.EnvPass)
 	if err != nil {

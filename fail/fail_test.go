@@ -323,3 +323,48 @@ func TestFromParts(t *testing.T) {
 		t.Fatalf("rebuilt %q (%s, %q), from %q", back, KindOf(back).Name(), Render(back, mcpWord), err)
 	}
 }
+
+// An action a message names reads as the CLI's command line in Error()
+// and in a front end without words for it, as that front end's words in
+// one with them, is its own part, and crosses processes whole.
+func TestActions(t *testing.T) {
+	extend := Do("sandbox extend", "sbx_1").With(TTL, "1h")
+	stop := Do("sandbox stop").With(Force, "").Arg("sbx_1")
+	err := fmt.Errorf("exec: %w", Refusedf("session %s expired: extend it with %s, or %s; see %s", "sbx_1", extend, stop, Workdir))
+	const cli = "exec: session sbx_1 expired: extend it with `xmode sandbox extend sbx_1 --ttl 1h`, or `xmode sandbox stop --force sbx_1`; see --workdir"
+	if err.Error() != cli || Render(err, mcpWord) != strings.Replace(cli, "--workdir", "workdir", 1) {
+		t.Fatalf("Error() %q, Render %q", err.Error(), Render(err, mcpWord))
+	}
+	words := Words{Input: mcpWord, Action: func(a Action) string {
+		var b strings.Builder
+		b.WriteString(strings.ReplaceAll(a.Command, " ", "_"))
+		for _, arg := range a.Args {
+			fmt.Fprintf(&b, " %s=%q", string(arg.Input), arg.Value)
+		}
+		return b.String()
+	}}
+	const mcp = `exec: session sbx_1 expired: extend it with sandbox_extend ="sbx_1" ttl="1h", or sandbox_stop force="" ="sbx_1"; see workdir`
+	if got := words.Render(err); got != mcp {
+		t.Fatalf("in words:\n got %s\nwant %s", got, mcp)
+	}
+	var actions []string
+	for _, p := range Parts(err) {
+		if p.Action != nil {
+			actions = append(actions, p.Action.Command+":"+p.Text)
+		}
+	}
+	if strings.Join(actions, "|") != "sandbox extend:`xmode sandbox extend sbx_1 --ttl 1h`|sandbox stop:`xmode sandbox stop --force sbx_1`" || InputOf(err) != Workdir {
+		t.Fatalf("parts: %q, input %q", actions, InputOf(err))
+	}
+	back := FromParts(KindOf(err), Parts(err))
+	if back.Error() != cli || words.Render(back) != mcp {
+		t.Fatalf("rebuilt: %q / %q", back.Error(), words.Render(back))
+	}
+
+	// Each With is an action of its own, sharing nothing.
+	base := Do("sandbox create").Some("ID")
+	a, b := base.With(Network, "bridge"), base.With(Image, "x y")
+	if a.String() != "`xmode sandbox create ID --network bridge`" || b.String() != "`xmode sandbox create ID --image \"x y\"`" {
+		t.Fatalf("%s, %s", a, b)
+	}
+}
