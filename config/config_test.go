@@ -76,6 +76,7 @@ func TestBadValuesNameTheirSource(t *testing.T) {
 		"XMODE_CR_MAX_BYTES":            "0",
 		"XMODE_POOL_SIZE":               "-1",
 		"XMODE_POOL_MAX_AGE":            "0s",
+		"XMODE_POOL_USERS":              "alice,two words",
 	}
 	for name, val := range cases {
 		_, err := Load(envOf(map[string]string{"HOME": "/h", name: val}), nil)

@@ -141,7 +141,7 @@ func (s *Service) Machines() *machines.Manager {
 func (s *Service) Pools() *pool.Pools {
 	return &pool.Pools{Cfg: s.Cfg, Store: s.Store, Guard: s.Guard, Progress: s.Progress, Log: s.Log, Notices: s.Notices, Clock: s.Clock,
 		Spec: func(ctx context.Context, e *pool.Entry, co *machines.Checkout) (engine.Spec, error) {
-			return s.spec(ctx, e.SessionID, e.RunID, e.Project, e.WorktreePath, e.Image, co)
+			return s.spec(ctx, e.SessionID, e.RunID, e.Project, e.WorktreePath, e.Image, e.User, co)
 		},
 		Seed: s.seed,
 	}
@@ -374,7 +374,7 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	}
 	// An image pull shows its progress like `docker run` does.
 	engine.SetProgress(provider, s.Progress)
-	spec, err := s.spec(ctx, sess.ID, sess.RunID, sess.Project, sess.WorktreePath, sess.Image, co)
+	spec, err := s.spec(ctx, sess.ID, sess.RunID, sess.Project, sess.WorktreePath, sess.Image, sess.User, co)
 	if err != nil {
 		return nil, err
 	}
@@ -416,8 +416,9 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 // ahead of time for one, which must be exactly what a create would make:
 // xmode's labels (docs/reference.md, "Docker objects and labels"), and for a worktree of a project machine its .git
 // and the project's cache volume and environment (which an engine that
-// keeps no volumes ignores).
-func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree, image string, co *machines.Checkout) (engine.Spec, error) {
+// keeps no volumes ignores) — the cache of user, the session's owner or
+// the user a pool entry is made for.
+func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree, image, user string, co *machines.Checkout) (engine.Spec, error) {
 	instance, err := s.Store.InstanceID(ctx)
 	if err != nil {
 		return engine.Spec{}, err
@@ -430,9 +431,7 @@ func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree,
 	}
 	if co != nil {
 		spec.MachineGitDir = co.GitDir()
-		// The cache of this service's user: what a create makes for its
-		// user, and what a pool refill makes for the user who fills it.
-		spec.CacheVolume, spec.CacheMount = machines.CacheVolume(project, s.Cfg.User), s.Cfg.ProjectCacheMount
+		spec.CacheVolume, spec.CacheMount = machines.CacheVolume(project, user), s.Cfg.ProjectCacheMount
 		spec.Env = machines.CacheEnv(s.Cfg.ProjectCacheMount)
 	}
 	return spec, nil
