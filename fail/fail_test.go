@@ -190,6 +190,8 @@ func TestServiceErrorsNameInputs(t *testing.T) {
 }
 
 // The words three front ends have for an input.
+var cliWords, mcpWords = Words{Input: cliWord}, Words{Input: mcpWord}
+
 func cliWord(in Input) string { return in.Flag() }
 func mcpWord(in Input) string {
 	if in == Repo {
@@ -273,13 +275,13 @@ func TestRender(t *testing.T) {
 			if got := c.err.Error(); got != c.cli {
 				t.Errorf("Error() = %q, want the CLI's %q", got, c.cli)
 			}
-			if got := Render(c.err, cliWord); got != c.cli {
+			if got := cliWords.Render(c.err); got != c.cli {
 				t.Errorf("CLI: %q, want %q", got, c.cli)
 			}
-			if got := Render(c.err, nil); got != c.cli {
-				t.Errorf("Render(nil): %q, want %q", got, c.cli)
+			if got := (Words{}).Render(c.err); got != c.cli {
+				t.Errorf("Words{}: %q, want %q", got, c.cli)
 			}
-			if got := Render(c.err, mcpWord); got != c.mcp {
+			if got := mcpWords.Render(c.err); got != c.mcp {
 				t.Errorf("MCP: %q, want %q", got, c.mcp)
 			}
 			if got := uiHTML(c.err); got != c.ui {
@@ -319,8 +321,8 @@ func TestInputsAreFlags(t *testing.T) {
 func TestFromParts(t *testing.T) {
 	err := fmt.Errorf("start: %w", Usagef("%s %q is 100%% wrong, see %s", Workdir, "a%sb", Repo))
 	back := FromParts(KindOf(err), Parts(err))
-	if back.Error() != err.Error() || KindOf(back) != Usage || InputOf(back) != Workdir || Render(back, mcpWord) != Render(err, mcpWord) {
-		t.Fatalf("rebuilt %q (%s, %q), from %q", back, KindOf(back).Name(), Render(back, mcpWord), err)
+	if back.Error() != err.Error() || KindOf(back) != Usage || InputOf(back) != Workdir || mcpWords.Render(back) != mcpWords.Render(err) {
+		t.Fatalf("rebuilt %q (%s, %q), from %q", back, KindOf(back).Name(), mcpWords.Render(back), err)
 	}
 }
 
@@ -332,8 +334,8 @@ func TestActions(t *testing.T) {
 	stop := Do("sandbox stop").With(Force, "").Arg("sbx_1")
 	err := fmt.Errorf("exec: %w", Refusedf("session %s expired: extend it with %s, or %s; see %s", "sbx_1", extend, stop, Workdir))
 	const cli = "exec: session sbx_1 expired: extend it with `xmode sandbox extend sbx_1 --ttl 1h`, or `xmode sandbox stop --force sbx_1`; see --workdir"
-	if err.Error() != cli || Render(err, mcpWord) != strings.Replace(cli, "--workdir", "workdir", 1) {
-		t.Fatalf("Error() %q, Render %q", err.Error(), Render(err, mcpWord))
+	if err.Error() != cli || mcpWords.Render(err) != strings.Replace(cli, "--workdir", "workdir", 1) {
+		t.Fatalf("Error() %q, Render %q", err.Error(), mcpWords.Render(err))
 	}
 	words := Words{Input: mcpWord, Action: func(a Action) string {
 		var b strings.Builder

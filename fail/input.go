@@ -14,7 +14,7 @@ import (
 //
 // reads `--repo "x" is not a git repository` from Error() (the CLI's
 // words, which logs and evidence keep) and `repository "x" is not a git
-// repository` from Render with MCP's words. Print an Input with %s or %v.
+// repository` from MCP's Words.Render. Print an Input with %s or %v.
 type Input string
 
 // The inputs services name. Each is the CLI's flag without its dashes.
@@ -102,12 +102,6 @@ func Parts(err error) []Part {
 		}
 	}
 	return join(parts)
-}
-
-// Render is err's message with each input it names in a front end's
-// word: word(in) for in. A nil word keeps the CLI's; so does every action.
-func Render(err error, word func(Input) string) string {
-	return Words{Input: word}.Render(err)
 }
 
 // Words are a front end's words for what a service's error names: an
