@@ -1,9 +1,6 @@
 package fail
 
-import (
-	"strconv"
-	"strings"
-)
+import "strings"
 
 // An Action is a command a message tells the user to run next, named by
 // what it does rather than in one front end's syntax: the CLI writes it as
@@ -64,22 +61,22 @@ func (a Action) String() string {
 		b.WriteByte(' ')
 		switch {
 		case arg.Input == "":
-			b.WriteString(shellWord(arg.Value))
+			b.WriteString(ShellWord(arg.Value))
 		case arg.Value == "":
 			b.WriteString(arg.Input.Flag())
 		default:
-			b.WriteString(arg.Input.Flag() + " " + shellWord(arg.Value))
+			b.WriteString(arg.Input.Flag() + " " + ShellWord(arg.Value))
 		}
 	}
 	b.WriteByte('`')
 	return b.String()
 }
 
-// shellWord is v as a shell reads it back: as it is when it is made of
-// plain characters, else quoted.
-func shellWord(v string) string {
-	if v != "" && strings.Trim(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-.,:/=@+") == "" {
+// ShellWord is v as a word of a command line a user pastes into a shell:
+// as it is when it is made of plain characters, else in single quotes.
+func ShellWord(v string) string {
+	if v != "" && strings.Trim(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@") == "" {
 		return v
 	}
-	return strconv.Quote(v)
+	return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'"
 }

@@ -366,7 +366,7 @@ func TestActions(t *testing.T) {
 	// Each With is an action of its own, sharing nothing.
 	base := Do("sandbox create").Some("ID")
 	a, b := base.With(Network, "bridge"), base.With(Image, "x y")
-	if a.String() != "`xmode sandbox create ID --network bridge`" || b.String() != "`xmode sandbox create ID --image \"x y\"`" {
+	if a.String() != "`xmode sandbox create ID --network bridge`" || b.String() != "`xmode sandbox create ID --image 'x y'`" {
 		t.Fatalf("%s, %s", a, b)
 	}
 }
