@@ -44,18 +44,9 @@ func (c crs) Create(ctx context.Context, sess *store.Session, title, message str
 	return p.ID, nil
 }
 
-// Decision is the change request's latest review: open, approved, rejected.
-func (c crs) Decision(ctx context.Context, id string) (string, error) {
-	ch, err := c.svc.Store.GetChange(ctx, id)
-	if err != nil {
-		return "", err
-	}
-	return ch.Status, nil
-}
-
 // runStatus is a run's status with its change request's review applied.
 func runStatus(ctx context.Context, svc *sandbox.Service, r *store.LoopRun) string {
-	st, _ := runview.Status(ctx, r, changeRequests(svc))
+	st, _ := runview.Status(ctx, r, runview.StoreReviews{Store: svc.Store})
 	return st
 }
 
