@@ -557,15 +557,15 @@ func (a *App) writeCR(w io.Writer, p *changes.Package, versions []store.ChangeVe
 
 func (a *App) stepResult(s changes.StepEvidence) string {
 	switch s.Status {
-	case "passed":
+	case changes.EvidencePassed:
 		return a.paint(color.FgGreen, "✓ passed")
-	case "running":
+	case changes.EvidenceRunning:
 		return a.paint(color.FgCyan, "… running")
-	case "timed_out":
+	case changes.EvidenceTimedOut:
 		return a.paint(color.FgRed, "✗ timed out")
-	case "oom_killed":
+	case changes.EvidenceOOMKilled:
 		return a.paint(color.FgRed, "✗ out of memory")
-	case "killed":
+	case changes.EvidenceKilled:
 		return a.paint(color.FgRed, "✗ killed ("+s.Signal+")")
 	}
 	code := -1

@@ -139,7 +139,7 @@ func (l *Loop) prepare(o Options) (*prepared, error) {
 // Run runs the loop: once, or as a run of several attempts (runAttempts).
 // The returned error is xmode's own failure; when the run got as far as
 // having an ID, the Result says what it left. The exit status is
-// Result.ExitCode: the first failing required step's (see runStatus).
+// Result.ExitCode: the plan's (plans.Report.ExitCode).
 func (l *Loop) Run(ctx context.Context, o Options) (*Result, error) {
 	pr, err := l.prepare(o)
 	if err != nil {
@@ -207,7 +207,7 @@ func (l *Loop) runOne(ctx context.Context, o Options, pr *prepared, at attempt, 
 		}
 		rep, err := l.Plans.Run(ctx, sess, plan, popts)
 		if rep != nil {
-			res.Steps, res.ExitCode, failedStep, ran = rep.Steps, runStatus(rep), rep.Failed, true
+			res.Steps, res.ExitCode, failedStep, ran = rep.Steps, rep.ExitCode, rep.Failed, true
 		}
 		if err != nil {
 			return err
@@ -282,26 +282,6 @@ func (l *Loop) finish(ctx context.Context, sess *store.Session, runID string, ke
 		return res, loopErr
 	}
 	return res, nil
-}
-
-// runStatus is the run's exit status for its plan's report: the first
-// failing required step's status, but 1 when the step's own status is one
-// of xmode's (2 usage … 5 engine unavailable) — a dash script that is not
-// there exits 2, a failing make 2 — which a script would read as a mistake
-// of its command line; that step's outcome keeps its own status. A step
-// xmode could not start keeps the kind of xmode's failure.
-func runStatus(rep *plans.Report) int {
-	for _, s := range rep.Steps {
-		if s.Step != rep.Failed || s.ExitCode == nil || *s.ExitCode != rep.ExitCode {
-			continue
-		}
-		for _, k := range fail.Kinds() {
-			if k != fail.Failed && k.ExitCode() == rep.ExitCode {
-				return fail.Failed.ExitCode()
-			}
-		}
-	}
-	return rep.ExitCode
 }
 
 // outcome is how a run whose plan ran ends, and why (docs/agents.md, "The

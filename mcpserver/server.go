@@ -197,7 +197,7 @@ func toolError(err error) error {
 	if err == nil {
 		return nil
 	}
-	return errors.New(fail.KindOf(err).ToolMessage(mcpWords(fail.Render(err, parameter))))
+	return errors.New(fail.KindOf(err).ToolMessage(mcpWords(fail.Words{Input: parameter, Action: toolAction}.Render(err))))
 }
 
 // parameter is MCP's word for an input a service names: the tool

@@ -40,8 +40,12 @@ type Outcome struct {
 	Error string `json:"error,omitempty"`
 }
 
-// Report is a pipeline's outcome. ExitCode is the status of the first
-// failing required step (0 when none failed); Failed names it.
+// Report is a pipeline's outcome. ExitCode is its exit status: the status
+// of the first failing required step (0 when none failed), but 1 when that
+// is one of xmode's own codes, 2 to 5 (a dash script that is not there
+// exits 2, so does a failing make), which a script would read as a mistake
+// of its command line — that step's Outcome keeps its own status; the
+// kind of xmode's failure when a step could not start. Failed names it.
 type Report struct {
 	Steps       []Outcome `json:"steps"`
 	ExitCode    int       `json:"exit_code"`
@@ -154,6 +158,9 @@ func (r *Runner) Run(ctx context.Context, sess *store.Session, p *Plan, o Option
 				} else {
 					if rep.ExitCode == 0 {
 						rep.ExitCode, rep.Failed = res.ExitCode, s.Name
+						if fail.OwnExitCode(res.ExitCode) {
+							rep.ExitCode = fail.Failed.ExitCode()
+						}
 					}
 					stop = !o.KeepGoing
 				}

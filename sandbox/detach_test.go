@@ -173,7 +173,7 @@ func TestExecDetachedRefusals(t *testing.T) {
 	// end to say in its own words.
 	_, err = svc.ExecDetached(ctx, sess, ExecOptions{Argv: []string{"true"}, Workdir: "../outside"})
 	if fail.InputOf(err) != fail.Workdir || !strings.HasPrefix(err.Error(), "--workdir ") ||
-		!strings.HasPrefix(fail.Render(err, func(in fail.Input) string { return "parameter " + string(in) }), "parameter workdir ") {
+		!strings.HasPrefix((fail.Words{Input: func(in fail.Input) string { return "parameter " + string(in) }}).Render(err), "parameter workdir ") {
 		t.Fatalf("a workdir the supervisor refused: %v (input %q)", err, fail.InputOf(err))
 	}
 	if steps, _ := svc.Store.Steps(ctx, sess.RunID); len(steps) != 0 {

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -68,8 +69,8 @@ func (s *Service) checkQuiet(ctx context.Context, sess *store.Session, verb stri
 		live = append(live, fmt.Sprintf("step %d (%s, xmode pid %s)", st.Seq, st.Name, pid))
 	}
 	if len(live) > 0 {
-		return 0, fail.Refusedf("session %s has a step running in the foreground: %s; %s it once the step has ended (`xmode sandbox logs %s %d --follow` waits for it), or end the step with `xmode sandbox kill %s %d`",
-			sess.ID, strings.Join(live, ", "), verb, sess.ID, first, sess.ID, first)
+		return 0, fail.Refusedf("session %s has a step running in the foreground: %s; %s it once the step has ended (`xmode sandbox logs %s %d --follow` waits for it), or end the step with %s",
+			sess.ID, strings.Join(live, ", "), verb, sess.ID, first, fail.Do("sandbox kill", sess.ID, strconv.Itoa(first)))
 	}
 	return last, nil
 }

@@ -153,7 +153,7 @@ func (s *Service) Pools() *pool.Pools {
 			// An entry's sandbox lives until the pool retires it (its
 			// maximum age); a claim moves its deadline to the session's
 			// expiry (engine.Extend).
-			return s.spec(ctx, e.SessionID, e.RunID, e.Project, e.WorktreePath, e.Image, s.Now().Add(s.Cfg.PoolMaxAge), co)
+			return s.spec(ctx, e.SessionID, e.RunID, e.Project, e.WorktreePath, e.Image, e.User, s.Now().Add(s.Cfg.PoolMaxAge), co)
 		},
 		Seed: s.seed,
 	}
@@ -397,7 +397,7 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	engine.SetProgress(provider, s.Progress)
 	// The session's expiry is set again once it opens (below), a little
 	// later than this: an engine's dead-man switch keeps a margin.
-	spec, err := s.spec(ctx, sess.ID, sess.RunID, sess.Project, sess.WorktreePath, sess.Image, s.Now().Add(s.Cfg.TTL), co)
+	spec, err := s.spec(ctx, sess.ID, sess.RunID, sess.Project, sess.WorktreePath, sess.Image, sess.User, s.Now().Add(s.Cfg.TTL), co)
 	if err != nil {
 		return nil, err
 	}
@@ -442,15 +442,16 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 // ahead of time for one, which must be exactly what a create would make:
 // xmode's labels (docs/reference.md, "Docker objects and labels"), and for a worktree of a project machine its .git
 // and the project's cache volume and environment (which an engine that
-// keeps no volumes ignores).
-func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree, image string, expires time.Time, co *machines.Checkout) (engine.Spec, error) {
+// keeps no volumes ignores) — the cache of user, the session's owner or
+// the user a pool entry is made for.
+func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree, image, user string, expires time.Time, co *machines.Checkout) (engine.Spec, error) {
 	instance, err := s.Store.InstanceID(ctx)
 	if err != nil {
 		return engine.Spec{}, err
 	}
 	spec := engine.Spec{
 		SessionID: sessionID, RunID: runID, Project: project, Worktree: worktree, Image: image,
-		User: s.Cfg.User, Expires: expires,
+		User: user, Expires: expires,
 		Labels: map[string]string{
 			"xmode.managed": "true", "xmode.session": sessionID, "xmode.run": runID, "xmode.instance": instance,
 		},
@@ -462,9 +463,7 @@ func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree,
 	spec.Getenv = s.Getenv
 	if co != nil {
 		spec.MachineGitDir = co.GitDir()
-		// The cache of this service's user: what a create makes for its
-		// user, and what a pool refill makes for the user who fills it.
-		spec.CacheVolume, spec.CacheMount = machines.CacheVolume(project, s.Cfg.User), s.Cfg.ProjectCacheMount
+		spec.CacheVolume, spec.CacheMount = machines.CacheVolume(project, user), s.Cfg.ProjectCacheMount
 		spec.Env = machines.CacheEnv(s.Cfg.ProjectCacheMount)
 	}
 	return spec, nil
@@ -570,6 +569,14 @@ func (s *Service) OnHost(sess *store.Session) bool {
 	}
 	defer engine.Close(provider)
 	return engine.OnHost(provider)
+}
+
+// Inherits reports whether a step of the session gets xmode's own
+// variable name without its being passed by name: only a step on this
+// host does (OnHost), and only what the environment policy the session
+// recorded lets through (a key is left out unless the policy includes it).
+func (s *Service) Inherits(sess *store.Session, name string) bool {
+	return s.OnHost(sess) && hostenv.Recorded(sess.HostEnv).Passes(name)
 }
 
 // MissingPaths are the paths (absolute, as the sandbox would see them)

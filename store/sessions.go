@@ -233,8 +233,8 @@ func checkQuota(ctx context.Context, tx *sql.Tx, user string, max int, now time.
 		return fmt.Errorf("count open sessions: %w", err)
 	}
 	if len(open) >= max {
-		return fail.Refusedf("user %s already has %d open sandboxes, the limit (XMODE_SANDBOX_MAX_OPEN=%d): %s; free one with `xmode sandbox stop ID`",
-			user, len(open), max, strings.Join(open, ", "))
+		return fail.Refusedf("user %s already has %d open sandboxes, the limit (XMODE_SANDBOX_MAX_OPEN=%d): %s; free one with %s",
+			user, len(open), max, strings.Join(open, ", "), fail.Do("sandbox stop").Some("ID"))
 	}
 	return nil
 }
@@ -486,8 +486,8 @@ func CheckOpen(sess *Session, now time.Time) error {
 		return errNotOpen(sess.ID, sess.Status)
 	}
 	if sess.Expired(now) {
-		return fail.Refusedf("session %s expired at %s: extend it with `xmode sandbox extend %s --ttl 1h` or create a new one",
-			sess.ID, sess.ExpiresAt.Format(time.RFC3339), sess.ID)
+		return fail.Refusedf("session %s expired at %s: extend it with %s or create a new one",
+			sess.ID, sess.ExpiresAt.Format(time.RFC3339), fail.Do("sandbox extend", sess.ID).With(fail.TTL, "1h"))
 	}
 	return nil
 }

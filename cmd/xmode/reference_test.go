@@ -756,8 +756,8 @@ echo uncommitted > notes.txt`)
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r.j(3, "Pipeline report", "pipeline", "run", e, "-f", plan)
-	r.j(3, "Pipeline report", "pipeline", "run", e, "-f", plan, "--from", "bad", "--keep-going")
+	r.j(1, "Pipeline report", "pipeline", "run", e, "-f", plan)
+	r.j(1, "Pipeline report", "pipeline", "run", e, "-f", plan, "--from", "bad", "--keep-going")
 	wait := filepath.Join(dir, "wait.yaml")
 	if err := os.WriteFile(wait, []byte("steps:\n  - name: wait\n    run: [sh, -c, \"touch waiting; exec sleep 60\"]\n  - name: never\n    run: [true]\n"), 0o644); err != nil {
 		t.Fatal(err)
