@@ -14,6 +14,7 @@ import (
 	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/internal/proc"
+	"github.com/xmode/xmode/providers/docker/dockertest"
 	"github.com/xmode/xmode/store"
 )
 
@@ -22,7 +23,9 @@ import (
 // hidden command).
 func TestMain(m *testing.M) {
 	SuperviseIfAsked()
-	os.Exit(m.Run())
+	code := m.Run()
+	dockertest.RemoveBuilt()
+	os.Exit(code)
 }
 
 // waitFor polls cond until it holds, failing t after d.
