@@ -198,6 +198,11 @@ func doctor(ctx context.Context, cfg *config.Config) []engine.Check {
 			}
 			checks = append(checks, engine.Check{Name: name + " steps", Status: status, Method: c.Method, Detail: c.Method + ": " + c.Detail, Fix: c.Fix})
 		}
+		// Whether it can hold a sandbox to an egress policy, warning where
+		// the configuration asks new sessions of this engine for one.
+		_, proxied := cfg.EgressMode()
+		chosen, _ := engine.Choose(cfg.RunnerMode, cfg.Engine)
+		checks = append(checks, engine.EgressCheck(name, a, proxied && chosen == name))
 		engine.Close(a)
 		for _, c := range checks {
 			if c.Status == engine.CheckFail {

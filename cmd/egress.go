@@ -21,6 +21,7 @@ const EgressCommand = "__egress"
 func (a *App) newEgress() *cobra.Command {
 	var dir string
 	var poll time.Duration
+	var keepGoing bool
 	cmd := &cobra.Command{
 		Use:    EgressCommand + " --dir DIR",
 		Short:  "Serve sandboxes' egress proxy (internal: started by the engine)",
@@ -32,7 +33,7 @@ func (a *App) newEgress() *cobra.Command {
 			}
 			reload, stop := egress.ReloadSignal()
 			defer stop()
-			err := egress.Serve(cmd.Context(), egress.ServeOptions{Dir: dir, Reload: reload, Poll: poll, Stderr: a.Err, Getenv: a.Env})
+			err := egress.Serve(cmd.Context(), egress.ServeOptions{Dir: dir, Reload: reload, Poll: poll, Stderr: a.Err, Getenv: a.Env, KeepGoing: keepGoing})
 			if ce := (*egress.ConfigError)(nil); errors.As(err, &ce) {
 				return fail.Usagef("--dir %s: %v", dir, ce.Err)
 			}
@@ -41,5 +42,6 @@ func (a *App) newEgress() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "the configuration directory (egress.json, policies/, state/, ca/, logs/)")
 	cmd.Flags().DurationVar(&poll, "poll", time.Second, "how often policies/ is scanned for changes")
+	cmd.Flags().BoolVar(&keepGoing, "keep-going", false, "at start too, refuse everything to a sandbox whose policy cannot be served instead of exiting")
 	return cmd
 }

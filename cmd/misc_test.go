@@ -138,3 +138,37 @@ func TestMiscCommands(t *testing.T) {
 	}
 	c.fails(2, `unknown command "sandbx" for "xmode": did you mean sandbox?`, "sandbx")
 }
+
+// A network with an egress policy on an engine that cannot enforce it is
+// refused before anything exists (exit 4, naming the docker engine), and
+// doctor says which engines enforce one, warning for the one new sessions
+// would get.
+func TestEgressOnTheHostEngine(t *testing.T) {
+	c := newTestCLI(t)
+	c.env["XMODE_SANDBOX_NETWORK"] = "allow"
+	c.env["XMODE_SANDBOX_ALLOW"] = "api.example.test"
+	c.fails(4, "network allow needs an engine that enforces an egress policy, and the host engine cannot", "sandbox", "create", "--repo", testRepo(t))
+	if out := c.ok("sandbox", "list", "--all"); strings.Contains(out, "sbx_") {
+		t.Errorf("a refused create left a session:\n%s", out)
+	}
+	c.fails(4, "the cloud engine cannot", "sandbox", "create", "--repo", testRepo(t), "--runner-mode", "cloud_subscription")
+	var checks []engine.Check
+	_ = json.Unmarshal([]byte(c.ok("doctor", "--json")), &checks)
+	got := map[string]engine.Check{}
+	for _, ch := range checks {
+		got[ch.Name] = ch
+	}
+	if h := got["host network policy"]; h.Status != "warn" || h.Method != "none" || !strings.Contains(h.Fix, "XMODE_SANDBOX_ENGINE=docker") {
+		t.Errorf("doctor's host network policy line: %+v", h)
+	}
+	if d := got["docker network policy"]; d.Method != "proxy" {
+		t.Errorf("doctor's docker network policy line: %+v", d)
+	}
+	c.env["XMODE_SANDBOX_NETWORK"] = "none"
+	_ = json.Unmarshal([]byte(c.ok("doctor", "--json")), &checks)
+	for _, ch := range checks {
+		if ch.Name == "host network policy" && ch.Status != "ok" {
+			t.Errorf("without a policy asked for: %+v", ch)
+		}
+	}
+}

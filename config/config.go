@@ -7,6 +7,7 @@ package config
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/xmode/xmode/egress"
 	"github.com/xmode/xmode/fail"
 )
 
@@ -48,6 +50,12 @@ type Config struct {
 	TmpfsPath          string
 	TmpfsOptions       string
 	Network            string
+	SandboxAllow       []string     // XMODE_SANDBOX_ALLOW: egress allow rules, each as written
+	SandboxResolve     string       // XMODE_SANDBOX_RESOLVE: name=address,… the egress proxy resolves itself
+	EgressNetwork      string       // the docker network the egress proxy reaches upstreams through
+	EgressSubnets      netip.Prefix // where sandboxes' own egress networks are carved from
+	EgressBinary       string       // the static xmode binary of the egress proxy's image; "": this one
+	EgressCA           string       // PEM roots the egress proxy trusts for upstreams besides the system's
 	ReadonlyRoot       bool
 	BindHardened       bool   // bind mode gets volume mode's limits and hardening
 	HostCgroup         bool   // host steps each get a cgroup v2 of their own where the machine allows it
@@ -271,11 +279,60 @@ var settings = []setting{
 	{name: "XMODE_SANDBOX_NETWORK", fallback: "CODEX_DOCKER_NETWORK", def: lit("none"), apply: func(c *Config, v string) error {
 		switch {
 		case v == "":
-			return fmt.Errorf("the network may not be empty: use none, bridge or a network name")
+			return fmt.Errorf("the network may not be empty: use none, allow, open, bridge or a network name")
 		case v == "host" || strings.HasPrefix(v, "container:"):
-			return fmt.Errorf("%q would share the host's or another container's network with untrusted code: use none, bridge or a user-defined network", v)
+			return fmt.Errorf("%q would share the host's or another container's network with untrusted code: use none, allow, open, bridge or a user-defined network", v)
 		}
 		c.Network = v
+		return nil
+	}},
+	// A sandbox's egress policy (docs/network.md): the rules configuration
+	// gives every proxied sandbox (XMODE_SANDBOX_NETWORK=allow or open).
+	{name: "XMODE_SANDBOX_ALLOW", def: lit(""), apply: func(c *Config, v string) error {
+		rules, err := egress.ParseRules(strings.Join(strings.Fields(v), ","), "XMODE_SANDBOX_ALLOW", false)
+		if err != nil {
+			return err
+		}
+		c.SandboxAllow = nil
+		for _, r := range rules {
+			c.SandboxAllow = append(c.SandboxAllow, r.Text)
+		}
+		return nil
+	}},
+	{name: "XMODE_SANDBOX_RESOLVE", def: lit(""), apply: func(c *Config, v string) error {
+		if _, err := egress.ParseResolve(v, "XMODE_SANDBOX_RESOLVE"); err != nil {
+			return err
+		}
+		c.SandboxResolve = v
+		return nil
+	}},
+	{name: "XMODE_SANDBOX_EGRESS_NETWORK", def: lit("bridge"), apply: func(c *Config, v string) error {
+		if v == "none" || v == "host" || strings.HasPrefix(v, "container:") || !validVolumeName(v) {
+			return fmt.Errorf("%q is not a network the egress proxy can reach upstreams through: use bridge or a user-defined bridge network", v)
+		}
+		c.EgressNetwork = v
+		return nil
+	}},
+	{name: "XMODE_SANDBOX_EGRESS_BINARY", def: lit(""), apply: func(c *Config, v string) error {
+		if v != "" && !filepath.IsAbs(v) {
+			return fmt.Errorf("%q must be an absolute path to a static xmode binary", v)
+		}
+		c.EgressBinary = v
+		return nil
+	}},
+	{name: "XMODE_SANDBOX_EGRESS_CA", def: lit(""), apply: func(c *Config, v string) error {
+		if v != "" && !filepath.IsAbs(v) {
+			return fmt.Errorf("%q must be an absolute path to a PEM file of CA certificates", v)
+		}
+		c.EgressCA = v
+		return nil
+	}},
+	{name: "XMODE_SANDBOX_EGRESS_SUBNETS", def: lit("10.213.0.0/16"), apply: func(c *Config, v string) error {
+		p, err := netip.ParsePrefix(strings.TrimSpace(v))
+		if err != nil || !p.Addr().Is4() || p.Bits() > 28 || p.Masked() != p {
+			return fmt.Errorf("%q is not an IPv4 prefix of /28 or wider (each sandbox takes a /29 of it), e.g. 10.213.0.0/16", v)
+		}
+		c.EgressSubnets = p
 		return nil
 	}},
 	{name: "XMODE_SANDBOX_READONLY_ROOT", def: lit("0"), apply: func(c *Config, v string) error {
@@ -530,6 +587,31 @@ func defaultSandboxUser(c *Config, _ Env) string {
 		return NonRootUser
 	}
 	return fmt.Sprintf("%d:%d", st.Uid, st.Gid)
+}
+
+// EgressMode is the egress mode of a proxied sandbox network
+// (XMODE_SANDBOX_NETWORK=allow or open: docs/network.md), and false for
+// any other network (none, bridge, a network name), which no proxy decides.
+func (c *Config) EgressMode() (egress.Mode, bool) {
+	switch m := egress.Mode(c.Network); m {
+	case egress.ModeAllow, egress.ModeOpen:
+		return m, true
+	}
+	return "", false
+}
+
+// EgressSources are the configuration's part of a sandbox's egress
+// policy, last in egress.Merge's order (flags, a plan and an agent come
+// first): XMODE_SANDBOX_ALLOW's rules and XMODE_SANDBOX_RESOLVE's names.
+func (c *Config) EgressSources() []egress.Source {
+	var out []egress.Source
+	if len(c.SandboxAllow) > 0 {
+		out = append(out, egress.Source{Name: "XMODE_SANDBOX_ALLOW", Allow: c.SandboxAllow})
+	}
+	if c.SandboxResolve != "" {
+		out = append(out, egress.Source{Name: "XMODE_SANDBOX_RESOLVE", Resolve: []string{c.SandboxResolve}})
+	}
+	return out
 }
 
 // LimitSettings are the variables of a docker sandbox's limits.

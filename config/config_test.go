@@ -76,6 +76,10 @@ func TestBadValuesNameTheirSource(t *testing.T) {
 		"XMODE_CR_MAX_BYTES":            "0",
 		"XMODE_POOL_SIZE":               "-1",
 		"XMODE_POOL_MAX_AGE":            "0s",
+		"XMODE_SANDBOX_ALLOW":           "example.com,*.com",
+		"XMODE_SANDBOX_RESOLVE":         "mirror.internal",
+		"XMODE_SANDBOX_EGRESS_NETWORK":  "host",
+		"XMODE_SANDBOX_EGRESS_SUBNETS":  "10.213.0.0/30",
 	}
 	for name, val := range cases {
 		_, err := Load(envOf(map[string]string{"HOME": "/h", name: val}), nil)
@@ -86,6 +90,31 @@ func TestBadValuesNameTheirSource(t *testing.T) {
 	_, err := Load(envOf(map[string]string{"HOME": "/h"}), map[string]Flag{"XMODE_SANDBOX_TTL": {Name: "--ttl", Value: "x"}})
 	if err == nil || !strings.Contains(err.Error(), "--ttl") {
 		t.Errorf("bad flag: %v", err)
+	}
+}
+
+// The egress settings: allow and open are proxied modes, the rules and
+// names the proxy resolves are checked at load (a bad one names its
+// variable and says what to write), and the rest of the networks are not.
+func TestEgressSettings(t *testing.T) {
+	c, err := Load(envOf(map[string]string{"HOME": "/h", "XMODE_SANDBOX_NETWORK": "allow",
+		"XMODE_SANDBOX_ALLOW": "api.example.com, *.pkg.example:443 10.1.0.0/16", "XMODE_SANDBOX_RESOLVE": "mirror.internal=10.1.2.3"}), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := c.EgressMode(); !ok || m != "allow" || strings.Join(c.SandboxAllow, " ") != "api.example.com *.pkg.example:443 10.1.0.0/16" ||
+		c.SandboxResolve != "mirror.internal=10.1.2.3" || c.EgressNetwork != "bridge" || c.EgressSubnets.String() != "10.213.0.0/16" {
+		t.Fatalf("egress settings: %v %v %q %q %s %s", m, ok, c.SandboxAllow, c.SandboxResolve, c.EgressNetwork, c.EgressSubnets)
+	}
+	for network, proxied := range map[string]bool{"allow": true, "open": true, "none": false, "bridge": false, "mynet": false} {
+		c, err := Load(envOf(map[string]string{"HOME": "/h", "XMODE_SANDBOX_NETWORK": network}), nil)
+		if _, ok := c.EgressMode(); err != nil || ok != proxied {
+			t.Errorf("XMODE_SANDBOX_NETWORK=%s: proxied %t, %v", network, ok, err)
+		}
+	}
+	_, err = Load(envOf(map[string]string{"HOME": "/h", "XMODE_SANDBOX_ALLOW": "ok.example,*.com"}), nil)
+	if err == nil || !strings.Contains(err.Error(), `env XMODE_SANDBOX_ALLOW: rule "*.com" (from XMODE_SANDBOX_ALLOW): *.com would allow a whole top-level domain`) {
+		t.Errorf("a bad rule: %v", err)
 	}
 }
 

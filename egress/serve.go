@@ -96,14 +96,10 @@ func ReadConfig(dir string) (Config, error) {
 // serves it from its next scan (at once on SIGUSR1), and its state file
 // then carries the file's hash (PolicyHash).
 func WritePolicy(dir string, p Policy) (hash string, err error) {
-	if err := checkSandboxID(p.Sandbox); err != nil {
-		return "", err
-	}
-	b, err := json.MarshalIndent(p, "", "  ")
+	b, err := EncodePolicy(p)
 	if err != nil {
 		return "", err
 	}
-	b = append(b, '\n')
 	if err := os.MkdirAll(filepath.Join(dir, PoliciesDir), 0o700); err != nil {
 		return "", err
 	}
@@ -111,6 +107,21 @@ func WritePolicy(dir string, p Policy) (hash string, err error) {
 		return "", err
 	}
 	return PolicyHash(b), nil
+}
+
+// EncodePolicy is a policy's file as WritePolicy writes it, for a writer
+// that places the file itself (with another owner, or into a container
+// through the daemon's archive API): policies/<sandbox>.json, served once
+// the state file carries PolicyHash of these bytes.
+func EncodePolicy(p Policy) ([]byte, error) {
+	if err := checkSandboxID(p.Sandbox); err != nil {
+		return nil, err
+	}
+	b, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
 }
 
 // PolicyHash names a policy file's content.
@@ -151,6 +162,12 @@ type ServeOptions struct {
 	Lookup LookupFunc
 	Getenv func(string) string
 	Now    func() time.Time
+	// KeepGoing serves what it can at start too: a policy that cannot be
+	// served (an address gone, a secret unreadable) puts its sandbox in
+	// mode none, as it would later, instead of ending the process. A proxy
+	// shared by many sandboxes and restarted by its engine uses it, so one
+	// sandbox's stale file cannot keep every other one offline.
+	KeepGoing bool
 }
 
 // Serve runs the proxy for every policy in dir until ctx ends. A bad
@@ -179,7 +196,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		o.Poll = time.Second
 	}
 	w := &watcher{srv: srv, o: o, known: map[string]string{}}
-	if err := w.scan(true); err != nil {
+	if err := w.scan(!o.KeepGoing); err != nil {
 		return &ConfigError{err}
 	}
 	tick := time.NewTicker(o.Poll)

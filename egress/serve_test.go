@@ -236,3 +236,43 @@ func TestProcess(t *testing.T) {
 		t.Fatalf("a bad egress.json: %v %s", err, out)
 	}
 }
+
+// With KeepGoing, a policy that cannot be served at start refuses its own
+// sandbox everything and says why in its state, while the others are
+// served: one stale file does not keep a shared proxy down.
+func TestServeKeepGoing(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	up := newUpstream(t, "127.0.0.1", nil)
+	dir, _ := servedDir(t)
+	stale, err := Merge("sbx_b", ModeAllow, Source{Name: "--allow", Allow: []string{"allowed.test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale.Listen = busy.Addr().String()
+	b, err := EncodePolicy(stale)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash, err := WritePolicy(dir, stale)
+	if err != nil || hash != PolicyHash(b) {
+		t.Fatalf("WritePolicy's hash %s, EncodePolicy's %s (%v)", hash, PolicyHash(b), err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, ServeOptions{Dir: dir, Poll: 20 * time.Millisecond, KeepGoing: true}) }()
+	if st := waitState(t, dir, "sbx_b", hash); !strings.Contains(st.Error, "address already in use") || st.Proxy != "" {
+		t.Fatalf("state of the policy that cannot be served: %+v", st)
+	}
+	st := waitState(t, dir, "sbx_a", "")
+	if code, _, err := get(proxyClient(t, st.Proxy), "http://allowed.test:"+strconv.Itoa(up.port)+"/"); err != nil || code != 200 {
+		t.Fatalf("the other sandbox beside a stale policy: %d %v", code, err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+}

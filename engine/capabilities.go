@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/xmode/xmode/egress"
 	"github.com/xmode/xmode/fail"
 )
 
@@ -25,6 +26,7 @@ import (
 const (
 	KindContainer = "container"
 	KindVolume    = "volume"
+	KindNetwork   = "network" // a sandbox's own network (docker: its egress network)
 )
 
 // Object is one thing an engine created for an install, found by its labels
@@ -437,4 +439,62 @@ func IsolationGaps(a Provider) []string {
 		return r.IsolationGaps()
 	}
 	return nil
+}
+
+// EgressEnforcer is an engine that can hold a sandbox to an egress policy
+// (docs/network.md): the sandbox has no way out but an egress proxy that
+// decides every connection by the policy (Spec.Egress) and records it.
+type EgressEnforcer interface {
+	// SetEgress serves p as sb's policy from now on: every connection that
+	// starts after it returns meets p; connections already open keep the
+	// policy they started with. getenv reads the variables p's credentials
+	// name (nil: os.Getenv). p's Listen, DNS and Block are the engine's to
+	// fill in, as at Provision.
+	SetEgress(ctx context.Context, sb Sandbox, p egress.Policy, getenv func(string) string) error
+	// EgressLog is a path on this host where sb's network log can be read
+	// now (egress.Record lines): the live log while the sandbox lives, the
+	// copy its teardown left in the run's evidence after. "" when the
+	// sandbox never had a policy.
+	EgressLog(ctx context.Context, sb Sandbox) (string, error)
+}
+
+// Egress returns the provider's egress enforcer, if it can enforce a policy.
+func Egress(a Provider) (EgressEnforcer, bool) {
+	e, ok := a.(EgressEnforcer)
+	return e, ok
+}
+
+// EgressEngines names the engines that enforce egress policies, for the
+// messages of those that do not.
+const EgressEngines = "docker"
+
+// CheckEgress refuses a proxied network (mode allow or open) on a provider
+// that cannot enforce it — the host engine, whose steps share the host's
+// network, or the cloud (a nil provider): nothing would hold the sandbox
+// to the policy, so it is refused rather than left open.
+func CheckEgress(a Provider, engineName string, mode egress.Mode) error {
+	if a != nil {
+		if _, ok := Egress(a); ok {
+			return nil
+		}
+	}
+	return fail.Refusedf("network %s needs an engine that enforces an egress policy, and the %s engine cannot (its sandboxes share the network of where they run): use the %s engine (XMODE_SANDBOX_ENGINE=%s with XMODE_RUNNER_MODE=cloud_worker), or XMODE_SANDBOX_NETWORK=none", mode, engineName, EgressEngines, EgressEngines)
+}
+
+// EgressCheck is `xmode doctor`'s line on whether the provider enforces
+// egress policies; proxied says the configuration asks for one.
+func EgressCheck(name string, a Provider, proxied bool) Check {
+	c := Check{Name: name + " network policy", Status: CheckOK}
+	if _, ok := Egress(a); ok {
+		c.Method = "proxy"
+		c.Detail = "enforced: a sandbox of XMODE_SANDBOX_NETWORK=allow or open has no way out but xmode's egress proxy (docs/network.md)"
+		return c
+	}
+	c.Method = "none"
+	c.Detail = "not enforced: the " + name + " engine's sandboxes share the network of where they run, so XMODE_SANDBOX_NETWORK=allow or open is refused for them; the " + EgressEngines + " engine enforces it"
+	if proxied {
+		c.Status = CheckWarn
+		c.Fix = "XMODE_SANDBOX_ENGINE=" + EgressEngines + " with XMODE_RUNNER_MODE=cloud_worker for sessions with an egress policy"
+	}
+	return c
 }

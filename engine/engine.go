@@ -10,6 +10,8 @@ import (
 	"path"
 	"path/filepath"
 	"time"
+
+	"github.com/xmode/xmode/egress"
 )
 
 // DefaultGrace is how long a step gets between TERM and KILL.
@@ -39,6 +41,16 @@ type Spec struct {
 	// files ignores CacheVolume, CacheMount and Env (its steps use the
 	// user's own caches).
 	Env []string
+
+	// Egress is the sandbox's egress policy (docs/network.md) when its
+	// network is proxied (XMODE_SANDBOX_NETWORK=allow or open): a provider
+	// with EgressEnforcer gives the sandbox no way out but a proxy that
+	// enforces it, and fills in where the proxy listens and what it blocks;
+	// any other provider refuses the spec. nil: the engine's own network.
+	Egress *egress.Policy
+	// Getenv reads the host variables the policy's credentials name (the
+	// secrets the proxy adds); nil: os.Getenv.
+	Getenv func(string) string
 }
 
 // GitDirIn is where a sandbox that sees the worktree at containerWorktree

@@ -15,6 +15,7 @@ import (
 
 	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/egress"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
@@ -42,6 +43,10 @@ type Service struct {
 	// passed on to the reaper, the machines and the evidence; nil is
 	// time.Now. Tests move it forward so that TTLs run out without sleeping.
 	Clock func() time.Time
+	// Getenv reads the host variables an egress policy's credentials name
+	// (the proxy adds their values; the sandbox gets placeholders); nil is
+	// os.Getenv.
+	Getenv func(string) string
 }
 
 // Now is the service's clock (Clock, else time.Now).
@@ -90,6 +95,10 @@ type CreateOptions struct {
 	// NetworkSet: --network was given (its value is Cfg.Network). It only
 	// means something for a volume-mode docker session.
 	NetworkSet bool
+	// Egress are the front ends' sources of the egress policy (flags, a
+	// plan's network:, an agent's hosts), before configuration's; they need
+	// a proxied network (XMODE_SANDBOX_NETWORK=allow or open).
+	Egress []egress.Source
 	// Loop makes the new run a run of the governed loop (xmode run).
 	Loop *store.NewLoop
 	// Origin is what makes the session (store.OriginMCP; "" is the CLI),
@@ -162,6 +171,15 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		sess.Network = network
 	} else if o.NetworkSet {
 		return nil, fail.Usagef("%s applies to docker sandboxes; this session runs on the host (%s engine), in the host's network", fail.Network, engineName)
+	}
+	// A proxied network's policy, checked now: a bad rule, or an engine
+	// that cannot enforce it, leaves no trace.
+	pol, err := s.egressPolicy(sess.ID, o.Egress)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkEgress(pol, engineName, provider); err != nil {
+		return nil, err
 	}
 	var tgt target
 	var co *machines.Checkout // the worktree comes from a project machine
@@ -246,7 +264,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	if err := s.Store.CreateSession(ctx, store.NewSession{Session: sess, NewRun: newRun, MaxOpen: s.Cfg.MaxOpen, Loop: o.Loop}); err != nil {
 		return nil, err
 	}
-	created, err := s.provision(ctx, &sess, newRun, tgt, co, engineName, provider)
+	created, err := s.provision(ctx, &sess, newRun, tgt, co, engineName, provider, pol)
 	if err != nil {
 		// Clean up with a context the user's Ctrl-C has not cancelled.
 		cleanup := context.WithoutCancel(ctx)
@@ -275,7 +293,7 @@ func (s *Service) noRepo(ctx context.Context, project string) error {
 	return fail.Usagef("%s is required: give a URL, a file:// URL or a local path (or %s to share a run's worktree)", fail.Repo, fail.RunID)
 }
 
-func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, co *machines.Checkout, engineName string, provider engine.Provider) (*store.Session, error) {
+func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, co *machines.Checkout, engineName string, provider engine.Provider, pol *egress.Policy) (*store.Session, error) {
 	base := sess.BaseCommit // a joined run's
 	if newRun {
 		if err := os.MkdirAll(s.Guard.RunsDir(), fsguard.RunDirMode); err != nil {
@@ -316,6 +334,9 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	spec, err := s.spec(ctx, sess.ID, sess.RunID, sess.Project, sess.WorktreePath, sess.Image, co)
 	if err != nil {
 		return nil, err
+	}
+	if pol != nil {
+		spec.Egress = pol // with the front ends' sources
 	}
 	start := time.Now()
 	sb, err := provider.Provision(ctx, spec)
@@ -366,6 +387,11 @@ func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree,
 			"xmode.managed": "true", "xmode.session": sessionID, "xmode.run": runID, "xmode.instance": instance,
 		},
 	}
+	// A proxied network's policy from configuration (a pool entry's too).
+	if spec.Egress, err = s.egressPolicy(sessionID, nil); err != nil {
+		return engine.Spec{}, err
+	}
+	spec.Getenv = s.Getenv
 	if co != nil {
 		spec.MachineGitDir = co.GitDir()
 		spec.CacheVolume, spec.CacheMount = co.Machine.Volume, s.Cfg.ProjectCacheMount

@@ -11,6 +11,7 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 
@@ -49,6 +50,11 @@ func (p *Provider) Destroy(ctx context.Context, sb engine.Sandbox) error {
 		if err := p.removeContainer(ctx, ref, sb.SessionID); err != nil {
 			return err
 		}
+	}
+	// A proxied sandbox's network, policy and log (kept in the run's
+	// evidence), found by the session; one inspect when there is none.
+	if err := p.destroyEgress(ctx, sb.SessionID, sb.RunID); err != nil {
+		return err
 	}
 	for _, v := range sb.Volumes {
 		// The session's own volumes, recorded on its row (orphans come
@@ -185,9 +191,22 @@ func (p *Provider) ListObjects(ctx context.Context, instance string) ([]engine.O
 		if len(c.Names) > 0 {
 			name = strings.TrimPrefix(c.Names[0], "/")
 		}
+		if c.Labels[LabelRole] == RoleEgressProxy && (c.NetworkSettings == nil || !proxyIdle(c.NetworkSettings.Networks)) {
+			continue // the proxy of live sandboxes: an orphan only once it serves none
+		}
 		out = append(out, engine.Object{
 			Kind: engine.KindContainer, ID: c.ID, Name: name, State: string(c.State),
 			SessionID: c.Labels[LabelSession], Instance: c.Labels[LabelInstance],
+		})
+	}
+	ns, err := p.cli.NetworkList(cctx, network.ListOptions{Filters: f})
+	if err != nil {
+		return nil, p.wrap(err, "list networks")
+	}
+	for _, n := range ns {
+		out = append(out, engine.Object{
+			Kind: engine.KindNetwork, ID: n.ID, Name: n.Name,
+			SessionID: n.Labels[LabelSession], Instance: n.Labels[LabelInstance],
 		})
 	}
 	vs, err := p.cli.VolumeList(cctx, volume.ListOptions{Filters: f})
@@ -244,7 +263,18 @@ func (p *Provider) Alive(ctx context.Context, sb engine.Sandbox) (bool, error) {
 func (p *Provider) RemoveObject(ctx context.Context, o engine.Object) error {
 	switch o.Kind {
 	case engine.KindContainer:
+		if o.SessionID == "" && o.Name == EgressProxyName(o.Instance) {
+			return p.removeIdleProxy(ctx, o)
+		}
 		return p.Destroy(ctx, engine.Sandbox{Engine: Name, ContainerID: o.ID, SessionID: o.SessionID})
+	case engine.KindNetwork:
+		if _, err := p.Ping(ctx); err != nil {
+			return err
+		}
+		if o.SessionID == "" {
+			return fail.Refusedf("will not remove network %s: it carries no session", o.Name)
+		}
+		return p.destroyEgress(ctx, o.SessionID, "")
 	case engine.KindVolume:
 		return p.Destroy(ctx, engine.Sandbox{Engine: Name, Volumes: []string{o.ID}})
 	}

@@ -75,6 +75,7 @@ var (
 	_ engine.Networker       = (*Provider)(nil)
 	_ engine.ImageRunner     = (*Provider)(nil)
 	_ engine.StepSignaler    = (*Provider)(nil)
+	_ engine.EgressEnforcer  = (*Provider)(nil)
 	_ io.Closer              = (*Provider)(nil) // engine.Close
 )
 
@@ -109,6 +110,9 @@ type Provider struct {
 	isolationOverride string
 	// keepAliveOverride replaces KeepAlive (tests only).
 	keepAliveOverride []string
+	// egressResolveOnly makes the proxy resolve only the names policies
+	// give it (tests only: no name of theirs reaches a real resolver).
+	egressResolveOnly bool
 	// topUnsupported is set once the daemon's `top` (ps on the daemon host)
 	// failed: leftover detection then always uses an exec.
 	topUnsupported atomic.Bool

@@ -323,6 +323,9 @@ func (p *Provider) sessionContainer(ctx context.Context, sb engine.Sandbox) (con
 		if ci, err = p.cli.ContainerInspect(cctx, ci.ID); err != nil {
 			return ci, p.wrap(err, "inspect container "+shortID(ci.ID))
 		}
+		if err := p.reapplyInside(ctx, sb, ci); err != nil {
+			return ci, err
+		}
 	}
 	return ci, nil
 }

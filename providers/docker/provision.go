@@ -14,6 +14,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/versions"
 	"github.com/docker/docker/api/types/volume"
 
@@ -110,6 +111,9 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 			return engine.Sandbox{}, err
 		}
 	}
+	if err := p.checkEgressSpec(spec, mode); err != nil {
+		return engine.Sandbox{}, err
+	}
 	if st, err := os.Stat(spec.Worktree); err != nil || !st.IsDir() {
 		return engine.Sandbox{}, fail.Failedf("worktree %s is not a directory: create the session's worktree before its container", spec.Worktree)
 	}
@@ -138,6 +142,27 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 	if err := p.EnsureImage(ctx, img); err != nil {
 		return engine.Sandbox{}, err
 	}
+	// A proxied network: the sandbox's own network and the proxy serving
+	// its policy, before the container exists.
+	var eg *egressSetup
+	var netCfg *network.NetworkingConfig
+	// dropEgress removes a failed create's network and policy, once the
+	// proxy's side of it is done.
+	dropEgress := func() {
+		if eg != nil {
+			_ = eg.wait()
+			_ = p.destroyEgress(context.WithoutCancel(ctx), spec.SessionID, spec.RunID)
+		}
+	}
+	if spec.Egress != nil {
+		if eg, err = p.prepareEgress(ctx, spec); err != nil {
+			_ = p.destroyEgress(context.WithoutCancel(ctx), spec.SessionID, spec.RunID)
+			return engine.Sandbox{}, err
+		}
+		// However the create ends, the lock goes once the proxy answered.
+		defer eg.wait()
+		netCfg = applyEgress(cc, hc, eg)
+	}
 	sb := engine.Sandbox{
 		Engine:    Name,
 		MountMode: mode,
@@ -150,6 +175,7 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 	if mode == MountSync {
 		vol := SyncVolumeName(spec.SessionID)
 		if err := p.createSessionVolume(ctx, vol, spec.Labels); err != nil {
+			dropEgress()
 			return engine.Sandbox{}, err
 		}
 		sb.Volumes = []string{vol}
@@ -157,7 +183,7 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 	name := ContainerName(spec.SessionID)
 	cctx, cancel := p.call(ctx)
 	defer cancel()
-	created, err := p.cli.ContainerCreate(cctx, cc, hc, nil, nil, name)
+	created, err := p.cli.ContainerCreate(cctx, cc, hc, netCfg, nil, name)
 	if err != nil && !cerrdefs.IsConflict(err) {
 		// The daemon may have created it before the call failed (a lost
 		// answer, a cancelled context): leave nothing behind.
@@ -165,6 +191,9 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 	}
 	if err != nil {
 		p.dropVolumes(ctx, &sb)
+		if !cerrdefs.IsConflict(err) {
+			dropEgress()
+		}
 		if cerrdefs.IsConflict(err) {
 			return sb, fail.Failedf("a container named %s already exists (%v): destroy the session first (`xmode sandbox stop`) or remove it with `docker rm -f %s`", name, err, name)
 		}
@@ -185,6 +214,7 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 		_ = p.cli.ContainerRemove(rctx, created.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 		rcancel()
 		p.dropVolumes(ctx, &sb)
+		dropEgress()
 	}
 	if mode == MountSync {
 		// Before the start: no step ever sees a half-copied worktree.
@@ -200,6 +230,18 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 	if err := p.checkRunning(cctx, created.ID); err != nil {
 		discard()
 		return sb, err
+	}
+	if eg != nil {
+		// Before any step: the proxy serves the policy, the resolver is
+		// the proxy's, and the CA of a policy with credentials is trusted.
+		if err := eg.wait(); err != nil {
+			discard()
+			return sb, err
+		}
+		if err := p.setupInside(ctx, created.ID, eg.proxy, eg.resolv == nil, eg.caPEM, eg.caDir); err != nil {
+			discard()
+			return sb, err
+		}
 	}
 	if spec.CacheVolume != "" && cc.User != "" && !strings.HasPrefix(cc.User, "0:") && cc.User != "0" {
 		// A new volume's root belongs to root: let the (non-root) sandbox

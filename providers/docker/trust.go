@@ -125,8 +125,10 @@ func stripSetuid(worktree string) error {
 func (p *Provider) limits(hc *container.HostConfig, mode, user string) {
 	bind := mode == MountBind
 	on := func(name string) bool { return !bind || !p.cfg.BindLeaves(name) }
-	if n := p.network(mode); n != "" {
-		hc.NetworkMode = container.NetworkMode(n)
+	if _, proxied := p.cfg.EgressMode(); !proxied {
+		if n := p.network(mode); n != "" {
+			hc.NetworkMode = container.NetworkMode(n)
+		}
 	}
 	if on("XMODE_SANDBOX_CPUS") {
 		hc.NanoCPUs = int64(p.cfg.CPUs * 1e9)

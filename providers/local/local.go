@@ -85,6 +85,11 @@ func (*Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sandbo
 	if spec.Worktree == "" {
 		return engine.Sandbox{}, errors.New("host engine: no worktree to provision a sandbox in")
 	}
+	if spec.Egress != nil {
+		// Host steps share the host's network: nothing would hold them to
+		// the policy, so it is refused, never left open.
+		return engine.Sandbox{}, engine.CheckEgress(nil, EngineName, spec.Egress.Mode)
+	}
 	st, err := os.Stat(spec.Worktree)
 	if err != nil {
 		return engine.Sandbox{}, fmt.Errorf("host engine: worktree: %w", err)

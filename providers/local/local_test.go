@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/egress"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/engine/enginetest"
+	"github.com/xmode/xmode/fail"
 )
 
 // The test binary doubles as a helper process: with XMODE_LOCAL_HELPER set
@@ -115,6 +117,14 @@ func TestProvision(t *testing.T) {
 			t.Errorf("Provision with worktree %q succeeded", bad)
 		}
 	}
+	// An egress policy: refused with exit 4, naming the engine that has one.
+	spec.Worktree = dir
+	pol, _ := egress.Merge("sbx_bbbbbbbb", egress.ModeAllow, egress.Source{Name: "--allow", Allow: []string{"example.test"}})
+	spec.Egress = &pol
+	if _, err := p.Provision(context.Background(), spec); fail.KindOf(err) != fail.Refused || !strings.Contains(err.Error(), "use the docker engine") {
+		t.Errorf("Provision with an egress policy: %v", err)
+	}
+	spec.Egress = nil
 	f := filepath.Join(dir, "file")
 	if err := os.WriteFile(f, nil, 0o644); err != nil {
 		t.Fatal(err)

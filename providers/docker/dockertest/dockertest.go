@@ -28,6 +28,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 	"github.com/xmode/xmode/internal/testenv"
@@ -289,6 +290,13 @@ func Strays() []string {
 			_ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 		}
 	}
+	ns, _ := cli.NetworkList(ctx, network.ListOptions{Filters: f})
+	for _, n := range ns {
+		if test, ok := created.Load(n.Labels["xmode.instance"]); ok {
+			out = append(out, test.(string)+": network "+n.Name)
+			_ = cli.NetworkRemove(ctx, n.ID)
+		}
+	}
 	vs, _ := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
 	for _, v := range vs.Volumes {
 		test, ok := created.Load(v.Labels["xmode.instance"])
@@ -315,7 +323,7 @@ func Labels(instance, session, run string) map[string]string {
 	}
 }
 
-// CleanupInstance force-removes the containers and volumes labelled
+// CleanupInstance force-removes the containers, networks and volumes labelled
 // xmode.instance=<instance>.
 func CleanupInstance(t testing.TB, cli *client.Client, instance string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -328,6 +336,15 @@ func CleanupInstance(t testing.TB, cli *client.Client, instance string) {
 	for _, c := range cs {
 		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			t.Logf("cleanup: remove container %s: %v", c.ID[:12], err)
+		}
+	}
+	ns, err := cli.NetworkList(ctx, network.ListOptions{Filters: f})
+	if err != nil {
+		t.Logf("cleanup: list networks of %s: %v", instance, err)
+	}
+	for _, n := range ns {
+		if err := cli.NetworkRemove(ctx, n.ID); err != nil && !cerrdefs.IsNotFound(err) {
+			t.Logf("cleanup: remove network %s: %v", n.Name, err)
 		}
 	}
 	vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: f})
