@@ -275,7 +275,8 @@ with evidence for every step that outlives the sandbox.` + exitStatusHelp,
   xmode sandbox list`})
 		addCommands(sb, words, leaf("create", a.newCreate), leaf("exec", a.newExec), leaf("stop", a.newStop),
 			leaf("list ls", a.newList), leaf("show", a.newShow), leaf("extend", a.newExtend), leaf("reap", reap),
-			leaf("shell", a.newShell), leaf("logs", a.newLogs), leaf("cp", a.newCp), leaf("diff", a.newDiff), leaf("kill", a.newKill))
+			leaf("shell", a.newShell), leaf("logs", a.newLogs), leaf("cp", a.newCp), leaf("diff", a.newDiff), leaf("kill", a.newKill),
+			leaf("network", a.newNetwork))
 		return sb
 	}
 	// Only what the command line needs is built (see lazy.go).
@@ -355,7 +356,7 @@ func (a *App) service(ctx context.Context, overrides map[string]config.Flag) (*s
 		return nil, err
 	}
 	a.st = st
-	svc := &sandbox.Service{Cfg: cfg, Store: st, Guard: fsguard.Guard{Root: cfg.StorageRoot}, Clock: clock}
+	svc := &sandbox.Service{Cfg: cfg, Store: st, Guard: fsguard.Guard{Root: cfg.StorageRoot}, Clock: clock, Getenv: a.Env}
 	if !a.json && !a.quiet && isTerminal(a.Err) {
 		svc.Progress = a.Err
 	}

@@ -62,6 +62,7 @@ func runStatus(ctx context.Context, svc *sandbox.Service, r *store.LoopRun) stri
 // runOptions are `xmode run`'s flags.
 type runOptions struct {
 	loop.Options
+	net       networkFlags
 	overrides map[string]config.Flag // the create flags that override variables
 }
 
@@ -114,10 +115,12 @@ EXIT STATUS
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Create.NetworkSet = cmd.Flags().Changed("network")
 			o.overrides = createOverrides(cmd)
+			o.Create.Egress = o.net.sources()
 			return a.runLoop(cmd.Context(), o)
 		},
 	}
 	addCreateFlags(cmd, &o.Create)
+	addNetworkFlags(cmd, &o.net)
 	f := cmd.Flags()
 	f.StringVar(&o.Objective, "objective", "", "what the agent is to do (the prompt of the default agent step)")
 	f.StringVar(&o.Agent, "agent", "", "codex, claude or command (default codex; replaces the plan's agents when given)")

@@ -24,6 +24,7 @@ import (
 // createOptions are `sandbox create`'s flags.
 type createOptions struct {
 	sandbox.CreateOptions
+	net       networkFlags
 	overrides map[string]config.Flag // the flags that override variables
 	imageSet  bool                   // --image was given
 }
@@ -56,10 +57,12 @@ cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=c
 			o.NetworkSet = cmd.Flags().Changed("network")
 			o.imageSet = cmd.Flags().Changed("image")
 			o.overrides = createOverrides(cmd)
+			o.Egress = o.net.sources()
 			return a.runCreate(cmd.Context(), o)
 		},
 	}
 	addCreateFlags(cmd, &o.CreateOptions)
+	addNetworkFlags(cmd, &o.net)
 	cmd.Flags().Lookup("repo").Usage += " (default: the repository of this directory)"
 	cmd.Flags().StringVar(&o.RunID, "run", "", "share this run's worktree instead of cloning")
 	return a.setTraits(cmd, traits{interrupted: "the sandbox was not created; what it had begun was cleaned up (`xmode sandbox list --all` shows the session as failed if it was recorded)"})
@@ -118,7 +121,7 @@ func addCreateFlags(cmd *cobra.Command, o *sandbox.CreateOptions) {
 	f.String("ttl", "", "lifetime (default $XMODE_SANDBOX_TTL, else 2h)")
 	f.String("runner-mode", "", "local_worktree, cloud_worker or cloud_subscription")
 	f.String("image", "", "sandbox image (docker engine)")
-	f.String("network", "", "docker network of this session (volume mode; default $XMODE_SANDBOX_NETWORK, else none)")
+	f.String("network", "", "the sandbox's network: none; allow (only what --allow names) or open (every host but the block list), both through xmode's egress proxy, which records every connection; or a docker network (default $XMODE_SANDBOX_NETWORK, else none)")
 }
 
 // createOverrides are addCreateFlags' flags that override variables.
@@ -623,8 +626,8 @@ func (a *App) runShow(ctx context.Context, o showOptions) error {
 	if s.ContainerID != "" {
 		kv.row("Container:", shortSHA(s.ContainerID)+" ("+s.MountMode+", "+s.Image+")")
 	}
-	if s.Network != "" {
-		kv.row("Network:", s.Network)
+	if s.Network != "" || s.NetworkPolicy != nil {
+		kv.row("Network:", clean(networkLine(ctx, svc, s)))
 	}
 	if s.Error != "" {
 		kv.row("Error:", clean(s.Error))

@@ -20,24 +20,32 @@ type Input string
 // The inputs services name. Each is the CLI's flag without its dashes.
 const (
 	Agent      Input = "agent"
+	Allow      Input = "allow"
 	Branch     Input = "branch"
+	Credential Input = "credential"
+	Deny       Input = "deny"
 	Env        Input = "env"
 	EnvPass    Input = "env-pass"
-	Force      Input = "force"
-	From       Input = "from"
-	Image      Input = "image"
-	Model      Input = "model"
-	Network    Input = "network"
-	Note       Input = "note"
-	Objective  Input = "objective"
-	Project    Input = "project"
-	Prompt     Input = "prompt"
-	PromptFile Input = "prompt-file"
-	Ref        Input = "ref"
-	Refresh    Input = "refresh"
-	Repo       Input = "repo"
-	RunID      Input = "run"
-	Signal     Input = "signal"
+	// ExposeRemote lets a published port listen where other machines reach it.
+	ExposeRemote Input = "expose-remote"
+	Force        Input = "force"
+	From         Input = "from"
+	HostPort     Input = "host-port"
+	Image        Input = "image"
+	Mode         Input = "mode"
+	Model        Input = "model"
+	Network      Input = "network"
+	Note         Input = "note"
+	Objective    Input = "objective"
+	Project      Input = "project"
+	Prompt       Input = "prompt"
+	PromptFile   Input = "prompt-file"
+	Ref          Input = "ref"
+	Refresh      Input = "refresh"
+	Remove       Input = "remove"
+	Repo         Input = "repo"
+	RunID        Input = "run"
+	Signal       Input = "signal"
 	// StorageRoot is a setting (XMODE_STORAGE_ROOT) rather than a request's.
 	StorageRoot Input = "storage-root"
 	TTL         Input = "ttl"
@@ -48,8 +56,8 @@ const (
 // Inputs lists every input a service may name, for a front end's test
 // that it has a word for each.
 func Inputs() []Input {
-	return []Input{Agent, Branch, Env, EnvPass, Force, From, Image, Model, Network, Note, Objective,
-		Project, Prompt, PromptFile, Ref, Refresh, Repo, RunID, Signal, StorageRoot, TTL, Timeout, Workdir}
+	return []Input{Agent, Allow, Branch, Credential, Deny, Env, EnvPass, ExposeRemote, Force, From, HostPort, Image, Mode, Model, Network, Note, Objective,
+		Project, Prompt, PromptFile, Ref, Refresh, Remove, Repo, RunID, Signal, StorageRoot, TTL, Timeout, Workdir}
 }
 
 // Flag is the CLI's word for in.

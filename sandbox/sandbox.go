@@ -181,6 +181,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	if err := checkEgress(pol, engineName, provider); err != nil {
 		return nil, err
 	}
+	sess.NetworkPolicy = RecordPolicy(pol)
 	var tgt target
 	var co *machines.Checkout // the worktree comes from a project machine
 	newRun := o.RunID == ""
@@ -192,7 +193,13 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		// A ready sandbox from the project's pool when one fits: nothing to
 		// check out, no container to make. An empty pool costs one read.
 		start := time.Now()
-		claimed, resolved, err := s.Pools().Claim(ctx, pool.ClaimOptions{Project: o.Project, Repo: o.Repo, Ref: o.Ref, Refresh: o.Refresh}, sess, provider)
+		var claimed *store.Session
+		var resolved *machines.Checkout
+		if pol == nil {
+			// A proxied sandbox's policy (its placeholders, its rules' sources)
+			// is its own: it is never a pool entry made before it.
+			claimed, resolved, err = s.Pools().Claim(ctx, pool.ClaimOptions{Project: o.Project, Repo: o.Repo, Ref: o.Ref, Refresh: o.Refresh}, sess, provider)
+		}
 		if err != nil || claimed != nil {
 			if claimed != nil {
 				s.detail("took a ready sandbox from the pool of project %s: %s at %s, nothing to clone or start (%s)", o.Project, claimed.Ref, shortCommit(claimed.BaseCommit), took(start))

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/docker/docker/client"
+
+	"github.com/xmode/xmode/internal/testenv"
+	"github.com/xmode/xmode/providers/docker/dockertest"
+)
+
+// netFixture is a storage root whose sandboxes run on the docker engine
+// with their network proxied, and test hosts of the test's own on a
+// network it made (allowed.test, denied.test, other.test), reached by
+// names the proxy resolves for the test (XMODE_SANDBOX_RESOLVE). The
+// xmode run is a static build of this tree, the one the proxy's image is
+// made from.
+type netFixture struct {
+	t        *testing.T
+	cli      *client.Client
+	bin      string
+	dir      string
+	root     string
+	repo     string
+	instance string
+	up       *dockertest.Upstream
+	hosts    map[string]string // test host name → address
+	env      []string          // on top of the fixture's own
+}
+
+func newNetFixture(t *testing.T, hosts ...string) *netFixture {
+	t.Helper()
+	cli := dockertest.Require(t)
+	if !strings.HasPrefix(dockertest.Host(), "unix://") {
+		testenv.Skip(t, "bind mode needs the daemon on this machine, and it is at %s", dockertest.Host())
+	}
+	f := &netFixture{t: t, cli: cli, bin: dockertest.XmodeBinary(t), dir: t.TempDir(), hosts: map[string]string{}}
+	f.repo = filepath.Join(f.dir, "repo")
+	if err := makeRepo(f.repo); err != nil {
+		t.Fatal(err)
+	}
+	f.root = filepath.Join(f.dir, "root")
+	// The upstream network is labelled with the storage root's instance
+	// (for its cleanup), which the store makes on the first command.
+	if r := f.xm("sandbox", "list"); r.code != 0 {
+		t.Fatalf("sandbox list: %s", r.stderr)
+	}
+	inst, err := os.ReadFile(filepath.Join(f.root, "xmode.instance"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.instance = strings.TrimSpace(string(inst))
+	t.Cleanup(func() { dockertest.CleanupInstance(t, cli, f.instance) })
+	f.up = dockertest.NewUpstream(t, cli, f.instance)
+	for _, h := range hosts {
+		f.hosts[h] = f.up.Host(t, h).String()
+	}
+	// The test hosts' network is the proxy's way out, which it blocks
+	// unless a CIDR rule names it (the docker host's other containers).
+	f.env = append(f.env, "XMODE_SANDBOX_ALLOW="+f.up.Subnet.String())
+	return f
+}
+
+// resolve is XMODE_SANDBOX_RESOLVE for the fixture's test hosts.
+func (f *netFixture) resolve() string {
+	var rs []string
+	for name, addr := range f.hosts {
+		rs = append(rs, name+"="+addr)
+	}
+	return strings.Join(rs, ",")
+}
+
+type xmResult struct {
+	code           int
+	stdout, stderr string
+}
+
+// xm runs xmode with the fixture's environment (and extra variables).
+func (f *netFixture) xm(args ...string) xmResult { return f.xmEnv(nil, args...) }
+
+func (f *netFixture) xmEnv(extra []string, args ...string) xmResult {
+	f.t.Helper()
+	cmd := exec.Command(f.bin, args...)
+	upstream := "bridge"
+	if f.up != nil {
+		upstream = f.up.Name
+	}
+	cmd.Env = append(cleanEnv(), "XMODE_STORAGE_ROOT="+f.root, "XMODE_USER=tester", "HOME="+f.dir,
+		"XMODE_SANDBOX_ENGINE=docker", "XMODE_RUNNER_MODE=cloud_worker",
+		"XMODE_SANDBOX_IMAGE="+dockertest.ProbeImage(f.t),
+		"XMODE_SANDBOX_EGRESS_BINARY="+f.bin, "XMODE_SANDBOX_EGRESS_NETWORK="+upstream,
+		"XMODE_SANDBOX_RESOLVE="+f.resolve())
+	cmd.Env = append(append(cmd.Env, f.env...), extra...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		f.t.Fatal(err)
+	}
+	return xmResult{code, out.String(), errb.String()}
+}
+
+// must runs xmode and fails the test unless it exits 0.
+func (f *netFixture) must(args ...string) string {
+	f.t.Helper()
+	r := f.xm(args...)
+	if r.code != 0 {
+		f.t.Fatalf("xmode %s: exit %d\n%s%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+// stepFile reads a file of a step's evidence.
+func (f *netFixture) stepFile(id string, seq int, name string) []byte {
+	f.t.Helper()
+	m, _ := filepath.Glob(filepath.Join(f.root, "runs", "*", "steps", fmt.Sprintf("%04d-*", seq), name))
+	if len(m) != 1 {
+		f.t.Fatalf("step %d's %s: %v", seq, name, m)
+	}
+	b, err := os.ReadFile(m[0])
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return b
+}
+
+// TestNetworkPolicyFromTheCLI: `sandbox create --network allow` with
+// --allow and --deny makes a sandbox that reaches only what they say; the
+// session records the policy with each rule's source (`sandbox show
+// --json`); `sandbox network` shows it and the proxy's decisions, each
+// with its step; --allow and --deny on the live sandbox change it for the
+// next connection, each change a step of its own whose evidence holds the
+// rules; `sandbox logs ID STEP --network` shows a step's lines. A bad rule
+// is exit 2 and records nothing; a sandbox without a proxied network has
+// no policy to change (exit 4).
+func TestNetworkPolicyFromTheCLI(t *testing.T) {
+	t.Parallel()
+	f := newNetFixture(t, "allowed.test", "denied.test", "other.test")
+	id := strings.TrimSpace(f.must("sandbox", "create", "--repo", f.repo, "-q", "--network", "allow",
+		"--allow", "allowed.test:80", "--allow", "denied.test", "--deny", "denied.test:80"))
+	t.Cleanup(func() { f.xm("sandbox", "stop", id) })
+
+	var shown struct {
+		Network string `json:"network"`
+		Policy  struct {
+			Mode  string `json:"mode"`
+			Allow []struct{ Rule, Source string }
+			Deny  []struct{ Rule, Source string }
+		} `json:"network_policy"`
+	}
+	if err := json.Unmarshal([]byte(f.must("sandbox", "show", id, "--json")), &shown); err != nil {
+		t.Fatal(err)
+	}
+	if shown.Network != "allow" || shown.Policy.Mode != "allow" || len(shown.Policy.Allow) != 3 || shown.Policy.Allow[0].Source != "--allow" || shown.Policy.Allow[2].Source != "XMODE_SANDBOX_ALLOW" ||
+		len(shown.Policy.Deny) != 1 || shown.Policy.Deny[0].Rule != "denied.test:80" || shown.Policy.Deny[0].Source != "--deny" {
+		t.Fatalf("sandbox show --json: the policy %+v", shown)
+	}
+
+	get := func(url string) xmResult { return f.xm("sandbox", "exec", id, "--", "egressprobe", "get", url) }
+	if r := get("http://allowed.test/"); r.code != 0 || !strings.Contains(r.stdout, "hello from allowed.test") { // step 1
+		t.Fatalf("allowed.test: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := get("http://denied.test/"); r.code == 0 || !strings.Contains(r.stdout, "STATUS 403") { // step 2: the deny rule wins
+		t.Fatalf("denied.test: exit %d\n%s", r.code, r.stdout)
+	}
+	if r := get("http://other.test/"); r.code == 0 { // step 3: no rule
+		t.Fatalf("other.test: exit %d\n%s", r.code, r.stdout)
+	}
+	out := f.must("sandbox", "network", id)
+	for _, want := range []string{"Network: allow", "allowed.test:80", "--allow", "denied.test", "--deny", "XMODE_SANDBOX_RESOLVE",
+		"2 denied", "denied.test:80", "other.test:80"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("sandbox network does not say %q:\n%s", want, out)
+		}
+	}
+	var v struct {
+		Records []struct {
+			Host    string `json:"host"`
+			Verdict string `json:"verdict"`
+			Rule    string `json:"rule"`
+			Source  string `json:"source"`
+			Steps   []int  `json:"steps"`
+		} `json:"records"`
+	}
+	if err := json.Unmarshal([]byte(f.must("sandbox", "network", id, "--json", "--denied")), &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Records) != 2 || v.Records[0].Host != "denied.test" || v.Records[0].Rule != "denied.test:80" || v.Records[0].Source != "--deny" ||
+		len(v.Records[0].Steps) != 1 || v.Records[0].Steps[0] != 2 || v.Records[1].Host != "other.test" || v.Records[1].Steps[0] != 3 {
+		t.Errorf("sandbox network --denied --json: %+v", v.Records)
+	}
+	lines := f.must("sandbox", "logs", id, "1", "--network")
+	if !strings.Contains(lines, "allowed.test:80") || !strings.Contains(lines, "allowed") || strings.Contains(lines, "denied.test") {
+		t.Errorf("sandbox logs ID 1 --network:\n%s", lines)
+	}
+
+	// A change on the live sandbox: a step of its own (4), in force for the
+	// next connection.
+	f.must("sandbox", "network", id, "--allow", "other.test", "--remove", "denied.test:80")
+	var asked struct {
+		Argv    []string `json:"argv"`
+		Network struct {
+			Allow, Remove []string
+			Source        string
+		} `json:"network"`
+	}
+	if err := json.Unmarshal(f.stepFile(id, 4, "command.json"), &asked); err != nil || strings.Join(asked.Network.Allow, " ") != "other.test" ||
+		strings.Join(asked.Network.Remove, " ") != "denied.test:80" || asked.Network.Source != "sandbox network" || asked.Argv[0] != "network" {
+		t.Errorf("the change's command.json: %+v %v", asked, err)
+	}
+	var left struct {
+		ExitCode int `json:"exit_code"`
+		Network  struct {
+			Policy struct {
+				Allow []struct{ Rule, Source string }
+				Deny  []struct{ Rule, Source string }
+			}
+		} `json:"network"`
+	}
+	if err := json.Unmarshal(f.stepFile(id, 4, "result.json"), &left); err != nil || left.ExitCode != 0 || len(left.Network.Policy.Deny) != 0 ||
+		left.Network.Policy.Allow[len(left.Network.Policy.Allow)-1] != (struct{ Rule, Source string }{"other.test", "sandbox network"}) {
+		t.Errorf("the change's result.json: %+v %v", left, err)
+	}
+	if r := get("http://other.test/"); r.code != 0 { // step 5
+		t.Fatalf("other.test after --allow: exit %d\n%s", r.code, r.stdout)
+	}
+	if r := get("http://denied.test/"); r.code != 0 { // step 6: its allow rule alone is left
+		t.Fatalf("denied.test after --remove denied.test:80: exit %d\n%s", r.code, r.stdout)
+	}
+	f.must("sandbox", "network", id, "--deny", "allowed.test") // step 7
+	if r := get("http://allowed.test/"); r.code == 0 {           // step 8
+		t.Fatalf("allowed.test after --deny allowed.test: exit %d\n%s", r.code, r.stdout)
+	}
+
+	// Refused before anything is recorded.
+	if r := f.xm("sandbox", "network", id, "--allow", "*.com"); r.code != 2 || !strings.Contains(r.stderr, `"*.com"`) {
+		t.Errorf("--allow '*.com': exit %d\n%s", r.code, r.stderr)
+	}
+	if r := f.xm("sandbox", "network", id, "--remove", "nothing.test"); r.code != 2 || !strings.Contains(r.stderr, "no such rule") {
+		t.Errorf("--remove of a rule it lacks: exit %d\n%s", r.code, r.stderr)
+	}
+	var steps []struct{ Seq int }
+	if err := json.Unmarshal([]byte(f.must("sandbox", "logs", id, "--json")), &steps); err != nil || len(steps) != 8 {
+		t.Errorf("refused changes recorded steps: %d steps (%v)", len(steps), err)
+	}
+
+	// A sandbox without a proxied network has no policy to change.
+	plain := strings.TrimSpace(f.must("sandbox", "create", "--repo", f.repo, "-q", "--network", "none"))
+	t.Cleanup(func() { f.xm("sandbox", "stop", plain) })
+	if out := f.must("sandbox", "network", plain); !strings.Contains(out, "no egress policy") {
+		t.Errorf("sandbox network of a network-none sandbox:\n%s", out)
+	}
+	if r := f.xm("sandbox", "network", plain, "--allow", "allowed.test"); r.code != 4 || !strings.Contains(r.stderr, "--network allow") {
+		t.Errorf("a change on a network-none sandbox: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := f.xm("sandbox", "create", "--repo", f.repo, "-q", "--network", "none", "--allow", "allowed.test"); r.code != 2 || !strings.Contains(r.stderr, "--network allow") {
+		t.Errorf("--allow without a proxied network: exit %d\n%s", r.code, r.stderr)
+	}
+}
