@@ -2,7 +2,7 @@ package sandbox
 
 import (
 	"context"
-		"fmt"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -435,7 +435,9 @@ func widening(prev, next *store.NetworkPolicy) []string {
 		}
 	}
 	for _, c := range next.Credentials {
-		if !slices.ContainsFunc(prev.Credentials, func(p store.NetworkCredential) bool { return p.Host == c.Host && p.Header == c.Header && p.From == c.From }) {
+		if !slices.ContainsFunc(prev.Credentials, func(p store.NetworkCredential) bool {
+			return p.Host == c.Host && p.Header == c.Header && p.From == c.From
+		}) {
 			out = append(out, "a credential for "+c.Host)
 		}
 	}

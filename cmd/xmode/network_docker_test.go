@@ -238,7 +238,7 @@ func TestNetworkPolicyFromTheCLI(t *testing.T) {
 		t.Fatalf("denied.test after --remove denied.test:80: exit %d\n%s", r.code, r.stdout)
 	}
 	f.must("sandbox", "network", id, "--deny", "allowed.test") // step 7
-	if r := get("http://allowed.test/"); r.code == 0 {           // step 8
+	if r := get("http://allowed.test/"); r.code == 0 {         // step 8
 		t.Fatalf("allowed.test after --deny allowed.test: exit %d\n%s", r.code, r.stdout)
 	}
 
