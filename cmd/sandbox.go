@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/xmode/xmode/agents"
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
@@ -25,6 +26,7 @@ import (
 type createOptions struct {
 	sandbox.CreateOptions
 	net       networkFlags
+	agent     string // the agent the sandbox is for: its hosts and key in a proxied network's policy
 	overrides map[string]config.Flag // the flags that override variables
 	imageSet  bool                   // --image was given
 }
@@ -58,11 +60,18 @@ cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=c
 			o.imageSet = cmd.Flags().Changed("image")
 			o.overrides = createOverrides(cmd)
 			o.Egress = o.net.sources()
+			if o.agent != "" {
+				if err := agents.CheckKind(o.agent); err != nil {
+					return err
+				}
+				o.EgressIfProxied = agents.NetworkSources([]string{o.agent}, a.Env)
+			}
 			return a.runCreate(cmd.Context(), o)
 		},
 	}
 	addCreateFlags(cmd, &o.CreateOptions)
 	addNetworkFlags(cmd, &o.net)
+	cmd.Flags().StringVar(&o.agent, "agent", "", "codex or claude: the agent this sandbox is for; with --network allow its policy lets it reach its model's API and adds its key (when set here) at the edge")
 	cmd.Flags().Lookup("repo").Usage += " (default: the repository of this directory)"
 	cmd.Flags().StringVar(&o.RunID, "run", "", "share this run's worktree instead of cloning")
 	return a.setTraits(cmd, traits{interrupted: "the sandbox was not created; what it had begun was cleaned up (`xmode sandbox list --all` shows the session as failed if it was recorded)"})

@@ -29,8 +29,13 @@ import (
 // front ends' sources first (flags, a plan, an agent), configuration's
 // last, as egress.Merge orders them. nil for any other network. A rule
 // that does not parse is a usage error naming its source.
-func (s *Service) egressPolicy(sessionID string, sources []egress.Source) (*egress.Policy, error) {
+// ifProxied are sources that apply only to a proxied network (an agent's
+// hosts): another network needs none of them.
+func (s *Service) egressPolicy(sessionID string, sources, ifProxied []egress.Source) (*egress.Policy, error) {
 	mode, proxied := s.Cfg.EgressMode()
+	if proxied {
+		sources = append(append([]egress.Source(nil), sources...), ifProxied...)
+	}
 	if !proxied {
 		if len(sources) > 0 {
 			return nil, fail.Usagef("network rules (%s) need a network with a policy: give %s allow (or open), or set XMODE_SANDBOX_NETWORK=allow", sources[0].Name, fail.Network)

@@ -99,6 +99,11 @@ type CreateOptions struct {
 	// plan's network:, an agent's hosts), before configuration's; they need
 	// a proxied network (XMODE_SANDBOX_NETWORK=allow or open).
 	Egress []egress.Source
+	// EgressIfProxied are egress sources that say what the sandbox's work
+	// needs rather than what the user asked (the hosts of the agents it is
+	// for, a plan's network:): part of its policy when its network is
+	// proxied, nothing otherwise.
+	EgressIfProxied []egress.Source
 	// Loop makes the new run a run of the governed loop (xmode run).
 	Loop *store.NewLoop
 	// Origin is what makes the session (store.OriginMCP; "" is the CLI),
@@ -174,7 +179,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	}
 	// A proxied network's policy, checked now: a bad rule, or an engine
 	// that cannot enforce it, leaves no trace.
-	pol, err := s.egressPolicy(sess.ID, o.Egress)
+	pol, err := s.egressPolicy(sess.ID, o.Egress, o.EgressIfProxied)
 	if err != nil {
 		return nil, err
 	}
@@ -395,7 +400,7 @@ func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree,
 		},
 	}
 	// A proxied network's policy from configuration (a pool entry's too).
-	if spec.Egress, err = s.egressPolicy(sessionID, nil); err != nil {
+	if spec.Egress, err = s.egressPolicy(sessionID, nil, nil); err != nil {
 		return engine.Spec{}, err
 	}
 	spec.Getenv = s.Getenv

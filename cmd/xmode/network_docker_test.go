@@ -267,3 +267,89 @@ func TestNetworkPolicyFromTheCLI(t *testing.T) {
 		t.Errorf("--allow without a proxied network: exit %d\n%s", r.code, r.stderr)
 	}
 }
+
+// TestPlanNetwork: a plan's network: holds for the whole plan, a step's
+// only while the step runs — each added (and a step's taken out again) as
+// a network step of the session, so the evidence says when the sandbox
+// could reach what; the decisions name the plan and the step as the rules'
+// sources. A sandbox whose network is not proxied runs the plan with a
+// note that its rules do not apply.
+func TestPlanNetwork(t *testing.T) {
+	t.Parallel()
+	f := newNetFixture(t, "allowed.test", "other.test")
+	plan := filepath.Join(f.dir, "plan.yaml")
+	if err := os.WriteFile(plan, []byte(`network:
+  allow: [allowed.test:80]
+steps:
+  - name: before
+    run: egressprobe get http://other.test/
+    allow_failure: true
+  - name: fetch
+    run: egressprobe get http://other.test/
+    network:
+      allow: [other.test:80]
+  - name: after
+    run: egressprobe get http://other.test/
+    allow_failure: true
+  - name: planned
+    run: egressprobe get http://allowed.test/
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(f.must("sandbox", "create", "--repo", f.repo, "-q", "--network", "allow"))
+	t.Cleanup(func() { f.xm("sandbox", "stop", id) })
+	if r := f.xm("pipeline", "run", id, "-f", plan); r.code != 0 {
+		t.Fatalf("pipeline run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	var steps []struct {
+		Seq      int    `json:"seq"`
+		Name     string `json:"name"`
+		ExitCode *int   `json:"exit_code"`
+	}
+	if err := json.Unmarshal([]byte(f.must("sandbox", "logs", id, "--json")), &steps); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range steps {
+		got = append(got, fmt.Sprintf("%s:%d", s.Name, *s.ExitCode))
+	}
+	want := "plan-network:0 before:3 fetch-network:0 fetch:0 fetch-network:0 after:3 planned:0"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("the session's steps: %s\nwant %s", strings.Join(got, " "), want)
+	}
+	var v struct {
+		Records []struct {
+			Host, Verdict, Rule, Source string
+			Steps                       []int
+		} `json:"records"`
+	}
+	if err := json.Unmarshal([]byte(f.must("sandbox", "network", id, "--json")), &v); err != nil {
+		t.Fatal(err)
+	}
+	var decided []string
+	for _, r := range v.Records {
+		decided = append(decided, fmt.Sprintf("%v %s %s (%s)", r.Steps, r.Verdict, r.Rule, r.Source))
+	}
+	wantDecided := "[2] denied no rule () [4] allowed other.test:80 (plan step fetch) [6] denied no rule () [7] allowed allowed.test:80 (plan)"
+	if strings.Join(decided, " ") != wantDecided {
+		t.Errorf("the decisions: %s\nwant %s", strings.Join(decided, " "), wantDecided)
+	}
+	var shown struct {
+		Policy struct{ Allow []struct{ Rule, Source string } } `json:"network_policy"`
+	}
+	if err := json.Unmarshal([]byte(f.must("sandbox", "show", id, "--json")), &shown); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range shown.Policy.Allow {
+		if r.Source == "plan step fetch" {
+			t.Errorf("the step's rule outlived it: %+v", shown.Policy.Allow)
+		}
+	}
+
+	plain := strings.TrimSpace(f.must("sandbox", "create", "--repo", f.repo, "-q", "--network", "none"))
+	t.Cleanup(func() { f.xm("sandbox", "stop", plain) })
+	r := f.xm("pipeline", "run", plain, "-f", plan)
+	if !strings.Contains(r.stderr, "the plan's network rules do not apply") || strings.Contains(f.must("sandbox", "logs", plain), "network") {
+		t.Errorf("a plan with network rules on a network-none sandbox: exit %d\n%s", r.code, r.stderr)
+	}
+}
