@@ -26,7 +26,7 @@ import (
 type createOptions struct {
 	sandbox.CreateOptions
 	net       networkFlags
-	agent     string // the agent the sandbox is for: its hosts and key in a proxied network's policy
+	agent     string                 // the agent the sandbox is for: its hosts and key in a proxied network's policy
 	overrides map[string]config.Flag // the flags that override variables
 	imageSet  bool                   // --image was given
 }

@@ -335,7 +335,9 @@ steps:
 		t.Errorf("the decisions: %s\nwant %s", strings.Join(decided, " "), wantDecided)
 	}
 	var shown struct {
-		Policy struct{ Allow []struct{ Rule, Source string } } `json:"network_policy"`
+		Policy struct {
+			Allow []struct{ Rule, Source string }
+		} `json:"network_policy"`
 	}
 	if err := json.Unmarshal([]byte(f.must("sandbox", "show", id, "--json")), &shown); err != nil {
 		t.Fatal(err)
