@@ -526,32 +526,10 @@ func CredentialFor(sess *store.Session, name string) (string, bool) {
 	return "", false
 }
 
-// NetworkLog is where a session's network log can be read on this host:
-// the engine's live log while the sandbox lives, the copy its teardown kept
-// in the run's evidence after; "" when it has none (its network was never
-// proxied, or nothing was recorded yet).
+// NetworkLog is where a session's network log can be read on this host
+// (evidence.NetworkLog); "" when it has none.
 func (s *Service) NetworkLog(ctx context.Context, sess *store.Session) (string, error) {
-	if sess.NetworkPolicy == nil && sess.Network != string(egress.ModeAllow) && sess.Network != string(egress.ModeOpen) {
-		return "", nil
-	}
-	if sess.Engine != engine.Cloud {
-		if provider, err := engine.Open(sess.Engine, s.Cfg); err == nil {
-			defer engine.Close(provider)
-			if enf, ok := engine.Egress(provider); ok {
-				if p, err := enf.EgressLog(ctx, sess.Sandbox()); err == nil && p != "" {
-					return p, nil
-				}
-			}
-		}
-	}
-	kept, err := s.Guard.NetworkLog(sess.RunID, sess.ID)
-	if err != nil {
-		return "", err
-	}
-	if _, err := os.Lstat(kept); err == nil {
-		return kept, nil
-	}
-	return "", nil
+	return evidence.NetworkLog(ctx, s.Cfg, s.Guard, sess)
 }
 
 // NetworkQuery says which decisions to read.
@@ -609,7 +587,7 @@ func (s *Service) Network(ctx context.Context, sess *store.Session, q NetworkQue
 		if i < 0 {
 			return nil, fail.NotFoundf("session %s has no step %d", sess.ID, q.Step)
 		}
-		from, to = StepWindow(steps[i])
+		from, to = evidence.StepWindow(steps[i])
 	}
 	if v.Log, err = s.NetworkLog(ctx, sess); err != nil || v.Log == "" {
 		v.SummaryLine = v.Summary.String()
@@ -629,30 +607,7 @@ func (s *Service) Network(ctx context.Context, sess *store.Session, q NetworkQue
 	}
 	v.Matched = n
 	for _, r := range recs {
-		v.Records = append(v.Records, NetworkRecord{Record: r, Steps: StepsAt(steps, r.Time)})
+		v.Records = append(v.Records, NetworkRecord{Record: r, Steps: evidence.StepsAt(steps, r.Time)})
 	}
 	return v, nil
-}
-
-// StepWindow is when a step ran: [start, end), the end open while it
-// runs.
-func StepWindow(r store.StepRow) (time.Time, time.Time) {
-	if r.FinishedAt == nil {
-		return r.StartedAt, time.Time{}
-	}
-	// A step's row is written when its last byte was read: a connection
-	// that began in its last millisecond is its own.
-	return r.StartedAt, r.FinishedAt.Add(time.Millisecond)
-}
-
-// StepsAt are the steps (of one session) that ran at t.
-func StepsAt(steps []store.StepRow, t time.Time) []int {
-	out := []int{}
-	for _, r := range steps {
-		from, to := StepWindow(r)
-		if !t.Before(from) && (to.IsZero() || t.Before(to)) {
-			out = append(out, r.Seq)
-		}
-	}
-	return out
 }

@@ -242,6 +242,45 @@ func TestNetworkPolicyFromTheCLI(t *testing.T) {
 		t.Fatalf("allowed.test after --deny allowed.test: exit %d\n%s", r.code, r.stdout)
 	}
 
+	// The change request's evidence says what the sandbox reached and was
+	// refused, each refused attempt with its step.
+	f.must("sandbox", "exec", id, "--", "sh", "-c", "echo changed > README")
+	cr := strings.TrimSpace(f.must("cr", "create", id, "-q", "--title", "network"))
+	if out := f.must("cr", "show", cr); !strings.Contains(out, "Network: 6 connections to [") || !strings.Contains(out, "3 denied [") ||
+		!strings.Contains(out, "refused denied.test:80 (http, step 2): denied.test:80 is denied by") {
+		t.Errorf("cr show does not say what the sandbox was refused:\n%s", out)
+	}
+	var crv struct {
+		Evidence struct {
+			Network struct {
+				Summary     string `json:"summary"`
+				Connections int    `json:"connections"`
+				Denied      int    `json:"denied"`
+				Refused     []struct {
+					Host  string `json:"host"`
+					Steps []int  `json:"steps"`
+				} `json:"refused"`
+			} `json:"network"`
+			Steps []struct {
+				Seq     int `json:"seq"`
+				Network *struct {
+					Connections, Denied int
+				} `json:"network"`
+				NetworkChange json.RawMessage `json:"network_change"`
+			} `json:"steps"`
+		} `json:"evidence"`
+	}
+	if err := json.Unmarshal([]byte(f.must("cr", "show", cr, "--json")), &crv); err != nil {
+		t.Fatal(err)
+	}
+	n := crv.Evidence.Network
+	if n.Connections != 6 || n.Denied != 3 || len(n.Refused) != 3 || n.Refused[0].Host != "denied.test" || n.Refused[0].Steps[0] != 2 || !strings.HasPrefix(n.Summary, "6 connections") {
+		t.Errorf("evidence.json's network: %+v", n)
+	}
+	if st := crv.Evidence.Steps; st[1].Network == nil || st[1].Network.Denied != 1 || st[3].Network != nil || len(st[3].NetworkChange) == 0 {
+		t.Errorf("evidence.json's steps: step 2's network %+v, step 4's %+v (a network step: its change %s)", st[1].Network, st[3].Network, st[3].NetworkChange)
+	}
+
 	// Refused before anything is recorded.
 	if r := f.xm("sandbox", "network", id, "--allow", "*.com"); r.code != 2 || !strings.Contains(r.stderr, `"*.com"`) {
 		t.Errorf("--allow '*.com': exit %d\n%s", r.code, r.stderr)
@@ -250,7 +289,7 @@ func TestNetworkPolicyFromTheCLI(t *testing.T) {
 		t.Errorf("--remove of a rule it lacks: exit %d\n%s", r.code, r.stderr)
 	}
 	var steps []struct{ Seq int }
-	if err := json.Unmarshal([]byte(f.must("sandbox", "logs", id, "--json")), &steps); err != nil || len(steps) != 8 {
+	if err := json.Unmarshal([]byte(f.must("sandbox", "logs", id, "--json")), &steps); err != nil || len(steps) != 9 {
 		t.Errorf("refused changes recorded steps: %d steps (%v)", len(steps), err)
 	}
 
