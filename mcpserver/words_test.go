@@ -18,7 +18,7 @@ func TestToolErrorsInMCPWords(t *testing.T) {
 		`--ttl: 9h is longer than XMODE_SANDBOX_MAX_TTL (8h)`:                                     `ttl: 9h is longer than XMODE_SANDBOX_MAX_TTL (8h)`,
 		"session sbx_1 expired and is being reaped: create a new one with `xmode sandbox create`": "session sbx_1 expired and is being reaped: create a new one with sandbox_create",
 		"review it with `xmode cr review --approve`, then `git log --oneline`":                    "review it with `xmode cr review --approve`, then `git log --oneline`",
-		"--network is for docker sandboxes (--timeout 5s, or --bogus)":                            "XMODE_SANDBOX_NETWORK is for docker sandboxes (timeout_seconds 5s, or --bogus)",
+		"--network is for docker sandboxes (--timeout 5s, or --bogus)":                            "network is for docker sandboxes (timeout_seconds 5s, or --bogus)",
 		"git diff --stat failed; x--repo stays":                                                   "git diff --stat failed; x--repo stays",
 	} {
 		if got := mcpWords(in); got != want {

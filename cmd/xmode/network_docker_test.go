@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/docker/docker/client"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/xmode/xmode/internal/testenv"
 	"github.com/xmode/xmode/providers/docker/dockertest"
@@ -393,4 +395,83 @@ steps:
 	if !strings.Contains(r.stderr, "the plan's network rules do not apply") || strings.Contains(f.must("sandbox", "logs", plain), "network") {
 		t.Errorf("a plan with network rules on a network-none sandbox: exit %d\n%s", r.code, r.stderr)
 	}
+}
+
+// mcp starts `xmode mcp ARGS` on the fixture's storage root and connects
+// a client to it.
+func (f *netFixture) mcp(args ...string) *mcp.ClientSession {
+	f.t.Helper()
+	c := exec.Command(f.bin, append([]string{"mcp"}, args...)...)
+	c.Env = append(append(cleanEnv(), "XMODE_STORAGE_ROOT="+f.root, "XMODE_USER=tester", "HOME="+f.dir,
+		"XMODE_SANDBOX_ENGINE=docker", "XMODE_RUNNER_MODE=cloud_worker",
+		"XMODE_SANDBOX_IMAGE="+dockertest.ProbeImage(f.t),
+		"XMODE_SANDBOX_EGRESS_BINARY="+f.bin, "XMODE_SANDBOX_EGRESS_NETWORK="+f.up.Name,
+		"XMODE_SANDBOX_RESOLVE="+f.resolve(), "XMODE_MCP_REPOS="+f.repo), f.env...)
+	c.Stderr = &testLog{t: f.t, prefix: "server: "}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "xmode-test", Version: "1.0"}, nil).Connect(context.Background(), &mcp.CommandTransport{Command: c}, nil)
+	if err != nil {
+		f.t.Fatalf("connect to xmode mcp: %v", err)
+	}
+	f.t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// TestMCPNetwork: through MCP, sandbox_create takes a policy, network_policy
+// shows and changes it (each change a step), network_log reads the proxy's
+// decisions; a client narrows a policy whenever it likes, and widens one —
+// at its create or later — only when the user started the server with
+// --allow-network-changes.
+func TestMCPNetwork(t *testing.T) {
+	t.Parallel()
+	f := newNetFixture(t, "allowed.test", "denied.test", "other.test")
+	f.env = append(f.env, "XMODE_SANDBOX_NETWORK=allow", "XMODE_SANDBOX_ALLOW="+f.up.Subnet.String()+" allowed.test:80 denied.test:80")
+	cs := f.mcp()
+	made := ok(t, cs, "sandbox_create", map[string]any{"repository": f.repo, "deny": []string{"denied.test"}})
+	id := str(made, "session", "id")
+	if n := str(made, "session", "network"); n != "allow" {
+		t.Errorf("the sandbox's network: %q", n)
+	}
+	toolErr(t, cs, "sandbox_create", map[string]any{"repository": f.repo, "allow": []string{"other.test"}}, "--allow-network-changes")
+	toolErr(t, cs, "sandbox_create", map[string]any{"repository": f.repo, "network": "open"}, "more network than the user's configuration")
+	toolErr(t, cs, "sandbox_create", map[string]any{"repository": f.repo, "deny": []string{"*.com"}}, `rule "*.com"`)
+
+	get := func(url string) string {
+		t.Helper()
+		return str(ok(t, cs, "sandbox_exec", map[string]any{"session": id, "argv": []string{"egressprobe", "get", url}}), "exit_code")
+	}
+	if get("http://allowed.test/") != "0" || get("http://denied.test/") == "0" || get("http://other.test/") == "0" {
+		t.Fatal("the MCP sandbox's policy: allowed.test must answer, denied.test and other.test be refused")
+	}
+	logged := ok(t, cs, "network_log", map[string]any{"session": id, "denied_only": true})
+	if d := str(logged, "decisions"); !strings.Contains(d, `"destination":"denied.test:80"`) || !strings.Contains(d, `"source":"sandbox_create"`) ||
+		!strings.Contains(d, `"destination":"other.test:80"`) || !strings.Contains(d, `"steps":[3]`) || strings.Contains(d, "allowed.test") {
+		t.Errorf("network_log denied_only: %s", d)
+	}
+	if d := str(ok(t, cs, "network_log", map[string]any{"session": id, "step": 1}), "decisions"); !strings.Contains(d, `"verdict":"allowed"`) || strings.Contains(d, "denied.test") {
+		t.Errorf("network_log of step 1: %s", d)
+	}
+	shown := ok(t, cs, "network_policy", map[string]any{"session": id})
+	if p := str(shown, "policy"); !strings.Contains(p, `{"rule":"denied.test","source":"sandbox_create"}`) || str(shown, "changed") != "false" ||
+		!strings.Contains(str(shown, "summary"), "2 denied") {
+		t.Errorf("network_policy: %v", shown)
+	}
+
+	// Widening is the user's; narrowing the client's.
+	toolErr(t, cs, "network_policy", map[string]any{"session": id, "allow": []string{"other.test"}}, "would let sandbox "+id+" reach more (allow other.test)")
+	toolErr(t, cs, "network_policy", map[string]any{"session": id, "remove": []string{"denied.test"}}, "no longer deny denied.test")
+	toolErr(t, cs, "network_policy", map[string]any{"session": id, "mode": "open"}, "mode allow to open")
+	narrowed := ok(t, cs, "network_policy", map[string]any{"session": id, "deny": []string{"allowed.test"}})
+	if str(narrowed, "changed") != "true" || str(narrowed, "step", "name") != "network" {
+		t.Errorf("a narrowing change: %v", narrowed)
+	}
+	if get("http://allowed.test/") == "0" {
+		t.Error("allowed.test after the client denied it")
+	}
+
+	wide := f.mcp("--allow-network-changes")
+	ok(t, wide, "network_policy", map[string]any{"session": id, "allow": []string{"other.test"}, "remove": []string{"allowed.test"}})
+	if get("http://other.test/") != "0" || get("http://allowed.test/") != "0" {
+		t.Error("other.test and allowed.test after a widening change of a server that lets clients widen")
+	}
+	ok(t, wide, "sandbox_create", map[string]any{"repository": f.repo, "allow": []string{"other.test"}})
 }
