@@ -189,6 +189,16 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	if err := os.MkdirAll(filepath.Join(o.Dir, StateDir), 0o700); err != nil {
 		return &ConfigError{err}
 	}
+	// A state file says what this process serves: one a previous process
+	// left (a restart) would tell a writer its policy is served before
+	// anything listens.
+	if old, err := os.ReadDir(filepath.Join(o.Dir, StateDir)); err == nil {
+		for _, e := range old {
+			if strings.HasSuffix(e.Name(), ".json") {
+				_ = os.Remove(filepath.Join(o.Dir, StateDir, e.Name()))
+			}
+		}
+	}
 	if o.Stderr == nil {
 		o.Stderr = io.Discard
 	}

@@ -276,3 +276,21 @@ func TestServeKeepGoing(t *testing.T) {
 		t.Fatalf("Serve: %v", err)
 	}
 }
+
+// A new process removes the state files a previous one left: they claimed
+// listeners that are gone.
+func TestServeForgetsAPreviousProcessState(t *testing.T) {
+	dir, _ := servedDir(t)
+	os.MkdirAll(filepath.Join(dir, StateDir), 0o700)
+	stale := `{"sandbox":"sbx_gone","proxy":"127.0.0.1:1","policy":"abc"}`
+	os.WriteFile(filepath.Join(dir, StateDir, "sbx_gone.json"), []byte(stale), 0o644)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, ServeOptions{Dir: dir, Poll: 20 * time.Millisecond}) }()
+	waitState(t, dir, "sbx_a", "")
+	if _, err := os.Stat(filepath.Join(dir, StateDir, "sbx_gone.json")); !os.IsNotExist(err) {
+		t.Errorf("a previous process's state file stays: %v", err)
+	}
+	cancel()
+	<-done
+}

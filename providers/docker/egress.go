@@ -750,6 +750,13 @@ func (p *Provider) createProxy(ctx context.Context, name, instance string, label
 	if err := egress.WriteConfig(p.egressDir(), cfg); err != nil {
 		return "", fmt.Errorf("egress configuration: %w", err)
 	}
+	// What a previous proxy said it served is not this one's: a writer
+	// waiting for its policy must wait for the new process.
+	if old, err := os.ReadDir(filepath.Join(p.egressDir(), egress.StateDir)); err == nil {
+		for _, e := range old {
+			_ = os.Remove(filepath.Join(p.egressDir(), egress.StateDir, e.Name()))
+		}
+	}
 	if os.Geteuid() == 0 {
 		uid, gid := proxyUser()
 		if err := os.Chown(filepath.Join(p.egressDir(), egress.ConfigFile), uid, gid); err != nil {

@@ -2,7 +2,6 @@ package docker
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -70,19 +69,27 @@ func (p *Provider) egressImage(ctx context.Context) (ref, version string, err er
 	if err := checkStatic(bin); err != nil {
 		return "", "", err
 	}
-	data, err := os.ReadFile(bin)
+	// Hashed and sent as a stream: the binary is tens of megabytes.
+	f, err := os.Open(bin)
+	if err != nil {
+		return "", "", fmt.Errorf("the egress proxy's binary: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
 	if err != nil {
 		return "", "", fmt.Errorf("the egress proxy's binary: %w", err)
 	}
 	var roots []byte
-	for _, f := range systemRoots {
-		if b, err := readBounded(f, 16<<20); err == nil {
+	for _, r := range systemRoots {
+		if b, err := readBounded(r, 16<<20); err == nil {
 			roots = b
 			break
 		}
 	}
 	h := sha256.New()
-	h.Write(data)
+	if _, err := io.Copy(h, f); err != nil {
+		return "", "", fmt.Errorf("the egress proxy's binary: %w", err)
+	}
 	h.Write(roots)
 	version = hex.EncodeToString(h.Sum(nil))[:16]
 	ref = EgressImageRepo + ":" + version
@@ -93,26 +100,31 @@ func (p *Provider) egressImage(ctx context.Context) (ref, version string, err er
 	} else if !cerrdefs.IsNotFound(err) {
 		return "", "", p.wrap(err, "inspect image "+ref)
 	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	now := time.Now()
-	add := func(name string, mode int64, b []byte) {
-		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(b)), ModTime: now})
-		_, _ = tw.Write(b)
-	}
-	for _, d := range []string{"etc", "etc/ssl", "etc/ssl/certs", "egress", "tmp"} {
-		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, ModTime: now})
-	}
-	add("xmode", 0o755, data)
-	if roots != nil {
-		add("etc/ssl/certs/ca-certificates.crt", 0o644, roots)
-	}
-	if err := tw.Close(); err != nil {
-		return "", "", err
-	}
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		now := time.Now()
+		for _, d := range []string{"etc", "etc/ssl", "etc/ssl/certs", "egress", "tmp"} {
+			_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, ModTime: now})
+		}
+		err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "xmode", Mode: 0o755, Size: st.Size(), ModTime: now})
+		if err == nil {
+			_, err = io.Copy(tw, io.NewSectionReader(f, 0, st.Size()))
+		}
+		if err == nil && roots != nil {
+			if err = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "etc/ssl/certs/ca-certificates.crt", Mode: 0o644, Size: int64(len(roots)), ModTime: now}); err == nil {
+				_, err = tw.Write(roots)
+			}
+		}
+		if err == nil {
+			err = tw.Close()
+		}
+		pw.CloseWithError(err)
+	}()
+	defer pr.Close()
 	ictx, icancel := context.WithTimeout(ctx, p.pullTimeout())
 	defer icancel()
-	rc, err := p.cli.ImageImport(ictx, image.ImportSource{Source: &buf, SourceName: "-"}, ref, image.ImportOptions{
+	rc, err := p.cli.ImageImport(ictx, image.ImportSource{Source: pr, SourceName: "-"}, ref, image.ImportOptions{
 		Changes: []string{
 			"LABEL " + LabelManaged + "=true " + LabelRole + "=" + RoleEgressProxy + " " + LabelEgressVersion + "=" + version,
 			`ENTRYPOINT ["/xmode", "__egress", "--dir", "/egress", "--keep-going"]`,

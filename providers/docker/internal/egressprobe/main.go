@@ -22,10 +22,12 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
@@ -364,7 +366,11 @@ func hold(args []string) error {
 		conns = append(conns, tc)
 	}
 	fmt.Println("HELD", len(conns))
-	select {}
+	// Until ended (a bare select{} would be a deadlock the runtime ends).
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+	return nil
 }
 
 // ttfb: n requests, each on a fresh connection; prints the median time to

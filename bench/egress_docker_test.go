@@ -1,0 +1,316 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
+
+	"github.com/xmode/xmode/providers/docker/dockertest"
+)
+
+// The egress proxy on the docker engine (docs/network.md, docs/docker.md
+// "Egress"), side by side in one run: a proxied sandbox (network allow)
+// against a sandbox on the test hosts' own network that goes direct. Both
+// are real xmode sessions on the local daemon; the test hosts are
+// containers the benchmark starts; the measurements are taken inside the
+// sandboxes (egressprobe) so that `sandbox exec` itself is not counted.
+
+// egressBench is a proxied sandbox and a direct one, and the test host.
+type egressBench struct {
+	env, directEnv []string
+	bin            string
+	proxied, plain string // session IDs
+	allowed        string // the test host's address
+	cli            *client.Client
+	instance       string
+}
+
+func newEgressBench(b *testing.B, sandboxes int) *egressBench {
+	b.Helper()
+	dir := b.TempDir()
+	env, repo, _ := dockerSession(b, dir)
+	cli := dockertest.Require(b)
+	bin := xmodeBin(b)
+	img := dockertest.ProbeImage(b)
+	root := filepath.Join(dir, "root")
+	// The storage root's instance labels the test hosts' network, so that
+	// its cleanup finds it: the store is made by a first command.
+	run(b, env, bin, "sandbox", "list")
+	raw, err := os.ReadFile(filepath.Join(root, "xmode.instance"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	instance := strings.TrimSpace(string(raw))
+	b.Cleanup(func() { dockertest.CleanupInstance(b, cli, instance) })
+	up := dockertest.NewUpstream(b, cli, instance)
+	allowed := up.Host(b, "allowed.test").String()
+	base := append(env, "XMODE_SANDBOX_IMAGE="+img, "XMODE_SANDBOX_EGRESS_BINARY="+bin, "XMODE_SANDBOX_EGRESS_NETWORK="+up.Name,
+		"XMODE_SANDBOX_RESOLVE=allowed.test="+allowed)
+	e := &egressBench{
+		env:       append(base, "XMODE_SANDBOX_NETWORK=allow", "XMODE_SANDBOX_ALLOW=allowed.test "+allowed),
+		directEnv: append(base, "XMODE_SANDBOX_NETWORK="+up.Name),
+		bin:       bin, allowed: allowed, cli: cli, instance: instance,
+	}
+	var ids []string
+	for range sandboxes {
+		ids = append(ids, output(b, e.env, bin, "sandbox", "create", "--repo", repo, "-q"))
+	}
+	e.proxied = ids[0]
+	e.plain = output(b, e.directEnv, bin, "sandbox", "create", "--repo", repo, "-q")
+	b.Cleanup(func() { stopSessions(b, e.env, bin, append(ids, e.plain)...) })
+	return e
+}
+
+// probe runs egressprobe in a session and returns the value after key in
+// its output.
+func (e *egressBench) probe(b *testing.B, env []string, id, key string, args ...string) float64 {
+	b.Helper()
+	out := output(b, env, e.bin, append([]string{"sandbox", "exec", id, "--", "egressprobe"}, args...)...)
+	f := strings.Fields(out)
+	for i := range f {
+		if f[i] == key && i+1 < len(f) {
+			v, err := strconv.ParseFloat(f[i+1], 64)
+			if err == nil {
+				return v
+			}
+		}
+	}
+	b.Fatalf("egressprobe %s: no %s in %q", strings.Join(args, " "), key, out)
+	return 0
+}
+
+// proxyCPU is the CPU time the install's proxy container has used.
+func (e *egressBench) proxyCPU(b *testing.B) time.Duration {
+	b.Helper()
+	st, err := e.cli.ContainerStatsOneShot(context.Background(), "xmode-egress-"+e.instance)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Body.Close()
+	var s container.StatsResponse
+	if err := json.NewDecoder(st.Body).Decode(&s); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(s.CPUStats.CPUUsage.TotalUsage)
+}
+
+// proxyRSS is the proxy process's resident memory in MB (the daemon is on
+// this machine: its pid is in this PID namespace).
+func (e *egressBench) proxyRSS(b *testing.B, field string) float64 {
+	b.Helper()
+	top, err := e.cli.ContainerTop(context.Background(), "xmode-egress-"+e.instance, []string{"-o", "pid,args"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range top.Processes {
+		if len(p) == 2 && strings.HasPrefix(p[1], "/xmode __egress") {
+			pid, _ := strconv.Atoi(strings.TrimSpace(p[0]))
+			return procStatusMB(b, pid, field)
+		}
+	}
+	b.Fatalf("no proxy process in %v", top.Processes)
+	return 0
+}
+
+// BenchmarkDockerEgressFirstByte: a fresh HTTPS request's time to first
+// byte from a sandbox, through the proxy (network allow) and direct (a
+// sandbox on the test host's network), measured in the sandbox over 10
+// requests a round. Target: ≤ 1.5× direct.
+func BenchmarkDockerEgressFirstByte(b *testing.B) {
+	e := newEgressBench(b, 1)
+	u := "https://allowed.test/"
+	via := func() float64 { return e.probe(b, e.env, e.proxied, "TTFB_US", "ttfb", "-n", "10", "-insecure", u) }
+	direct := func() float64 {
+		return e.probe(b, e.directEnv, e.plain, "TTFB_US", "ttfb", "-n", "10", "-insecure", "-noproxy", "-resolve", "allowed.test="+e.allowed, u)
+	}
+	via()
+	direct()
+	cpu0 := e.proxyCPU(b)
+	b.ResetTimer()
+	var d, v []float64
+	for range rounds(b) {
+		d = append(d, direct())
+		v = append(v, via())
+	}
+	b.StopTimer()
+	b.ReportMetric(ms(e.proxyCPU(b)-cpu0)/float64(10*rounds(b)), "proxy-cpu-ms/req")
+	md, mv := medianF(d), medianF(v)
+	b.ReportMetric(md/1000, "direct-ms")
+	b.ReportMetric(mv/1000, "proxy-ms")
+	b.ReportMetric(mv/md, "proxy/direct")
+}
+
+// BenchmarkDockerEgressThroughput: a 100 MB HTTPS download from the test
+// host in a sandbox, through the proxy and direct. Target: ≥ 0.8× direct.
+func BenchmarkDockerEgressThroughput(b *testing.B) {
+	const size = 100 << 20
+	e := newEgressBench(b, 1)
+	u := "https://allowed.test/big?bytes=" + strconv.Itoa(size)
+	via := func() float64 { return e.probe(b, e.env, e.proxied, "SECONDS", "download", "-insecure", u) }
+	direct := func() float64 {
+		return e.probe(b, e.directEnv, e.plain, "SECONDS", "download", "-insecure", "-noproxy", "-resolve", "allowed.test="+e.allowed, u)
+	}
+	via()
+	cpu0 := e.proxyCPU(b)
+	b.ResetTimer()
+	var d, v []float64
+	for range rounds(b) {
+		d = append(d, direct())
+		v = append(v, via())
+	}
+	b.StopTimer()
+	mbps := func(s float64) float64 { return float64(size) / (1 << 20) / s }
+	b.ReportMetric(ms(e.proxyCPU(b)-cpu0)/float64(rounds(b)), "proxy-cpu-ms/100MB")
+	b.ReportMetric(mbps(medianF(d)), "direct-MB/s")
+	b.ReportMetric(mbps(medianF(v)), "proxy-MB/s")
+	b.ReportMetric(medianF(d)/medianF(v), "proxy/direct-throughput")
+}
+
+// BenchmarkDockerEgressCreate: `xmode sandbox create` with network allow
+// against none (and docker's bridge, for what a network costs at all),
+// side by side, each stopped after its round (not timed). The proxy
+// exists before the first timed round (made once per install). Target:
+// allow ≤ 1.2× none.
+func BenchmarkDockerEgressCreate(b *testing.B) {
+	e := newEgressBench(b, 1)
+	dir := b.TempDir()
+	repo := filepath.Join(dir, "repo")
+	makeRepo(b, repo, 20, 2)
+	modes := []struct {
+		name string
+		env  []string
+	}{
+		{"none", append(append([]string(nil), e.env...), "XMODE_SANDBOX_NETWORK=none")},
+		{"allow", e.env},
+		{"bridge", append(append([]string(nil), e.env...), "XMODE_SANDBOX_NETWORK=bridge")},
+	}
+	create := func(env []string) (time.Duration, time.Duration) {
+		c := exec.Command(e.bin, "sandbox", "create", "--repo", repo, "-q")
+		c.Env = append(os.Environ(), env...)
+		start := time.Now()
+		out, err := c.Output()
+		wall := time.Since(start)
+		if err != nil {
+			b.Fatalf("sandbox create: %v", err)
+		}
+		stopSessions(b, env, e.bin, strings.TrimSpace(string(out)))
+		return wall, c.ProcessState.UserTime() + c.ProcessState.SystemTime()
+	}
+	for _, m := range modes {
+		create(m.env) // the image, the first network of each kind
+	}
+	b.ResetTimer()
+	walls := make([][]time.Duration, len(modes))
+	cpus := make([][]time.Duration, len(modes))
+	for range rounds(b) {
+		for i, m := range modes {
+			w, c := create(m.env)
+			walls[i] = append(walls[i], w)
+			cpus[i] = append(cpus[i], c)
+		}
+	}
+	b.StopTimer()
+	for i, m := range modes {
+		b.ReportMetric(ms(median(walls[i])), m.name+"-ms")
+		b.ReportMetric(ms(median(cpus[i])), m.name+"-cpu-ms")
+	}
+	b.ReportMetric(float64(median(walls[1]))/float64(median(walls[0])), "allow/none")
+	b.ReportMetric(float64(median(walls[1]))/float64(median(walls[2])), "allow/bridge")
+}
+
+// BenchmarkDockerEgressRSS: the proxy's resident memory with 20 proxied
+// sandboxes, idle, then with 50 TLS tunnels held open from each (1,000).
+// It is measured once (the first of the harness's calls), with its
+// sandboxes kept until the benchmark ends, and reported by each call.
+func BenchmarkDockerEgressRSS(b *testing.B) {
+	if !strings.HasPrefix(dockertest.Host(), "unix://") {
+		b.Skip("SKIP: the proxy's memory is read from /proc: the daemon must be on this machine")
+	}
+	rssOnce.Do(func() { rssMB = measureEgressRSS(b) })
+	if rssMB == nil {
+		b.Fatal("the first call did not measure")
+	}
+	b.ReportMetric(rssMB[0], "idle-rss-MB")
+	b.ReportMetric(rssMB[1], "busy-rss-MB")
+	b.ReportMetric(rssMB[2], "peak-rss-MB")
+}
+
+var (
+	rssOnce sync.Once
+	rssMB   []float64
+)
+
+func measureEgressRSS(b *testing.B) []float64 {
+	const sandboxes, conns = 20, 50
+	e := newEgressBench(b, sandboxes)
+	ids := strings.Fields(output(b, e.env, e.bin, "sandbox", "list", "-q"))
+	time.Sleep(500 * time.Millisecond)
+	b.ResetTimer()
+	idle := e.proxyRSS(b, "VmRSS:")
+	for _, id := range ids {
+		if id == e.plain {
+			continue
+		}
+		proxy := output(b, e.env, e.bin, "sandbox", "exec", id, "--", "sh", "-c", `echo "${HTTP_PROXY#http://}"`)
+		output(b, e.env, e.bin, "sandbox", "exec", id, "--detach", "--", "egressprobe", "hold", proxy, "allowed.test:443", strconv.Itoa(conns))
+	}
+	// Wait until every sandbox holds its tunnels (the proxy logs none
+	// until they end): each is two established connections in the
+	// proxy's network namespace, the sandbox's and the upstream's.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		n := proxyConnections(b, e)
+		if n >= 2*sandboxes*conns {
+			break
+		}
+		if time.Now().After(deadline) {
+			c := exec.Command(e.bin, "sandbox", "logs", e.proxied, "2", "--stderr")
+			c.Env = append(os.Environ(), e.env...)
+			out, _ := c.CombinedOutput()
+			c = exec.Command(e.bin, "sandbox", "logs", e.proxied)
+			c.Env = append(os.Environ(), e.env...)
+			steps, _ := c.CombinedOutput()
+			out = append(append(out, "\nsteps:\n"...), steps...)
+			b.Fatalf("only %d of %d tunnels' connections open; a sandbox's holding step says:\n%s", n, 2*sandboxes*conns, out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	b.StopTimer()
+	return []float64{idle, e.proxyRSS(b, "VmRSS:"), e.proxyRSS(b, "VmHWM:")}
+}
+
+// proxyConnections counts the established TCP connections in the proxy's
+// network namespace (its /proc/PID/fd is not readable without ptrace).
+func proxyConnections(b *testing.B, e *egressBench) int {
+	b.Helper()
+	top, err := e.cli.ContainerTop(context.Background(), "xmode-egress-"+e.instance, []string{"-o", "pid,args"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range top.Processes {
+		if len(p) == 2 && strings.HasPrefix(p[1], "/xmode __egress") {
+			raw, err := os.ReadFile("/proc/" + strings.TrimSpace(p[0]) + "/net/tcp")
+			if err != nil {
+				b.Fatal(err)
+			}
+			n := 0
+			for _, l := range strings.Split(string(raw), "\n") {
+				if f := strings.Fields(l); len(f) > 3 && f[3] == "01" {
+					n++
+				}
+			}
+			return n
+		}
+	}
+	return 0
+}
