@@ -600,11 +600,16 @@ func (a *App) runShow(ctx context.Context, o showOptions) error {
 	if err != nil {
 		return err
 	}
+	ports, err := svc.Ports(ctx, s, false)
+	if err != nil {
+		return err
+	}
 	if a.json {
 		return a.printJSON(struct {
 			*store.Session
-			Steps []stepView `json:"steps"`
-		}{s, viewSteps(svc, steps)})
+			Ports []store.Port `json:"ports"`
+			Steps []stepView   `json:"steps"`
+		}{s, ports, viewSteps(svc, steps)})
 	}
 	now := clock()
 	kv := newTable(a.Out)
@@ -637,6 +642,13 @@ func (a *App) runShow(ctx context.Context, o showOptions) error {
 	}
 	if s.Network != "" || s.NetworkPolicy != nil {
 		kv.row("Network:", clean(networkLine(ctx, svc, s)))
+	}
+	for i, p := range ports {
+		label := ""
+		if i == 0 {
+			label = "Ports:"
+		}
+		kv.row(label, fmt.Sprintf("%d → %s", p.Port, sandbox.PortURL(p)))
 	}
 	if s.Error != "" {
 		kv.row("Error:", clean(s.Error))

@@ -5,11 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/client"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -474,4 +478,90 @@ func TestMCPNetwork(t *testing.T) {
 		t.Error("other.test and allowed.test after a widening change of a server that lets clients widen")
 	}
 	ok(t, wide, "sandbox_create", map[string]any{"repository": f.repo, "allow": []string{"other.test"}})
+}
+
+// TestPortsOnDocker: `sandbox port` publishes a sandbox's port — a busybox
+// httpd a background step started — on a loopback port of this host,
+// whatever the sandbox's network (none: loopback is all it has; allow:
+// the egress network the host has no address on). The forwarder outlives
+// the command that started it; `sandbox show` lists the port; it closes
+// with the sandbox, and its relay container goes with it.
+func TestPortsOnDocker(t *testing.T) {
+	t.Parallel()
+	f := newNetFixture(t)
+	for _, network := range []string{"none", "allow"} {
+		t.Run(network, func(t *testing.T) {
+			id := strings.TrimSpace(f.must("sandbox", "create", "--repo", f.repo, "-q", "--network", network))
+			t.Cleanup(func() { f.xm("sandbox", "stop", id) })
+			f.must("sandbox", "exec", id, "--", "sh", "-c", "mkdir -p www && echo hello from "+network+" > www/index.html")
+			f.must("sandbox", "exec", id, "--detach", "--name", "web", "--", "busybox", "httpd", "-f", "-p", "8080", "-h", "www")
+			if r := f.xm("sandbox", "port", id, "8080", "--host-port", "0.0.0.0:0"); r.code != 2 || !strings.Contains(r.stderr, "--expose-remote") {
+				t.Errorf("a non-loopback --host-port without --expose-remote: exit %d\n%s", r.code, r.stderr)
+			}
+			url := strings.TrimSpace(f.must("sandbox", "port", id, "8080"))
+			if !strings.HasPrefix(url, "http://127.0.0.1:") {
+				t.Fatalf("sandbox port printed %q", url)
+			}
+			body := httpGet(t, url, "hello from "+network)
+			if !strings.Contains(body, "hello from "+network) {
+				t.Fatalf("GET %s: %q", url, body)
+			}
+			if r := f.xm("sandbox", "port", id, "8080"); r.code != 4 || !strings.Contains(r.stderr, "published already") {
+				t.Errorf("publishing it again: exit %d\n%s", r.code, r.stderr)
+			}
+			var shown struct {
+				Ports []struct {
+					Port     int    `json:"port"`
+					HostAddr string `json:"host_addr"`
+					URL      string `json:"url"`
+				} `json:"ports"`
+			}
+			if err := json.Unmarshal([]byte(f.must("sandbox", "show", id, "--json")), &shown); err != nil || len(shown.Ports) != 1 ||
+				shown.Ports[0].Port != 8080 || shown.Ports[0].URL != url {
+				t.Errorf("sandbox show --json's ports: %+v %v", shown.Ports, err)
+			}
+			if out := f.must("sandbox", "show", id); !strings.Contains(out, "8080 → "+url) {
+				t.Errorf("sandbox show does not list the port:\n%s", out)
+			}
+			// A port nothing listens on: the connection is closed, the
+			// forwarder lives on.
+			bad := strings.TrimSpace(f.must("sandbox", "port", id, "9999"))
+			if _, err := http.Get(bad); err == nil {
+				t.Errorf("GET %s (nothing listens on 9999 in the sandbox) answered", bad)
+			}
+			httpGet(t, url, "hello from "+network)
+
+			f.must("sandbox", "stop", id)
+			addr := strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/")
+			if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+				c.Close()
+				t.Errorf("%s still takes connections after sandbox stop", addr)
+			}
+			if _, err := f.cli.ContainerInspect(context.Background(), "xmode-relay-"+id); err == nil {
+				t.Errorf("the port relay of %s outlived it", id)
+			}
+		})
+	}
+}
+
+// httpGet GETs url, retrying for a while until the answer has want (a
+// background server takes a moment to listen).
+func httpGet(t *testing.T, url, want string) string {
+	t.Helper()
+	var last string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get(url)
+		if err != nil {
+			last = err.Error()
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		last = string(b)
+		if strings.Contains(last, want) {
+			return last
+		}
+	}
+	t.Fatalf("GET %s never answered %q: %s", url, want, last)
+	return ""
 }
