@@ -205,3 +205,54 @@ func (s *Server) networkLog(ctx context.Context, _ *mcp.CallToolRequest, in logI
 	}
 	return nil, out, nil
 }
+
+type portIn struct {
+	Session  string `json:"session" jsonschema:"the sandbox's ID"`
+	Port     int    `json:"port" jsonschema:"the port a server in the sandbox listens on (a background step's)"`
+	HostPort int    `json:"host_port,omitempty" jsonschema:"the loopback port of the user's machine to publish it on; default a free one"`
+	Close    bool   `json:"close,omitempty" jsonschema:"stop publishing the port"`
+}
+
+type portOut struct {
+	Session   string `json:"session"`
+	Port      int    `json:"port"`
+	URL       string `json:"url,omitempty" jsonschema:"where the user opens it (tell the user); only on the user's machine: it listens on loopback"`
+	HostAddr  string `json:"host_addr,omitempty"`
+	Forwarded bool   `json:"forwarded" jsonschema:"a forwarder serves it (false: a host step's server, on the user's machine already)"`
+	Closed    bool   `json:"closed,omitempty"`
+}
+
+func (s *Server) addSandboxPort() {
+	add(s, &mcp.Tool{Name: "sandbox_port", Title: "Publish a sandbox's port",
+		Description: `Publish a port of the sandbox — a server you started with sandbox_exec's background — on a loopback port of the user's machine, and return its URL for the user to open (tell them). It works whatever the sandbox's network, stays published until the sandbox ends or close, and only ever listens on loopback through this tool (the user can expose it further). Start the server first; a port nothing listens on yet is published all the same, and its connections are closed until something does.`,
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: ptr(false), OpenWorldHint: ptr(false)}}, s.sandboxPort)
+}
+
+func (s *Server) sandboxPort(ctx context.Context, _ *mcp.CallToolRequest, in portIn) (*mcp.CallToolResult, portOut, error) {
+	if in.HostPort < 0 || in.HostPort > 65535 {
+		return nil, portOut{}, fail.Usagef("%s %d: a port is 1 to 65535 (0 or left out: a free one)", fail.HostPort, in.HostPort)
+	}
+	sess, err := s.scoped(ctx, in.Session)
+	if err != nil {
+		return nil, portOut{}, err
+	}
+	out := portOut{Session: sess.ID, Port: in.Port}
+	if in.Close {
+		if err := s.o.Sandbox.ClosePort(ctx, sess, in.Port); err != nil {
+			return nil, portOut{}, err
+		}
+		out.Closed = true
+		return nil, out, nil
+	}
+	o := sandbox.PortOptions{Port: in.Port}
+	if in.HostPort != 0 {
+		o.HostPort = strconv.Itoa(in.HostPort)
+	}
+	p, err := s.o.Sandbox.PublishPort(ctx, sess, o)
+	if err != nil {
+		return nil, portOut{}, err
+	}
+	out.URL, out.HostAddr, out.Forwarded = sandbox.PortURL(*p), p.HostAddr, p.Owner != ""
+	s.logf("published port %d of %s at %s", in.Port, sess.ID, p.HostAddr)
+	return nil, out, nil
+}

@@ -51,7 +51,7 @@ func (s *Server) addTools() {
 		s.addSandboxExec, s.addStepStatus, s.addStepLogs, s.addStepKill,
 		s.addFileRead, s.addFileList, s.addFileWrite, s.addFileEdit, s.addFileDelete,
 		s.addSandboxDiff, s.addCRCreate, s.addCRShow,
-		s.addNetworkPolicy, s.addNetworkLog,
+		s.addNetworkPolicy, s.addNetworkLog, s.addSandboxPort,
 	} {
 		add()
 	}

@@ -180,6 +180,7 @@ type sessionIn struct {
 type showOut struct {
 	Session sessionView `json:"session"`
 	Steps   []stepView  `json:"steps"`
+	Ports   []portOut   `json:"ports" jsonschema:"its published ports (sandbox_port)"`
 }
 
 func (s *Server) addSandboxShow() {
@@ -197,7 +198,14 @@ func (s *Server) sandboxShow(ctx context.Context, _ *mcp.CallToolRequest, in ses
 	if err != nil {
 		return nil, showOut{}, err
 	}
-	out := showOut{Session: viewSession(sess), Steps: []stepView{}}
+	out := showOut{Session: viewSession(sess), Steps: []stepView{}, Ports: []portOut{}}
+	ports, err := s.o.Sandbox.Ports(ctx, sess, false)
+	if err != nil {
+		return nil, showOut{}, err
+	}
+	for _, p := range ports {
+		out.Ports = append(out.Ports, portOut{Session: sess.ID, Port: p.Port, URL: sandbox.PortURL(p), HostAddr: p.HostAddr, Forwarded: p.Owner != ""})
+	}
 	for _, r := range rows {
 		if r.SessionID == sess.ID {
 			out.Steps = append(out.Steps, viewStep(r))

@@ -478,6 +478,25 @@ func TestMCPNetwork(t *testing.T) {
 		t.Error("other.test and allowed.test after a widening change of a server that lets clients widen")
 	}
 	ok(t, wide, "sandbox_create", map[string]any{"repository": f.repo, "allow": []string{"other.test"}})
+
+	// sandbox_port: a background server's port, on a loopback port of the
+	// user's machine, until the sandbox stops.
+	ok(t, cs, "sandbox_exec", map[string]any{"session": id, "command": "mkdir -p www && echo hello through mcp > www/index.html"})
+	ok(t, cs, "sandbox_exec", map[string]any{"session": id, "argv": []string{"busybox", "httpd", "-f", "-p", "8080", "-h", "www"}, "background": true})
+	pub := ok(t, cs, "sandbox_port", map[string]any{"session": id, "port": 8080})
+	url := str(pub, "url")
+	if !strings.HasPrefix(url, "http://127.0.0.1:") || str(pub, "forwarded") != "true" {
+		t.Fatalf("sandbox_port: %v", pub)
+	}
+	httpGet(t, url, "hello through mcp")
+	if p := str(ok(t, cs, "sandbox_show", map[string]any{"session": id}), "ports"); !strings.Contains(p, url) {
+		t.Errorf("sandbox_show's ports: %s", p)
+	}
+	ok(t, cs, "sandbox_stop", map[string]any{"session": id})
+	if c, err := net.DialTimeout("tcp", strings.TrimSuffix(strings.TrimPrefix(url, "http://"), "/"), time.Second); err == nil {
+		c.Close()
+		t.Errorf("%s outlived sandbox_stop", url)
+	}
 }
 
 // TestPortsOnDocker: `sandbox port` publishes a sandbox's port — a busybox
