@@ -114,8 +114,10 @@ func (s *Service) evidence(ctx context.Context, runID string, now time.Time) (*E
 			logs[sess.ID] = p
 		}
 	}
+	// A network log that cannot be read fails the package: its evidence
+	// would say less than what happened.
 	if ev.Network, err = evidence.SummarizeNetwork(ctx, s.Cfg, s.Guard, sessions, rows); err != nil {
-		ev.Network = &evidence.NetworkSummary{Refused: []evidence.Refused{}, Error: err.Error()}
+		return nil, err
 	}
 	root, err := os.OpenRoot(runDir)
 	if err != nil {

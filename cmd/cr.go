@@ -497,9 +497,6 @@ func (a *App) networkEvidence(w io.Writer, n *evidence.NetworkSummary) {
 		return
 	}
 	fmt.Fprintf(w, "Network: %s\n", clean(n.Line))
-	if n.Error != "" {
-		fmt.Fprintf(w, "%s %s\n", a.paint(color.FgYellow, "Warning:"), clean(n.Error))
-	}
 	const shown = 10
 	for i, r := range n.Refused {
 		if i == shown {

@@ -51,6 +51,7 @@ type networkOptions struct {
 	session              string
 	mode                 string
 	allow, deny, remove  []string
+	credentials          []string
 	denied               bool
 	limit                int
 	changing, limitGiven bool
@@ -59,7 +60,7 @@ type networkOptions struct {
 func (a *App) newNetwork() *cobra.Command {
 	var o networkOptions
 	cmd := &cobra.Command{
-		Use:   "network SESSION [--allow RULE]... [--deny RULE]... [--remove RULE]... [--mode none|allow|open]",
+		Use:   "network SESSION [--allow RULE]... [--deny RULE]... [--remove RULE]... [--credential C]... [--mode none|allow|open]",
 		Short: "Show a sandbox's egress policy and the proxy's latest decisions, or change the policy",
 		Long: `Show the egress policy of a sandbox whose network is proxied (--network allow
 or open: docs/network.md) — its mode, each rule with where it came from (a
@@ -68,14 +69,16 @@ secret is, never the secret), the names the proxy resolves itself — then the
 egress proxy's latest decisions, each with the step that ran when the
 connection began: what was reached, what was refused and by which rule.
 
---allow, --deny, --remove and --mode change the policy of the live sandbox:
-the proxy serves it to every connection that starts after the command
-returns (one already open keeps the policy it began with). The change is a
-step of the session of its own, named network: its command.json holds the
-change, its result.json the policy it left, so the evidence shows when the
-sandbox could reach what. The rules it adds are named "sandbox network" in
-the policy and in the decisions they make. --remove takes out a rule,
-allow or deny, as the policy writes it.
+--allow, --deny, --remove, --credential and --mode change the policy of the
+live sandbox: the proxy serves it to every connection that starts after the
+command returns (one already open keeps the policy it began with). The
+change is a step of the session of its own, named network: its
+command.json holds the change, its result.json the policy it left, so the
+evidence shows when the sandbox could reach what. The rules it adds are
+named "sandbox network" in the policy and in the decisions they make.
+--remove takes out a rule, allow or deny, as the policy writes it. A policy
+that carries a credential needs its variable in this environment for any
+change (the proxy reads the secret again).
 
 Rules: host (that name exactly), *.host (every name below host, not host
 itself), host:port, a CIDR (10.0.0.0/8, [2001:db8::/32]:443). A deny rule
@@ -93,7 +96,7 @@ engine's) has no policy: showing says so, changing it is refused (exit 4).` + ex
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.session = args[0]
 			f := cmd.Flags()
-			o.changing = f.Changed("allow") || f.Changed("deny") || f.Changed("remove") || f.Changed("mode")
+			o.changing = f.Changed("allow") || f.Changed("deny") || f.Changed("remove") || f.Changed("mode") || f.Changed("credential")
 			o.limitGiven = f.Changed("limit")
 			return a.runNetwork(cmd.Context(), o)
 		},
@@ -103,6 +106,7 @@ engine's) has no policy: showing says so, changing it is refused (exit 4).` + ex
 	f.StringArrayVar(&o.allow, "allow", nil, "allow this rule from now on (repeatable)")
 	f.StringArrayVar(&o.deny, "deny", nil, "deny this rule from now on; wins over allow rules (repeatable)")
 	f.StringArrayVar(&o.remove, "remove", nil, "take this rule (allow or deny) out of the policy (repeatable)")
+	f.StringArrayVar(&o.credentials, "credential", nil, "HOST=HEADER:VARIABLE: the proxy adds this header from xmode's environment on requests to HOST from now on (repeatable)")
 	f.BoolVar(&o.denied, "denied", false, "show the refused attempts only")
 	f.IntVar(&o.limit, "limit", 20, "show this many of the latest decisions (0: all)")
 	return cmd
@@ -154,7 +158,7 @@ func (a *App) runNetwork(ctx context.Context, o networkOptions) error {
 // changeNetwork is `sandbox network` with a change.
 func (a *App) changeNetwork(ctx context.Context, svc *sandbox.Service, sess *store.Session, o networkOptions) error {
 	out, err := svc.ChangeNetwork(ctx, sess, sandbox.NetworkChange{
-		Mode: o.mode, Allow: o.allow, Deny: o.deny, Remove: o.remove, Source: networkSource, MayWiden: true,
+		Mode: o.mode, Allow: o.allow, Deny: o.deny, Credentials: o.credentials, Remove: o.remove, Source: networkSource, MayWiden: true,
 	})
 	if err != nil {
 		return err
@@ -246,17 +250,17 @@ func (a *App) printRecords(recs []sandbox.NetworkRecord, withStep bool) error {
 		case egress.Failed:
 			verdict = a.paint(color.FgYellow, verdict)
 		}
-		row := []string{r.Time.Local().Format("15:04:05.000"), verdict, r.Kind, clean(destination(&r.Record))}
+		row := []string{r.Time.Local().Format("15:04:05.000"), verdict, r.Kind, clean(destination(&r))}
 		if withStep {
 			row = append(row, stepsCell(r.Steps))
 		}
-		t.row(append(row, clean(truncate(why(&r.Record), 120)))...)
+		t.row(append(row, clean(truncate(why(&r), 120)))...)
 	}
 	return t.flush()
 }
 
 // destination is where a record's connection went, as the client named it.
-func destination(r *egress.Record) string {
+func destination(r *sandbox.NetworkRecord) string {
 	switch {
 	case r.Kind == "dns":
 		return r.Host + " " + r.QType
@@ -267,7 +271,7 @@ func destination(r *egress.Record) string {
 }
 
 // why is the rule that decided (and its source), or why it was refused.
-func why(r *egress.Record) string {
+func why(r *sandbox.NetworkRecord) string {
 	var parts []string
 	if r.Verdict != egress.Allowed && r.Reason != "" {
 		parts = append(parts, r.Reason)
@@ -280,9 +284,6 @@ func why(r *egress.Record) string {
 	}
 	if r.Credential != "" {
 		parts = append(parts, "credential: "+r.Credential)
-	}
-	if r.Kind == "dns" && r.Count > 0 {
-		parts = append(parts, fmt.Sprintf("%d more refused for their rate", r.Count))
 	}
 	if r.Kind != "dns" && (r.BytesUp > 0 || r.BytesDown > 0) {
 		parts = append(parts, fmt.Sprintf("%s up, %s down", bytesWord(r.BytesUp), bytesWord(r.BytesDown)))

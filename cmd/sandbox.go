@@ -49,11 +49,23 @@ Without --repo (nor --run or --project) it is --repo .
 
 Where it runs: on the host (runner mode local_worktree, the default), or in a
 hardened docker container with XMODE_SANDBOX_ENGINE=docker and runner mode
-cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=cloud_worker`" + `).` + exitStatusHelp,
+cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=cloud_worker`" + `).
+
+Its network (docker): --network none (the default, unless
+XMODE_SANDBOX_NETWORK says otherwise), or allow or open, through xmode's
+egress proxy, which decides and records every connection (docs/network.md):
+allow lets through only what --allow names (host, *.host, host:port,
+CIDR), --deny wins over it, open lets through every host but the block list.
+--credential HOST=HEADER:VARIABLE has the proxy add VARIABLE's value (from
+this environment) as HEADER on requests to HOST, the sandbox holding a
+placeholder instead. --agent codex|claude adds the agent's API host and,
+when its key is set here, the key as such a credential. The policy is
+recorded with the session; ` + "`xmode sandbox network ID`" + ` shows and changes it.` + exitStatusHelp,
 		Example: `  xmode sandbox create --repo https://example.com/project.git --ref main
   id=$(xmode sandbox create -q)    # this directory's repository
   XMODE_SANDBOX_ENGINE=docker xmode sandbox create --repo . --runner-mode cloud_worker --image golang:1.26
-  XMODE_PROJECT_MACHINES=1 xmode sandbox create --project prom --ref v3.0.0`,
+  XMODE_PROJECT_MACHINES=1 xmode sandbox create --project prom --ref v3.0.0
+  xmode sandbox create --network allow --allow pypi.org --allow '*.pythonhosted.org' --agent claude`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.NetworkSet = cmd.Flags().Changed("network")

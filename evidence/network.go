@@ -100,8 +100,6 @@ type NetworkSummary struct {
 	egress.Summary
 	// Refused are the refused attempts, the first MaxRefused of them.
 	Refused []Refused `json:"refused"`
-	// Error says why a log could not be read (what was read is above).
-	Error string `json:"error,omitempty"`
 }
 
 // SummarizeNetwork reads the network logs of a run's sessions (those that

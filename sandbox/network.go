@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -543,12 +544,38 @@ type NetworkQuery struct {
 	Limit int
 }
 
-// NetworkRecord is one decision of the proxy, with the steps of the
-// session that ran when its connection began (by time: the proxy knows the
-// sandbox a connection came from, not its process).
+// NetworkRecord is one decision of the proxy (docs/reference.md,
+// "Network decision"), with the steps of the session that ran when its
+// connection began (by time: the proxy knows the sandbox a connection came
+// from, not its process).
 type NetworkRecord struct {
-	egress.Record
-	Steps []int `json:"steps"`
+	Time       time.Time `json:"time"`
+	Steps      []int     `json:"steps"`
+	Kind       string    `json:"kind"`
+	Host       string    `json:"host"`
+	Port       int       `json:"port,omitempty"`
+	SNI        string    `json:"sni,omitempty"`
+	HostHeader string    `json:"host_header,omitempty"`
+	Method     string    `json:"method,omitempty"`
+	Address    string    `json:"address,omitempty"`
+	Verdict    string    `json:"verdict"`
+	Rule       string    `json:"rule,omitempty"`
+	Source     string    `json:"source,omitempty"`
+	Reason     string    `json:"reason,omitempty"`
+	Credential string    `json:"credential,omitempty"`
+	Status     int       `json:"status,omitempty"`
+	QType      string    `json:"qtype,omitempty"`
+	Answers    []string  `json:"answers,omitempty"`
+	BytesUp    int64     `json:"bytes_up"`
+	BytesDown  int64     `json:"bytes_down"`
+	DurationMS int64     `json:"duration_ms"`
+}
+
+// recordOf is a log line as a decision of the session's steps.
+func recordOf(r egress.Record, steps []int) NetworkRecord {
+	return NetworkRecord{Time: r.Time, Steps: steps, Kind: r.Kind, Host: r.Host, Port: r.Port, SNI: r.SNI, HostHeader: r.HostHeader,
+		Method: r.Method, Address: r.Address, Verdict: r.Verdict, Rule: r.Rule, Source: r.Source, Reason: r.Reason,
+		Credential: r.Credential, Status: r.Status, QType: r.QType, Answers: r.Answers, BytesUp: r.BytesUp, BytesDown: r.BytesDown, DurationMS: int64(math.Round(r.DurationMS))}
 }
 
 // NetworkView is a session's network: its policy and the proxy's
@@ -607,7 +634,7 @@ func (s *Service) Network(ctx context.Context, sess *store.Session, q NetworkQue
 	}
 	v.Matched = n
 	for _, r := range recs {
-		v.Records = append(v.Records, NetworkRecord{Record: r, Steps: evidence.StepsAt(steps, r.Time)})
+		v.Records = append(v.Records, recordOf(r, evidence.StepsAt(steps, r.Time)))
 	}
 	return v, nil
 }

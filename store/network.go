@@ -125,7 +125,7 @@ type Port struct {
 	Owner     string     `json:"-"` // the forwarder process (internal/proc)
 	OpenedAt  time.Time  `json:"opened_at"`
 	ClosedAt  *time.Time `json:"closed_at"`
-	Error     string     `json:"error,omitempty"`
+	Error     string     `json:"-"` // why it closed, when it failed
 }
 
 // Live reports whether the port is open: not closed, and its forwarder

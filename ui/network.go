@@ -36,7 +36,7 @@ func networkOf(n *evidence.NetworkSummary, name func(int) string, stepURL func(i
 	if n == nil {
 		return nil
 	}
-	v := &networkView{Line: n.Line, Error: n.Error}
+	v := &networkView{Line: n.Line}
 	for _, r := range n.Refused {
 		rv := refusedView{Refused: r, Dest: r.Host}
 		if r.Port != 0 && r.Kind != "dns" {
