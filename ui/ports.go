@@ -100,8 +100,9 @@ func (pl *portLogins) check(m map[[sha256.Size]byte]portGrant, v string, k portK
 	return time.Now().Before(g.expires) && subtle.ConstantTimeCompare([]byte(g.session), []byte(k.session)) == 1 && g.port == k.port
 }
 
-// portHostRE is a port's name: p<port>-<the session's ID after "sbx_">.
-var portHostRE = regexp.MustCompile(`^p([0-9]{1,5})-([a-z0-9]{1,40})\.`)
+// portHostRE is a port's name: p<port>-<the session's ID after "sbx_">;
+// compiled on first use (every command pays for what is built at start).
+var portHostRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^p([0-9]{1,5})-([a-z0-9]{1,40})\.`) })
 
 // portHost is the name of a session's port, on this server's.
 func (s *Server) portHost(k portKey) string {
@@ -114,7 +115,7 @@ func (s *Server) portOf(host string) (portKey, bool) {
 	if s.o.Remote || !strings.HasSuffix(host, "."+s.name) {
 		return portKey{}, false
 	}
-	m := portHostRE.FindStringSubmatch(host)
+	m := portHostRE().FindStringSubmatch(host)
 	if m == nil || host != m[0]+s.name {
 		return portKey{}, false
 	}
