@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 
@@ -842,4 +844,106 @@ func TestEgressSpecRefusals(t *testing.T) {
 	if err := p.checkEgressSpec(spec, MountBind); err == nil {
 		t.Error("another sandbox's policy was taken")
 	}
+}
+
+// doctor's "egress proxy" line: what a create needs to make the proxy,
+// checked before any create fails on it.
+func TestEgressHealth(t *testing.T) {
+	t.Parallel()
+	find := func(e *tenv) engine.Check {
+		for _, c := range e.p.Health(context.Background()) {
+			if c.Name == "egress proxy" {
+				return c
+			}
+		}
+		return engine.Check{}
+	}
+	static := newEnv(t, MountBind, map[string]string{"XMODE_SANDBOX_NETWORK": "allow", "XMODE_SANDBOX_EGRESS_BINARY": dockertest.XmodeBinary(t)})
+	if c := find(static); c.Status != engine.CheckOK || !strings.Contains(c.Detail, "out through bridge") {
+		t.Errorf("a static binary and docker's bridge: %+v", c)
+	}
+	git, err := exec.LookPath("git") // dynamically linked: the test image carries its libraries
+	if err != nil {
+		t.Fatal(err)
+	}
+	dynamic := newEnv(t, MountBind, map[string]string{"XMODE_SANDBOX_NETWORK": "allow", "XMODE_SANDBOX_EGRESS_BINARY": git})
+	if c := find(dynamic); c.Status != engine.CheckFail || !strings.Contains(c.Detail, "dynamically linked") {
+		t.Errorf("a dynamically linked binary: %+v", c)
+	}
+	script := filepath.Join(t.TempDir(), "xmode")
+	os.WriteFile(script, []byte("#!/bin/sh\n"), 0o755)
+	notELF := newEnv(t, MountBind, map[string]string{"XMODE_SANDBOX_NETWORK": "allow", "XMODE_SANDBOX_EGRESS_BINARY": script})
+	if c := find(notELF); c.Status != engine.CheckFail || !strings.Contains(c.Detail, "not an ELF binary") {
+		t.Errorf("a script: %+v", c)
+	}
+	nonet := newEnv(t, MountBind, map[string]string{"XMODE_SANDBOX_NETWORK": "allow", "XMODE_SANDBOX_EGRESS_BINARY": dockertest.XmodeBinary(t),
+		"XMODE_SANDBOX_EGRESS_NETWORK": "xmode-test-no-such-network"})
+	if c := find(nonet); c.Status != engine.CheckFail || !strings.Contains(c.Detail, "does not exist") {
+		t.Errorf("a missing egress network: %+v", c)
+	}
+	if c := find(newEnv(t, MountBind, nil)); c.Name != "" {
+		t.Errorf("a line without a policy asked for: %+v", c)
+	}
+}
+
+// Mode open: every host but deny rules and the block list — the docker
+// host and the sandboxes' networks stay refused.
+func TestEgressOpenMode(t *testing.T) {
+	t.Parallel()
+	e := newEgressEnv(t, MountBind, nil)
+	spec := e.spec(newRun())
+	pol, err := egress.Merge(spec.SessionID, egress.ModeOpen,
+		egress.Source{Name: "--deny", Deny: []string{"denied.test"}},
+		// The test hosts' addresses are on the proxy's own network, which
+		// is blocked unless a rule names them by address.
+		egress.Source{Name: "--allow", Allow: []string{e.allowed.String(), e.other.String(), e.denied.String()}},
+		egress.Source{Name: "XMODE_SANDBOX_RESOLVE", Resolve: []string{e.resolve}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Egress = &pol
+	sb := e.provisionSpec(spec)
+	e.ok(sb, "egressprobe get http://allowed.test/")
+	e.ok(sb, "egressprobe get http://other.test/")
+	e.fails(sb, "a host a deny rule names", "egressprobe get http://denied.test/")
+	e.fails(sb, "the docker host through the proxy", "egressprobe get http://"+e.up.Gateway().String()+":2375/")
+	r := e.logged(sb, func(r egress.Record) bool { return r.Host == "other.test" })
+	if r.Verdict != egress.Allowed || r.Rule != "mode open" {
+		t.Errorf("the log's record in mode open: %+v", r)
+	}
+}
+
+// The proxy images of other binaries go when a new one is made, unless a
+// container still runs them.
+func TestEgressOldImagesPruned(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, MountBind, nil)
+	ctx := context.Background()
+	tag := func(v string) string { return EgressImageRepo + ":test-" + v }
+	unused, used := tag(strings.TrimPrefix(dockertest.NewID("u_"), "u_")), tag(strings.TrimPrefix(dockertest.NewID("k_"), "k_"))
+	for _, ref := range []string{unused, used} {
+		// An image labelled as the proxy's, made of the test image.
+		c, err := e.cli.ContainerCreate(ctx, &container.Config{Image: dockertest.Image(t), Labels: map[string]string{dockertest.LabelTest: "true", LabelInstance: e.instance}}, nil, nil, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.cli.ContainerCommit(ctx, c.ID, container.CommitOptions{Reference: ref,
+			Changes: []string{"LABEL " + LabelManaged + "=true " + LabelRole + "=" + RoleEgressProxy}}); err != nil {
+			t.Fatal(err)
+		}
+		e.cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true})
+		t.Cleanup(func() { e.cli.ImageRemove(context.Background(), ref, image.RemoveOptions{Force: true}) })
+	}
+	keeper, err := e.cli.ContainerCreate(ctx, &container.Config{Image: used, Labels: map[string]string{dockertest.LabelTest: "true", LabelInstance: e.instance}}, nil, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.p.pruneEgressImages(ctx, EgressImageRepo+":current")
+	if _, err := e.cli.ImageInspect(ctx, unused); err == nil {
+		t.Error("an old proxy image no container runs is left")
+	}
+	if _, err := e.cli.ImageInspect(ctx, used); err != nil {
+		t.Errorf("an old proxy image a container uses was removed: %v", err)
+	}
+	e.cli.ContainerRemove(ctx, keeper.ID, container.RemoveOptions{Force: true})
 }

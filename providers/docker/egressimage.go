@@ -15,6 +15,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/image"
 
 	"github.com/xmode/xmode/fail"
@@ -138,7 +139,31 @@ func (p *Provider) egressImage(ctx context.Context) (ref, version string, err er
 	if strings.Contains(string(msg), `"error"`) {
 		return "", "", fail.Enginef("import the egress proxy's image %s: %s", ref, strings.TrimSpace(string(msg)))
 	}
+	p.pruneEgressImages(ctx, ref)
 	return ref, version, nil
+}
+
+// pruneEgressImages removes the proxy images of other binaries (xmode was
+// upgraded, or rebuilt) that no container runs; one still in use stays
+// until its proxy is reaped.
+func (p *Provider) pruneEgressImages(ctx context.Context, keep string) {
+	cctx, cancel := p.call(ctx)
+	defer cancel()
+	imgs, err := p.cli.ImageList(cctx, image.ListOptions{Filters: filters.NewArgs(
+		filters.Arg("label", LabelManaged+"=true"), filters.Arg("label", LabelRole+"="+RoleEgressProxy))})
+	if err != nil {
+		return
+	}
+	for _, img := range imgs {
+		old := true
+		for _, t := range img.RepoTags {
+			old = old && t != keep && strings.HasPrefix(t, EgressImageRepo+":")
+		}
+		if old && len(img.RepoTags) > 0 {
+			// Without force: the daemon refuses an image a container uses.
+			_, _ = p.cli.ImageRemove(cctx, img.ID, imageRemoveOptions())
+		}
+	}
 }
 
 // imageRemoveOptions removes an image only when no container uses it.

@@ -52,6 +52,9 @@ func (p *Provider) Health(ctx context.Context) []engine.Check {
 		add("image", engine.CheckOK, p.cfg.Image+" is present", "")
 	}
 	out = append(out, p.runtimeCheck(ctx))
+	if c, ok := p.egressCheck(ctx); ok {
+		out = append(out, c)
+	}
 
 	switch p.MountMode() {
 	case MountBind:
@@ -155,4 +158,38 @@ func (p *Provider) Runtimes(ctx context.Context) ([]string, string, error) {
 	}
 	sort.Strings(names)
 	return names, info.DefaultRuntime, nil
+}
+
+// egressCheck is doctor's "egress proxy" line when the configuration asks
+// for egress policies: what a create needs to make the proxy — a static
+// binary for its image, an egress network that reaches out, a daemon on
+// this machine.
+func (p *Provider) egressCheck(ctx context.Context) (engine.Check, bool) {
+	mode, proxied := p.cfg.EgressMode()
+	if !proxied {
+		return engine.Check{}, false
+	}
+	c := engine.Check{Name: "egress proxy", Status: engine.CheckFail}
+	if p.MountMode() == MountSync {
+		c.Detail = "XMODE_SANDBOX_NETWORK=" + string(mode) + " cannot be enforced with a daemon on another machine (sync mode) yet"
+		c.Fix = "use a docker daemon on this machine, or XMODE_SANDBOX_NETWORK=none"
+		return c, true
+	}
+	bin, err := p.egressBinary()
+	if err == nil {
+		err = checkStatic(bin)
+	}
+	if err != nil {
+		c.Detail = err.Error()
+		c.Fix = "point XMODE_SANDBOX_EGRESS_BINARY at a static xmode (CGO_ENABLED=0; `make` builds one)"
+		return c, true
+	}
+	if _, err := p.proxyConfig(ctx); err != nil {
+		c.Detail = err.Error()
+		c.Fix = "create the network, or unset XMODE_SANDBOX_EGRESS_NETWORK for docker's bridge"
+		return c, true
+	}
+	c.Status = engine.CheckOK
+	c.Detail = fmt.Sprintf("network %s: each sandbox on an internal network of its own in %s, out through %s only, by the proxy made from %s", mode, p.cfg.EgressSubnets, p.cfg.EgressNetwork, bin)
+	return c, true
 }

@@ -114,11 +114,19 @@ func ImageTmp0755(t testing.TB) string {
 }
 
 func buildImage(cli *client.Client, ref string, tmpMode int64) error {
-	bin, err := os.ReadFile(BusyboxPath)
+	git, err := gitFiles()
 	if err != nil {
 		return err
 	}
-	git, err := gitFiles()
+	return buildBusyboxImage(cli, ref, tmpMode, "xmode.test.busybox", git)
+}
+
+// buildBusyboxImage imports ref, unless the daemon has it with the same
+// digest (under the label digestLabel): /bin/busybox in an empty root with
+// a symlink per applet, /etc/passwd and /etc/group, /tmp of mode tmpMode,
+// and the extra files (executable, their directories made).
+func buildBusyboxImage(cli *client.Client, ref string, tmpMode int64, digestLabel string, extra []imageFile) error {
+	bin, err := os.ReadFile(BusyboxPath)
 	if err != nil {
 		return err
 	}
@@ -127,14 +135,14 @@ func buildImage(cli *client.Client, ref string, tmpMode int64) error {
 		fmt.Fprintf(h, "tmp %o\n", tmpMode)
 	}
 	h.Write(bin)
-	for _, f := range git {
+	for _, f := range extra {
 		h.Write([]byte(f.name))
 		h.Write(f.data)
 	}
 	digest := hex.EncodeToString(h.Sum(nil)[:8])
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if img, err := cli.ImageInspect(ctx, ref); err == nil && img.Config != nil && img.Config.Labels["xmode.test.busybox"] == digest {
+	if img, err := cli.ImageInspect(ctx, ref); err == nil && img.Config != nil && img.Config.Labels[digestLabel] == digest {
 		return nil
 	}
 	out, err := exec.Command(BusyboxPath, "--list").Output()
@@ -154,7 +162,7 @@ func buildImage(cli *client.Client, ref string, tmpMode int64) error {
 	for _, d := range []string{"bin", "etc", "proc", "sys", "dev", "root", "home", "usr", "usr/bin", "var"} {
 		dir(d, 0o755)
 	}
-	made := map[string]bool{"usr": true, "usr/bin": true}
+	made := map[string]bool{"etc": true, "usr": true, "usr/bin": true}
 	dir("tmp", tmpMode)
 	file("bin/busybox", 0o755, bin)
 	for _, applet := range strings.Fields(string(out)) {
@@ -163,9 +171,7 @@ func buildImage(cli *client.Client, ref string, tmpMode int64) error {
 		}
 		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/" + applet, Linkname: "busybox", Mode: 0o777, ModTime: now})
 	}
-	// The host's git and the libraries it links, so steps can run git in
-	// their worktree (git inside sandboxes, the conformance suite's GitWorks).
-	for _, f := range git {
+	for _, f := range extra {
 		parts := strings.Split(f.name, "/")
 		for i := 1; i < len(parts); i++ {
 			if d := strings.Join(parts[:i], "/"); !made[d] {
@@ -183,7 +189,7 @@ func buildImage(cli *client.Client, ref string, tmpMode int64) error {
 	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: &buf, SourceName: "-"}, ref, image.ImportOptions{
 		Changes: []string{
 			"ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-			"LABEL " + LabelTest + "=true xmode.test.busybox=" + digest,
+			"LABEL " + LabelTest + "=true " + digestLabel + "=" + digest,
 			`CMD ["sh"]`,
 		},
 	})

@@ -1,17 +1,14 @@
 package dockertest
 
 import (
-	"archive/tar"
 	"bufio"
 	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -28,7 +25,6 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
@@ -59,19 +55,28 @@ func goTool() string {
 	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
-// buildStatic builds a package into dir with CGO_ENABLED=0.
+// buildStatic builds a package with CGO_ENABLED=0 into one place for every
+// test process of this user (the build cache makes a build that changed
+// nothing quick): a new file renamed over the old, so that a process
+// reading the old one meanwhile keeps it whole, and nothing piles up.
 func buildStatic(pkg, name string) (string, error) {
-	dir, err := os.MkdirTemp("", "xmode-egress-test-")
-	if err != nil {
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("xmode-egress-test-%d", os.Getuid()))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
 	}
 	bin := filepath.Join(dir, name)
-	cmd := exec.Command(goTool(), "build", "-o", bin, pkg)
+	tmp, err := os.CreateTemp(dir, "."+name+".*")
+	if err != nil {
+		return "", err
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	cmd := exec.Command(goTool(), "build", "-o", tmp.Name(), pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 	}
-	return bin, nil
+	return bin, os.Rename(tmp.Name(), bin)
 }
 
 // XmodeBinary is a static xmode built from this tree, once per process:
@@ -109,82 +114,18 @@ func ProbeImage(t testing.TB) string {
 }
 
 func buildProbeImage(cli *client.Client) error {
-	bb, err := os.ReadFile(BusyboxPath)
-	if err != nil {
-		return err
-	}
 	probe, err := os.ReadFile(probeBin)
 	if err != nil {
 		return err
 	}
-	var roots []byte
+	extra := []imageFile{{"usr/bin/egressprobe", probe}}
 	for _, f := range []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"} {
-		if roots, err = os.ReadFile(f); err == nil {
+		if roots, err := os.ReadFile(f); err == nil {
+			extra = append(extra, imageFile{"etc/ssl/certs/ca-certificates.crt", roots})
 			break
 		}
 	}
-	h := sha256.New()
-	h.Write(bb)
-	h.Write(probe)
-	h.Write(roots)
-	digest := hex.EncodeToString(h.Sum(nil)[:8])
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if img, err := cli.ImageInspect(ctx, ProbeRef); err == nil && img.Config != nil && img.Config.Labels["xmode.test.probe"] == digest {
-		return nil
-	}
-	applets, err := exec.Command(BusyboxPath, "--list").Output()
-	if err != nil {
-		return err
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	now := time.Now()
-	dir := func(name string, mode int64) {
-		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: mode, ModTime: now})
-	}
-	file := func(name string, mode int64, data []byte) {
-		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(data)), ModTime: now})
-		_, _ = tw.Write(data)
-	}
-	for _, d := range []string{"bin", "etc", "etc/ssl", "etc/ssl/certs", "proc", "sys", "dev", "root", "home", "usr", "usr/bin", "usr/local", "usr/local/share", "usr/local/share/ca-certificates", "var"} {
-		dir(d, 0o755)
-	}
-	dir("tmp", 0o1777)
-	file("bin/busybox", 0o755, bb)
-	for _, a := range strings.Fields(string(applets)) {
-		if a == "busybox" || strings.Contains(a, "/") {
-			continue
-		}
-		_ = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/" + a, Linkname: "busybox", Mode: 0o777, ModTime: now})
-	}
-	file("usr/bin/egressprobe", 0o755, probe)
-	if roots != nil {
-		file("etc/ssl/certs/ca-certificates.crt", 0o644, roots)
-	}
-	file("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"))
-	file("etc/group", 0o644, []byte("root:x:0:\nnogroup:x:65534:\n"))
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	rc, err := cli.ImageImport(ctx, image.ImportSource{Source: &buf, SourceName: "-"}, ProbeRef, image.ImportOptions{
-		Changes: []string{
-			"ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-			"LABEL " + LabelTest + "=true xmode.test.probe=" + digest,
-			`CMD ["sh"]`,
-		},
-	})
-	if err != nil {
-		return err
-	}
-	defer rc.Close()
-	var msg bytes.Buffer
-	_, _ = msg.ReadFrom(rc)
-	if strings.Contains(msg.String(), `"error"`) {
-		return &importError{msg.String()}
-	}
-	_, err = cli.ImageInspect(ctx, ProbeRef)
-	return err
+	return buildBusyboxImage(cli, ProbeRef, 0o1777, "xmode.test.probe", extra)
 }
 
 // PKI is the tests' own CA and a certificate it signed for every test host
