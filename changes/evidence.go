@@ -70,23 +70,36 @@ type FileHash struct {
 	Size   int64  `json:"size"`
 }
 
-// Passed reports a step that finished with status 0.
-func (s StepEvidence) Passed() bool { return s.Status == "passed" }
+// An evidence step's status (docs/reference.md, "Evidence step status").
+const (
+	EvidencePassed    = "passed"
+	EvidenceFailed    = "failed"
+	EvidenceTimedOut  = "timed_out"
+	EvidenceOOMKilled = "oom_killed"
+	EvidenceKilled    = "killed"
+	// EvidenceRunning: not finished when the package was made (running or lost).
+	EvidenceRunning = "running"
+)
 
-func stepStatus(r store.StepRow) string {
+// Passed reports a step that finished with status 0.
+func (s StepEvidence) Passed() bool { return s.Status == EvidencePassed }
+
+// StepStatus is how a step the store records ended, as evidence.json says
+// it (EvidencePassed, …).
+func StepStatus(r store.StepRow) string {
 	switch {
 	case r.State != store.StateFinished || r.ExitCode == nil:
-		return "running"
+		return EvidenceRunning
 	case r.TimedOut:
-		return "timed_out"
+		return EvidenceTimedOut
 	case r.OOMKilled:
-		return "oom_killed"
+		return EvidenceOOMKilled
 	case r.Signal != "":
-		return "killed"
+		return EvidenceKilled
 	case *r.ExitCode == 0:
-		return "passed"
+		return EvidencePassed
 	}
-	return "failed"
+	return EvidenceFailed
 }
 
 // evidence collects the run's steps. Step directories are derived from the
@@ -127,7 +140,7 @@ func (s *Service) evidence(ctx context.Context, runID string, now time.Time) (*E
 	for _, r := range rows {
 		rel := fmt.Sprintf("steps/%04d-%s", r.Seq, r.Name)
 		se := StepEvidence{
-			Seq: r.Seq, Name: r.Name, SessionID: r.SessionID, Argv: r.Argv, Status: stepStatus(r),
+			Seq: r.Seq, Name: r.Name, SessionID: r.SessionID, Argv: r.Argv, Status: StepStatus(r),
 			ExitCode: r.ExitCode, Signal: r.Signal, TimedOut: r.TimedOut, OOMKilled: r.OOMKilled,
 			StartedAt: r.StartedAt, FinishedAt: r.FinishedAt,
 			Dir: runDir + "/" + rel, StdoutPath: runDir + "/" + rel + "/stdout.log", StderrPath: runDir + "/" + rel + "/stderr.log",
@@ -170,7 +183,7 @@ func (s *Service) evidence(ctx context.Context, runID string, now time.Time) (*E
 		if p := logs[r.SessionID]; p != "" {
 			se.Network, _ = evidence.SummarizeStep(p, r)
 		}
-		if se.Status != "running" {
+		if se.Status != EvidenceRunning {
 			se.Stdout, _ = hashFileIn(ctx, root, rel+"/stdout.log", -1)
 			se.Stderr, _ = hashFileIn(ctx, root, rel+"/stderr.log", -1)
 		}

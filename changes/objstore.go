@@ -90,9 +90,9 @@ func (s *objectStore) flush() error {
 		s.srcMu.Unlock()
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err != nil {
 		s.order = append(order, s.order...)
+		s.mu.Unlock()
 		return err
 	}
 	for _, h := range order {
@@ -100,6 +100,10 @@ func (s *objectStore) flush() error {
 		delete(s.pending, h)
 		s.known[h] = true
 	}
+	s.mu.Unlock()
+	// Only a cost: packs left unconsolidated are read as they are, and the
+	// next flush tries again.
+	_ = s.consolidate()
 	return nil
 }
 
@@ -119,9 +123,15 @@ func openStore(g fsguard.Guard, runID string) (*objectStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	run, err := os.OpenRoot(runDir)
+	return openStoreIn(runDir, runID)
+}
+
+// openStoreIn opens the object store <dir>/objects.git of what (a run, a
+// snapshot), creating it on first use, as openStore does.
+func openStoreIn(dir, what string) (*objectStore, error) {
+	run, err := os.OpenRoot(dir)
 	if err != nil {
-		return nil, fmt.Errorf("open run directory %s: %w", runDir, err)
+		return nil, fmt.Errorf("open directory %s: %w", dir, err)
 	}
 	defer run.Close()
 	if err := mkdirReal(run, StoreDirName); err != nil {
@@ -129,9 +139,9 @@ func openStore(g fsguard.Guard, runID string) (*objectStore, error) {
 	}
 	root, err := run.OpenRoot(StoreDirName)
 	if err != nil {
-		return nil, fmt.Errorf("open object store of %s: %w", runID, err)
+		return nil, fmt.Errorf("open object store of %s: %w", what, err)
 	}
-	s := &objectStore{dir: filepath.Join(runDir, StoreDirName), root: root, known: map[Hash]bool{}, pending: map[Hash]pendingObject{}}
+	s := &objectStore{dir: filepath.Join(dir, StoreDirName), root: root, known: map[Hash]bool{}, pending: map[Hash]pendingObject{}}
 	s.src = gitread.NewSource(root, gitread.Options{Name: "the run's object store", Limits: gitread.Limits{Object: 1 << 40, Read: math.MaxInt64, All: math.MaxInt64}})
 	for _, d := range []string{"objects", "refs", "refs/heads"} {
 		if err := mkdirReal(root, d); err != nil {
@@ -149,7 +159,7 @@ func openStore(g fsguard.Guard, runID string) (*objectStore, error) {
 		}
 		if err != nil {
 			root.Close()
-			return nil, fmt.Errorf("create object store of %s: %w", runID, err)
+			return nil, fmt.Errorf("create object store of %s: %w", what, err)
 		}
 		_, err = f.WriteString(content)
 		if cerr := f.Close(); err == nil {
@@ -157,7 +167,7 @@ func openStore(g fsguard.Guard, runID string) (*objectStore, error) {
 		}
 		if err != nil {
 			root.Close()
-			return nil, fmt.Errorf("create object store of %s: %w", runID, err)
+			return nil, fmt.Errorf("create object store of %s: %w", what, err)
 		}
 	}
 	return s, nil
@@ -316,6 +326,12 @@ func (s *objectStore) read(h Hash) (string, []byte, error) {
 	}
 	s.srcMu.Lock()
 	typ, data, err := s.src.Read(h)
+	if errors.Is(err, gitread.ErrNotFound) {
+		// Its pack may have been consolidated into a new one since the
+		// packs were listed (another xmode's flush): list them again.
+		s.src.Refresh()
+		typ, data, err = s.src.Read(h)
+	}
 	s.srcMu.Unlock()
 	switch {
 	case errors.Is(err, gitread.ErrNotFound):
@@ -334,7 +350,12 @@ func (s *objectStore) size(h Hash) (int64, error) {
 	}
 	s.srcMu.Lock()
 	defer s.srcMu.Unlock()
-	return s.src.Size(h)
+	n, err := s.src.Size(h)
+	if errors.Is(err, gitread.ErrNotFound) {
+		s.src.Refresh() // as in read
+		n, err = s.src.Size(h)
+	}
+	return n, err
 }
 
 // setRef points refs/<name> at h.

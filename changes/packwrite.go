@@ -12,6 +12,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"path"
 	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
@@ -60,19 +61,27 @@ func (p *packWriter) Write(b []byte) (int, error) {
 // the pack renamed into place before its index (a reader lists indexes).
 // Each object is checked to hash to its ID as it is written.
 func (s *objectStore) writePack(order []Hash, objs map[Hash]pendingObject) error {
+	_, err := s.writePackFrom(order, func(h Hash) (pendingObject, error) { return objs[h], nil })
+	return err
+}
+
+// writePackFrom is writePack with each object asked for as it is written,
+// so that a pack of many (a consolidation) never holds them all at once.
+// It returns the pack's name (pack-<checksum>).
+func (s *objectStore) writePackFrom(order []Hash, get func(Hash) (pendingObject, error)) (string, error) {
 	if err := mkdirReal(s.root, "objects/pack"); err != nil {
-		return err
+		return "", err
 	}
 	var rnd [6]byte
 	rand.Read(rnd[:])
 	tmp := "objects/pack/tmp_pack_" + hex.EncodeToString(rnd[:])
 	f, err := s.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if err != nil {
-		return fmt.Errorf("write a pack: %w", err)
+		return "", fmt.Errorf("write a pack: %w", err)
 	}
 	defer s.root.Remove(tmp) //nolint:errcheck // gone after the rename
 	bw := bufio.NewWriterSize(f, 256<<10)
-	checksum, idx, err := encodePack(bw, order, objs)
+	checksum, idx, err := encodePack(bw, order, get)
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -80,31 +89,36 @@ func (s *objectStore) writePack(order []Hash, objs map[Hash]pendingObject) error
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("write a pack: %w", err)
+		return "", fmt.Errorf("write a pack: %w", err)
 	}
 	name := "objects/pack/pack-" + hex.EncodeToString(checksum[:])
 	tmpIdx := tmp + ".idx"
 	fi, err := s.root.OpenFile(tmpIdx, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if err != nil {
-		return fmt.Errorf("write a pack index: %w", err)
+		return "", fmt.Errorf("write a pack index: %w", err)
 	}
 	defer s.root.Remove(tmpIdx) //nolint:errcheck // gone after the rename
-	_, err = idxfile.NewEncoder(fi).Encode(idx)
+	// Buffered: the encoder writes the fan-out table four bytes at a time.
+	ibw := bufio.NewWriterSize(fi, 64<<10)
+	_, err = idxfile.NewEncoder(ibw).Encode(idx)
+	if err == nil {
+		err = ibw.Flush()
+	}
 	if cerr := fi.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("write a pack index: %w", err)
+		return "", fmt.Errorf("write a pack index: %w", err)
 	}
 	if err := s.root.Rename(tmp, name+".pack"); err != nil {
-		return err
+		return "", err
 	}
-	return s.root.Rename(tmpIdx, name+".idx")
+	return path.Base(name), s.root.Rename(tmpIdx, name+".idx")
 }
 
-// encodePack writes the pack of objs to w and returns its checksum and
-// index.
-func encodePack(w io.Writer, order []Hash, objs map[Hash]pendingObject) (Hash, *idxfile.MemoryIndex, error) {
+// encodePack writes the pack of the objects get gives for order to w and
+// returns its checksum and index.
+func encodePack(w io.Writer, order []Hash, get func(Hash) (pendingObject, error)) (Hash, *idxfile.MemoryIndex, error) {
 	p := &packWriter{w: w, sum: sha1.New(), crc: crc32.NewIEEE()}
 	var hdr [12]byte
 	copy(hdr[:], "PACK")
@@ -118,7 +132,10 @@ func encodePack(w io.Writer, order []Hash, objs map[Hash]pendingObject) (Hash, *
 	defer packZlib.Put(zw)
 	var buf [16]byte
 	for _, h := range order {
-		o := objs[h]
+		o, err := get(h)
+		if err != nil {
+			return Hash{}, nil, err
+		}
 		kind, ok := packTypes[o.typ]
 		if !ok {
 			return Hash{}, nil, fmt.Errorf("object %s: unknown type %q", h, o.typ)

@@ -2,6 +2,7 @@ package changes_test
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -118,6 +119,68 @@ func TestSnapshotWritesOnePack(t *testing.T) {
 		fi, err := os.Stat(filepath.Join(store, "objects", p))
 		if err != nil || !os.SameFile(fi, before[i]) {
 			t.Fatalf("after a diff that adds nothing: %s was written again", p)
+		}
+	}
+}
+
+// Many diffs, each adding objects, leave a bounded number of packs: the
+// store consolidates them (geometrically) instead of gaining one per diff
+// for ever; every diff stays right, and git reads the store whole.
+func TestManyDiffsKeepPacksBounded(t *testing.T) {
+	e := newEnv(t, nil)
+	files := map[string]string{}
+	for i := range 20 {
+		files[fmt.Sprintf("d%d/f.txt", i%5)+fmt.Sprint(i)] = fmt.Sprintf("file %d\n", i)
+	}
+	e.makeRepo(files)
+	s := e.create(sandbox.CreateOptions{})
+	store := filepath.Join(e.root, "runs", s.RunID, changes.StoreDirName)
+	wt := e.worktree(s)
+	ctx := context.Background()
+	const diffs = 150
+	most := 0
+	for i := range diffs {
+		// Each diff adds a file and changes another: new blobs and trees.
+		write(t, filepath.Join(wt, fmt.Sprintf("new/n%03d.txt", i)), fmt.Sprintf("new %d\n", i))
+		write(t, filepath.Join(wt, "d1/f.txt1"), fmt.Sprintf("changed %d\n", i))
+		sn, err := e.cr.Snapshot(ctx, s, changes.WantStat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := sn.Stat(ctx)
+		sn.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Files != i+2 {
+			t.Fatalf("diff %d: %d files changed, want %d", i, st.Files, i+2)
+		}
+		_, packs := storeObjects(t, store)
+		most = max(most, len(packs))
+	}
+	// Objects: ~3 a diff and the base's; log2 of that is under 10.
+	if most > 12 {
+		t.Errorf("after %d diffs the store held up to %d packs; want them consolidated (at most ~12)", diffs, most)
+	}
+	_, packs := storeObjects(t, store)
+	t.Logf("%d diffs: at most %d packs, %d at the end", diffs, most, len(packs))
+	if out, err := gitTry(store, nil, "fsck", "--strict", "--no-dangling"); err != nil {
+		t.Fatalf("git fsck of the store: %v\n%s", err, out)
+	}
+	// The last diff's every file is readable back from the consolidated
+	// store: the patch holds each new file's content.
+	sn, err := e.cr.Snapshot(ctx, s, changes.WantPatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Close()
+	var patch strings.Builder
+	if err := sn.Patch(ctx, &patch, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"+new 0\n", fmt.Sprintf("+new %d\n", diffs-1), fmt.Sprintf("+changed %d\n", diffs-1), "-file 1\n"} {
+		if !strings.Contains(patch.String(), want) {
+			t.Errorf("the patch lacks %q", want)
 		}
 	}
 }

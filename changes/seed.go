@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/gitcli"
 	"github.com/xmode/xmode/gitread"
 )
@@ -23,6 +25,9 @@ import (
 // blob's size, older than the filesystem's clock).
 type Seeded struct {
 	Files, Recorded int
+	// FromIndex: the lstat data came from the checkout's index, not from a
+	// pass over the tree.
+	FromIndex bool
 }
 
 // Seed prepares the run's object store for the first snapshot of a
@@ -83,16 +88,128 @@ func (s *Service) Seed(ctx context.Context, runID, commit string) (Seeded, error
 	if err != nil {
 		return Seeded{}, err
 	}
-	files, err := checkedOut(ctx, dir, commit, dirs, baseFiles)
-	if err != nil {
-		return Seeded{}, fmt.Errorf("seed the stat cache of %s: %w", runID, err)
-	}
-	entries, err := lstatAll(wt, files)
-	if err != nil {
-		return Seeded{}, fmt.Errorf("seed the stat cache of %s: %w", runID, err)
+	nfiles, entries, ok := seedFromIndex(dirs, baseFiles, &wst)
+	if !ok {
+		files, err := checkedOut(ctx, dir, commit, dirs, baseFiles)
+		if err != nil {
+			return Seeded{}, fmt.Errorf("seed the stat cache of %s: %w", runID, err)
+		}
+		if entries, err = lstatAll(wt, files); err != nil {
+			return Seeded{}, fmt.Errorf("seed the stat cache of %s: %w", runID, err)
+		}
+		nfiles = len(files)
 	}
 	n, err := st.writeSeed(entries, uint64(wst.Dev))
-	return Seeded{Files: len(files), Recorded: n}, err
+	return Seeded{Files: nfiles, Recorded: n, FromIndex: ok}, err
+}
+
+// seedFromIndex takes the stat cache's entries from the checkout's own
+// index, with no pass over the tree: git recorded each file's lstat data
+// and blob ID as it wrote it, and nothing else has touched the checkout
+// yet. Only what the base tree agrees with is taken — a stage-0 entry of a
+// regular file whose path, mode and blob ID are the base tree's — and only
+// where a file's bytes must be its blob's: ok is false (the caller takes
+// the slow path: git ls-tree, check-attr, an lstat of each file) when an
+// attribute could make the checkout rewrite files (a .gitattributes in the
+// base, info/attributes), when the repository's config names autocrlf, or
+// when the files are no longer as git recorded them as a whole (given to
+// another owner — docker's sandbox user — which changed every ctime). An
+// entry git marked racily clean (size 0, a non-empty blob) is left out.
+// files counts the base's regular files, as checkedOut would.
+func seedFromIndex(dirs *gitDirs, base map[string]TreeEntry, wst *unix.Stat_t) (files int, entries map[string]*statEntry, ok bool) {
+	if dirs.common == nil || dirs.record == nil {
+		return 0, nil, false
+	}
+	for p, e := range base {
+		if p == ".gitattributes" || strings.HasSuffix(p, "/.gitattributes") {
+			return 0, nil, false
+		}
+		if e.Mode == gitread.ModeFile || e.Mode == gitread.ModeExec {
+			files++
+		}
+	}
+	if _, err := dirs.common.Lstat("info/attributes"); err == nil {
+		return 0, nil, false
+	}
+	config, err := fsguard.ReadRegular(dirs.common, "config", 1<<20)
+	if err != nil || bytes.Contains(bytes.ToLower(config), []byte("autocrlf")) {
+		return 0, nil, false
+	}
+	raw, err := dirs.index()
+	if err != nil {
+		return 0, nil, false
+	}
+	index, err := gitread.ParseIndex(raw)
+	if err != nil {
+		return 0, nil, false
+	}
+	entries = make(map[string]*statEntry, len(index))
+	all := make([]statEntry, len(index)) // one allocation for the entries
+	for i, e := range index {
+		b, inBase := base[e.Path]
+		if e.Stage != 0 || !inBase || b.Hash != e.Hash || b.Mode != e.Mode || (e.Mode != gitread.ModeFile && e.Mode != gitread.ModeExec) {
+			continue
+		}
+		if e.Stat.UID != wst.Uid || e.Stat.GID != wst.Gid {
+			return 0, nil, false // given to another owner since: every ctime moved
+		}
+		if e.Stat.Size == 0 && e.Hash != emptyBlob {
+			continue // racily clean: git itself would look at it again
+		}
+		all[i] = statEntry{
+			Size:  int64(e.Stat.Size),
+			Mtime: int64(e.Stat.MtimeSec)*1e9 + int64(e.Stat.MtimeNsec),
+			Ctime: int64(e.Stat.CtimeSec)*1e9 + int64(e.Stat.CtimeNsec),
+			Ino:   uint64(e.Stat.Ino),
+			Dev:   uint64(wst.Dev), // the checkout's files are on the worktree's filesystem
+			Mode:  modeFromIndex | unix.S_IFREG | e.Mode&0o111,
+			Hash:  e.Hash,
+		}
+		entries[e.Path] = &all[i]
+	}
+	return files, entries, true
+}
+
+// emptyBlob is the ID of the empty blob.
+var emptyBlob = Hash{0xe6, 0x9d, 0xe2, 0x9b, 0xb2, 0xd1, 0xd6, 0x43, 0x4b, 0x8b, 0x29, 0xae, 0x77, 0x5a, 0xd8, 0xc2, 0xe4, 0x8c, 0x53, 0x91}
+
+// SeedBase does the half of Seed that needs no checkout, so that it can
+// run while git checks the worktree out (a create from project machine
+// project): the base commit and its trees are copied from the machine's
+// objects into the run's object store and flattened into the base cache.
+// Seed, once the checkout is there, then finds them and only records the
+// files. It makes the run's directory when git has not yet.
+func (s *Service) SeedBase(ctx context.Context, runID, project, commit string) error {
+	base, err := gitread.ParseHash(commit)
+	if err != nil {
+		return fmt.Errorf("seed the base of %s: commit %q: %w", runID, commit, err)
+	}
+	runDir, err := s.Guard.RunDir(runID)
+	if err != nil {
+		return err
+	}
+	machine, err := s.Guard.MachineDir(project)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(runDir, fsguard.RunDirMode); err != nil {
+		return fmt.Errorf("seed the base of %s: %w", runID, err)
+	}
+	common, err := fsguard.OpenRootPath(filepath.Join(machine, "repo", ".git"))
+	if err != nil {
+		return fmt.Errorf("seed the base of %s: %w", runID, err)
+	}
+	defer common.Close()
+	st, err := openStore(s.Guard, runID)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	st.startBatch() // the base's trees become one pack (baseTree flushes)
+	obj, done := s.openObjects(ctx, st, &gitDirs{common: common})
+	defer done()
+	_, err = s.baseTree(obj, &Snapshot{SessionID: runID, Base: base})
+	return err
 }
 
 // seedFile is a regular file of the base tree and its blob.

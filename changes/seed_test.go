@@ -259,3 +259,61 @@ func TestSeedAttributes(t *testing.T) {
 		t.Fatalf("first diff: changed %v, %d files read; want nothing, the %d with an attribute read", paths, hashed, rewritable)
 	}
 }
+
+// TestSeedFromIndex: a create's seed takes the stat data from the
+// checkout's own index — a clone's and a project machine's worktree's —
+// with no pass over the tree, every regular file of the base recorded; the
+// first diff then reads only what a step changed, a same-size rewrite with
+// its mtime restored included (seedCase). Once the files are no longer as
+// git recorded them (given to another owner: every ctime moved), the seed
+// takes them from lstat again, and records them all still.
+func TestSeedFromIndex(t *testing.T) {
+	ctx := context.Background()
+	restore := `touch -d "@$(stat -c %.9Y "$REF")" "$F"`
+	for _, machines := range []bool{false, true} {
+		t.Run(map[bool]string{false: "clone", true: "machine"}[machines], func(t *testing.T) {
+			vars := map[string]string{}
+			o := sandbox.CreateOptions{}
+			if machines {
+				vars["XMODE_PROJECT_MACHINES"] = "1"
+				o = sandbox.CreateOptions{Project: "seedproj"}
+			}
+			e := newEnv(t, vars)
+			e.makeRepo(seedFiles())
+			o.Repo = e.repo
+			s := e.create(o)
+			seeded, err := e.cr.Seed(ctx, s.RunID, s.BaseCommit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !seeded.FromIndex || seeded.Files != len(seedFiles()) || seeded.Recorded != seeded.Files {
+				t.Fatalf("seeded %+v; want all %d files, from the index", seeded, len(seedFiles()))
+			}
+			seedCase(t, e, o, restore)
+
+			if os.Geteuid() != 0 {
+				return
+			}
+			s = e.create(o)
+			wt := e.worktree(s)
+			if err := filepath.Walk(wt, func(p string, _ os.FileInfo, err error) error {
+				if err != nil {
+					return err
+				}
+				return os.Lchown(p, 4321, 4321)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			seeded, err = e.cr.Seed(ctx, s.RunID, s.BaseCommit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if seeded.FromIndex || seeded.Recorded != len(seedFiles()) {
+				t.Fatalf("after a chown: seeded %+v; want all %d files, by lstat", seeded, len(seedFiles()))
+			}
+			if paths, hashed := seedSnap(t, e, s); len(paths) != 0 || hashed != 0 {
+				t.Fatalf("first diff after the chown and a seed: changed %v, %d files read; want nothing read", paths, hashed)
+			}
+		})
+	}
+}

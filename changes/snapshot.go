@@ -280,6 +280,12 @@ func (s *Service) syncBack(ctx context.Context, sess *store.Session) error {
 // run's packages. want names the diffs the caller will ask for (0: none
 // yet), so git can start while the worktree is walked.
 func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) (*Snapshot, error) {
+	return s.snapshot(ctx, sess, want, false)
+}
+
+// snapshot is Snapshot; withIgnored takes the files the ignore rules
+// leave out too (a fork's or a snapshot's --with-ignored).
+func (s *Service) snapshot(ctx context.Context, sess *store.Session, want Want, withIgnored bool) (*Snapshot, error) {
 	if sess.Status == store.StatusProvisioning {
 		return nil, fail.Refusedf("session %s is still provisioning: wait for `xmode sandbox create` to finish", sess.ID)
 	}
@@ -349,7 +355,7 @@ func (s *Service) Snapshot(ctx context.Context, sess *store.Session, want Want) 
 	sn.base = baseFiles
 
 	w := s.newWalker(st, dirs, baseFiles)
-	w.ctx = ctx
+	w.ctx, w.withIgnored = ctx, withIgnored
 	w.baseSize = func(h Hash) (int64, bool) {
 		n, err := obj.size(h)
 		return n, err == nil

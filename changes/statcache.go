@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/xmode/xmode/fsguard"
 )
 
@@ -35,6 +37,28 @@ const (
 	statCacheName  = "xmode-stat-cache"
 	statCacheMagic = "XSC1"
 )
+
+// modeFromIndex marks an entry the seed took from the checkout's index
+// (seedFromIndex) rather than from lstat: its mode is git's (regular, with
+// or without the owner's execute bit) and its inode is git's 32 bits of
+// it. Bit 31 of st_mode is never set by the kernel.
+const modeFromIndex = 1 << 31
+
+// matches reports whether a file's lstat data now (want) is what the entry
+// recorded. For an entry from the index, the mode is compared as git
+// records it and the inode by its low 32 bits: what would slip past that
+// (a chmod, a file put in its place) changes the ctime, which the entry
+// must match to the nanosecond and no process can set.
+func (c *statEntry) matches(want *statEntry) bool {
+	if c.Size != want.Size || c.Mtime != want.Mtime || c.Ctime != want.Ctime || c.Dev != want.Dev {
+		return false
+	}
+	if c.Mode&modeFromIndex == 0 {
+		return c.Ino == want.Ino && c.Mode == want.Mode
+	}
+	return uint32(c.Ino) == uint32(want.Ino) && want.Mode&unix.S_IFMT == unix.S_IFREG &&
+		(want.Mode&0o100 != 0) == (c.Mode&0o100 != 0)
+}
 
 // racyMargin (ns) is how old a file's mtime and ctime must be, when it is
 // hashed, for the hash to be reused later.

@@ -71,6 +71,9 @@ type walker struct {
 	skipped  []Skipped
 	hashed   int // files read this time (the others came from the stat cache)
 	parallel int // the root's subdirectories are walked by this many goroutines
+	// withIgnored takes ignored files too (a fork's --with-ignored): no
+	// ignore rule leaves anything out.
+	withIgnored bool
 }
 
 // walked is a file of the snapshot and its size.
@@ -234,7 +237,7 @@ func (w *walker) shard() *walker {
 		store: w.store, base: w.base, gitlinks: w.gitlinks, tracked: w.tracked,
 		rules: w.rules.Clone(),
 		cache: w.cache, added: map[string]*statEntry{}, limit: w.limit, budget: w.budget, baseSize: w.baseSize, started: w.started, ctx: w.ctx,
-		files: map[string]walked{},
+		files: map[string]walked{}, withIgnored: w.withIgnored,
 	}
 }
 
@@ -427,7 +430,7 @@ func (w *walker) entry(f *os.File, rel, name string, ignored bool, subs *[]*subd
 	// add -A keeps what is tracked), so its rules are not matched: most
 	// paths of a worktree are such.
 	ign := ignored
-	if !ign && !((typ == unix.S_IFREG || typ == unix.S_IFLNK) && w.inBase(p)) {
+	if !ign && !w.withIgnored && !((typ == unix.S_IFREG || typ == unix.S_IFLNK) && w.inBase(p)) {
 		ign = w.rules.Ignored(p, name, isDir)
 	}
 	if ign && !w.tracked.has(p) && !(isDir && w.tracked.hasDir(p)) {
@@ -553,8 +556,7 @@ func (w *walker) regular(dir *os.File, p, name string, st *unix.Stat_t) (e TreeE
 	want := statEntryOf(st)
 	_, inBase := w.base[p]
 	if c, ok := w.cache.entries[p]; ok {
-		if c.Size == want.Size && c.Mtime == want.Mtime && c.Ctime == want.Ctime && c.Ino == want.Ino &&
-			c.Dev == want.Dev && c.Mode == want.Mode && (!w.changed(p, mode, c.Hash) || w.store.has(c.Hash)) {
+		if c.matches(&want) && (!w.changed(p, mode, c.Hash) || w.store.has(c.Hash)) {
 			c.seen = true // each path is met by one walker only
 			if w.changed(p, mode, c.Hash) {
 				w.budget.charge(p, want.Size)

@@ -108,7 +108,7 @@ func (a *App) flagCompletions() map[string]cobra.CompletionFunc {
 	return map[string]cobra.CompletionFunc{
 		"runner-mode": words(
 			config.ModeLocalWorktree, "a host process in a worktree (the default)",
-			config.ModeCloudWorker, "a hardened docker container with XMODE_SANDBOX_ENGINE=docker",
+			config.ModeCloudWorker, "a hardened docker container with XMODE_SANDBOX_ENGINE=docker, a pod with kubernetes",
 			config.ModeCloudSubscription, "the Codex cloud loop; nothing runs here"),
 		"agent": words(
 			"codex", "the Codex CLI (codex exec)",

@@ -31,10 +31,12 @@ func (a *App) newDoctor() *cobra.Command {
 	var o doctorOptions
 	cmd := &cobra.Command{
 		Use:   "doctor",
-		Short: "Check a deployment: storage root, database, git, docker daemon, TLS, image, runtime, storage volume, isolation",
+		Short: "Check a deployment: storage root, database, git, docker daemon, TLS, image, runtime, storage volume, isolation, Kubernetes cluster",
 		Long: `Check everything xmode needs on this machine. Each line is ok, warn or fail,
 with a fix. Every engine built in checks its own deployment (docker: the
-daemon, TLS, the image, the runtime, the mount model); its failures are
+daemon, TLS, the image, the runtime, the mount model; kubernetes: the
+cluster, the namespace, each permission, NetworkPolicy enforcement, the
+runtime class, the image); its failures are
 failures when it is the configured engine (XMODE_SANDBOX_ENGINE) and
 warnings otherwise. Each engine also says how it keeps a step's processes
 together so that none outlives the step ("host steps": cgroup, or

@@ -177,7 +177,7 @@ func (a *App) runMachineShow(ctx context.Context, o machineShowOptions) error {
 	kv.row("Repo:", clean(v.Repo))
 	kv.row("Default ref:", clean(v.DefaultRef)+" "+shortSHA(v.HeadCommit))
 	kv.row("Checkout:", v.Path)
-	kv.row("Cache volume:", v.Volume+" (docker engine)")
+	kv.row("Cache volumes:", v.Volume+".u<user> (one per user; docker engine)")
 	kv.row("Created:", v.CreatedAt.Local().Format(time.DateTime)+" ("+humanize.Ago(v.CreatedAt, now)+")")
 	kv.row("Last fetch:", v.LastFetchAt.Local().Format(time.DateTime)+" ("+humanize.Ago(v.LastFetchAt, now)+")")
 	kv.row("Open sessions:", fmt.Sprint(v.OpenSessions))
@@ -272,9 +272,11 @@ func (a *App) runMachineRm(ctx context.Context, o machineRmOptions) error {
 	}
 	a.info("removed project machine %s (%s)", project, strings.Join(what, " and "))
 	if res.VolumeRemoved {
-		a.info("removed cache volume %s", res.Volume)
+		for _, v := range res.Volumes {
+			a.info("removed cache volume %s", v)
+		}
 	} else if res.VolumeKept {
-		a.info("kept cache volume %s: %s", res.Volume, res.VolumeNote)
+		a.info("kept the cache volumes %s.u*: %s", res.Volume, res.VolumeNote)
 	}
 	return nil
 }

@@ -46,7 +46,7 @@ func TestMachineCommands(t *testing.T) {
 	}
 
 	out := c.ok("machine", "show", "demo")
-	for _, want := range []string{"Project:        demo\n", "Default ref:    main ", "Cache volume:   xmode_proj_demo (docker engine)\n",
+	for _, want := range []string{"Project:        demo\n", "Default ref:    main ", "Cache volumes:  xmode_proj_demo.u<user> (one per user; docker engine)\n",
 		"Open sessions:  0\n", "Pool:           1 ready of 1\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("machine show has no %q:\n%s", want, out)

@@ -38,9 +38,10 @@ func (a *App) newReap(use string) *cobra.Command {
     once the step ended or its heartbeat went stale;
   - sessions still provisioning after --provision-grace end failed
     (provision_failed) and are cleaned up;
-  - orphans go: containers and per-session volumes labelled with this
-    install's xmode.instance whose session is not open (with
-    XMODE_SANDBOX_ENGINE=docker), and worktrees of runs without an open
+  - orphans go: containers and per-session volumes (pods and their
+    NetworkPolicies) labelled with this install's xmode.instance whose
+    session is not open (with XMODE_SANDBOX_ENGINE=docker or kubernetes),
+    and worktrees of runs without an open
     session. Objects of another install are never touched, nor worktrees
     of run directories the store has no record of, unless
     --reclaim-unknown asks for them;

@@ -25,8 +25,9 @@ import (
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/internal/termsafe"
-	_ "github.com/xmode/xmode/providers/docker" // the docker engine
-	_ "github.com/xmode/xmode/providers/local"  // the host engine
+	_ "github.com/xmode/xmode/providers/docker"     // the docker engine
+	_ "github.com/xmode/xmode/providers/kubernetes" // the kubernetes engine
+	_ "github.com/xmode/xmode/providers/local"      // the host engine
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
 )
@@ -276,7 +277,8 @@ with evidence for every step that outlives the sandbox.` + exitStatusHelp,
 		addCommands(sb, words, leaf("create", a.newCreate), leaf("exec", a.newExec), leaf("stop", a.newStop),
 			leaf("list ls", a.newList), leaf("show", a.newShow), leaf("extend", a.newExtend), leaf("reap", reap),
 			leaf("shell", a.newShell), leaf("logs", a.newLogs), leaf("cp", a.newCp), leaf("diff", a.newDiff), leaf("kill", a.newKill),
-			leaf("network", a.newNetwork), leaf("port", a.newPort))
+			leaf("network", a.newNetwork), leaf("port", a.newPort),
+			leaf("fork", a.newFork), leaf("snapshot", a.newSnapshot), leaf("snapshots", a.newSnapshots))
 		return sb
 	}
 	// Only what the command line needs is built (see lazy.go).

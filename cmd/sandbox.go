@@ -48,7 +48,8 @@ sandbox gets what is committed there, and a note says when there is more.
 Without --repo (nor --run or --project) it is --repo .
 
 Where it runs: on the host (runner mode local_worktree, the default), or in a
-hardened docker container with XMODE_SANDBOX_ENGINE=docker and runner mode
+hardened docker container with XMODE_SANDBOX_ENGINE=docker (a pod of a
+Kubernetes cluster with XMODE_SANDBOX_ENGINE=kubernetes) and runner mode
 cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=cloud_worker`" + `).
 
 Its network (docker): --network none (the default, unless
@@ -86,6 +87,7 @@ recorded with the session; ` + "`xmode sandbox network ID`" + ` shows and change
 	cmd.Flags().StringVar(&o.agent, "agent", "", "codex or claude: the agent this sandbox is for; with --network allow its policy lets it reach its model's API and adds its key (when set here) at the edge")
 	cmd.Flags().Lookup("repo").Usage += " (default: the repository of this directory)"
 	cmd.Flags().StringVar(&o.RunID, "run", "", "share this run's worktree instead of cloning")
+	cmd.Flags().StringVar(&o.FromSnapshot, "from-snapshot", "", "start from a snapshot (its name or ID): its worktree, and in docker its filesystem (`sandbox snapshot`)")
 	return a.setTraits(cmd, traits{interrupted: "the sandbox was not created; what it had begun was cleaned up (`xmode sandbox list --all` shows the session as failed if it was recorded)"})
 }
 
@@ -106,7 +108,7 @@ func (a *App) runCreate(ctx context.Context, o createOptions) error {
 	}
 	// No --repo (nor --run, --project) is --repo .: the repository this
 	// directory is in, as git commands take it.
-	here := o.Repo == "" && o.RunID == "" && o.Project == ""
+	here := o.Repo == "" && o.RunID == "" && o.Project == "" && o.FromSnapshot == ""
 	if here {
 		o.Repo = "."
 	}
@@ -186,7 +188,7 @@ func (a *App) checkEngine(cfg *config.Config, imageSet bool) error {
 		return nil // Create says why
 	}
 	if imageSet {
-		runsImage, err := runsImage(name, cfg)
+		runsImage, err := sandbox.RunsImage(cfg)
 		if err != nil {
 			return nil // the engine cannot be opened: Create says why
 		}
@@ -210,22 +212,6 @@ type execOptions struct {
 	session          string
 	interactive, tty bool
 	detach           bool
-}
-
-// runsImage reports whether the engine a new sandbox gets runs an image
-// (engine.Image), so that --image means something; the cloud engine runs
-// nothing here.
-func runsImage(name string, cfg *config.Config) (bool, error) {
-	if name == engine.Cloud {
-		return false, nil
-	}
-	provider, err := engine.Open(name, cfg)
-	if err != nil {
-		return false, err
-	}
-	defer engine.Close(provider)
-	_, ok := engine.Image(provider)
-	return ok, nil
 }
 
 func (a *App) newExec() *cobra.Command {
@@ -635,6 +621,12 @@ func (a *App) runShow(ctx context.Context, o showOptions) error {
 	if s.Title != "" {
 		kv.row("Title:", clean(s.Title))
 	}
+	if s.ForkedFrom != "" {
+		kv.row("Forked from:", fmt.Sprintf("%s after step %d", s.ForkedFrom, s.ForkedAtSeq))
+	}
+	if s.FromSnapshot != "" {
+		kv.row("From snapshot:", s.FromSnapshot)
+	}
 	if s.Origin == store.OriginMCP {
 		kv.row("Origin:", "mcp ("+clean(cmp.Or(s.OriginClient, "a client that gave no name"))+"): made through `xmode mcp`")
 	}
@@ -661,6 +653,9 @@ func (a *App) runShow(ctx context.Context, o showOptions) error {
 			label = "Ports:"
 		}
 		kv.row(label, fmt.Sprintf("%d → %s", p.Port, sandbox.PortURL(p)))
+	}
+	if s.HostEnv != "" {
+		kv.row("Host env:", s.HostEnv+" (what its steps inherit of xmode's environment)")
 	}
 	if s.Error != "" {
 		kv.row("Error:", clean(s.Error))

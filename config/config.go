@@ -18,6 +18,7 @@ import (
 
 	"github.com/xmode/xmode/egress"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/hostenv"
 )
 
 // Runner modes (docs/reference.md, "Runner modes and engines").
@@ -32,7 +33,7 @@ type Config struct {
 	StorageRoot        string
 	User               string
 	RunnerMode         string
-	Engine             string // "" (host) or "docker"
+	Engine             string // "" (host), "docker" or "kubernetes"
 	DockerHost         string // "" means the local socket; checked when the docker engine opens
 	DockerCertPath     string // TLS files for the daemon (ca.pem, cert.pem, key.pem)
 	DockerTLSVerify    bool   // DOCKER_TLS_VERIFY: TLS to a tcp:// daemon even without a cert path
@@ -40,7 +41,14 @@ type Config struct {
 	DockerInsecure     bool   // plain TCP off loopback, or TLS without verifying the daemon
 	DockerRemote       string // "auto", "on" or "off": whether sandboxes get a copy of the worktree
 	SyncMaxBytes       int64  // largest worktree copy accepted back from a remote sandbox
-	Runtime            string // OCI runtime of docker sandboxes; "" for the daemon's default
+	Runtime            string // OCI runtime of docker sandboxes (kubernetes: the RuntimeClass); "" for the default
+	KubeConfig         string // KUBECONFIG: kubeconfig files (a path list); "" for ~/.kube/config, or the pod's service account
+	KubeContext        string // the kubeconfig context; "" for its current one
+	KubeNamespace      string // where sandbox pods go; "" for the context's namespace (in a pod: its own)
+	KubePullPolicy     string // imagePullPolicy of sandbox pods
+	KubeStartTimeout   time.Duration
+	KubeEphemeral      int64         // ephemeral-storage limit of a sandbox pod
+	KubeDeadlineGrace  time.Duration // how long after its session's expiry a pod ends by itself
 	Image              string
 	StorageVolume      string // "" means bind mode
 	StorageMount       string
@@ -57,9 +65,10 @@ type Config struct {
 	EgressBinary       string       // the static xmode binary of the egress proxy's image; "": this one
 	EgressCA           string       // PEM roots the egress proxy trusts for upstreams besides the system's
 	ReadonlyRoot       bool
-	BindHardened       bool   // bind mode gets volume mode's limits and hardening
-	HostCgroup         bool   // host steps each get a cgroup v2 of their own where the machine allows it
-	SandboxUser        string // "uid:gid"; "" when the storage root does not exist yet
+	BindHardened       bool           // bind mode gets volume mode's limits and hardening
+	HostCgroup         bool           // host steps each get a cgroup v2 of their own where the machine allows it
+	HostEnv            hostenv.Policy // what host steps inherit of xmode's environment (HostEnvFor)
+	SandboxUser        string         // "uid:gid"; "" when the storage root does not exist yet
 	TTL                time.Duration
 	MaxTTL             time.Duration
 	MaxOpen            int
@@ -68,6 +77,8 @@ type Config struct {
 	ProjectMachines    bool
 	ProjectCacheMount  string
 	CRMaxBytes         int64         // largest change request accepted
+	SnapshotTTL        time.Duration // lifetime of a new snapshot
+	SnapshotMax        int           // live snapshots per user (0: unlimited)
 	PoolSize           int           // ready sandboxes kept per project machine (0: no pool)
 	PoolMaxAge         time.Duration // a pool entry older than this is replaced
 	CloudStatusCommand string
@@ -147,11 +158,11 @@ var settings = []setting{
 		case "", "host":
 			c.Engine = ""
 			return nil
-		case "docker":
+		case "docker", "kubernetes":
 			c.Engine = v
 			return nil
 		}
-		return fmt.Errorf("%q is not an engine: use docker, or leave it unset for host processes", v)
+		return fmt.Errorf("%q is not an engine: use docker or kubernetes, or leave it unset for host processes", v)
 	}},
 	// The docker variables are checked where the docker engine is opened:
 	// a DOCKER_HOST meant for the docker CLI (ssh://…) must not break
@@ -204,6 +215,49 @@ var settings = []setting{
 		}
 		c.Runtime = v
 		return nil
+	}},
+	// The kubernetes engine (docs/kubernetes.md). KUBECONFIG is read here,
+	// not by client-go, so that `xmode config` shows it like every other.
+	{name: "KUBECONFIG", def: lit(""), apply: func(c *Config, v string) error {
+		c.KubeConfig = v
+		return nil
+	}},
+	{name: "XMODE_KUBE_CONTEXT", def: lit(""), apply: func(c *Config, v string) error {
+		c.KubeContext = strings.TrimSpace(v)
+		return nil
+	}},
+	{name: "XMODE_KUBE_NAMESPACE", def: lit(""), apply: func(c *Config, v string) error {
+		if v != "" && !ValidKubeName(v) {
+			return fmt.Errorf("%q is not a namespace name: use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit", v)
+		}
+		c.KubeNamespace = v
+		return nil
+	}},
+	{name: "XMODE_KUBE_IMAGE_PULL_POLICY", def: lit("IfNotPresent"), apply: func(c *Config, v string) error {
+		switch v {
+		case "Always", "IfNotPresent", "Never":
+			c.KubePullPolicy = v
+			return nil
+		}
+		return fmt.Errorf("%q is not an image pull policy: use Always, IfNotPresent or Never", v)
+	}},
+	{name: "XMODE_KUBE_START_TIMEOUT", def: lit("2m"), apply: func(c *Config, v string) error {
+		d, err := ParseDuration(v)
+		c.KubeStartTimeout = d
+		return err
+	}},
+	{name: "XMODE_KUBE_EPHEMERAL_STORAGE", def: lit("10g"), apply: func(c *Config, v string) error {
+		n, err := ParseSize(v)
+		if err == nil && n < 64<<20 {
+			err = fmt.Errorf("%q is below 64m: a sandbox's worktree and logs need room", v)
+		}
+		c.KubeEphemeral = n
+		return err
+	}},
+	{name: "XMODE_KUBE_DEADLINE_GRACE", def: lit("10m"), apply: func(c *Config, v string) error {
+		d, err := ParseDuration(v)
+		c.KubeDeadlineGrace = d
+		return err
 	}},
 	{name: "XMODE_SANDBOX_IMAGE", fallback: "CODEX_DOCKER_IMAGE", def: lit("ruby:3.4-bookworm"), apply: func(c *Config, v string) error {
 		if v == "" || strings.ContainsAny(v, " \t\n") {
@@ -351,6 +405,23 @@ var settings = []setting{
 		}
 		return nil
 	}},
+	// The environment policy of host steps (internal/hostenv), recorded on
+	// each host session at create.
+	{name: "XMODE_HOST_ENV", def: lit(hostenv.All), apply: func(c *Config, v string) error {
+		inherit, err := hostenv.ParseInherit(v)
+		c.HostEnv.Inherit = inherit
+		return err
+	}},
+	{name: "XMODE_HOST_ENV_INCLUDE", def: lit(""), apply: func(c *Config, v string) error {
+		pats, err := hostenv.ParsePatterns(v)
+		c.HostEnv.Include = pats
+		return err
+	}},
+	{name: "XMODE_HOST_ENV_EXCLUDE", def: lit(""), apply: func(c *Config, v string) error {
+		pats, err := hostenv.ParsePatterns(v)
+		c.HostEnv.Exclude = pats
+		return err
+	}},
 	{name: "XMODE_SANDBOX_BIND_HARDENED", def: lit("0"), apply: func(c *Config, v string) error {
 		b, err := ParseBool(v)
 		c.BindHardened = b
@@ -397,6 +468,19 @@ var settings = []setting{
 			return fmt.Errorf("%q is not a limit: use a whole number, 0 for unlimited", v)
 		}
 		c.MaxOpen = n
+		return nil
+	}},
+	{name: "XMODE_SNAPSHOT_TTL", def: lit("168h"), apply: func(c *Config, v string) error {
+		d, err := ParseDuration(v)
+		c.SnapshotTTL = d
+		return err
+	}},
+	{name: "XMODE_SNAPSHOT_MAX", def: lit("10"), apply: func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("%q is not a limit: use a whole number, 0 for unlimited", v)
+		}
+		c.SnapshotMax = n
 		return nil
 	}},
 	{name: "XMODE_EVIDENCE_MAX_BYTES", def: lit("256m"), apply: func(c *Config, v string) error {
@@ -624,6 +708,19 @@ var LimitSettings = []string{"XMODE_SANDBOX_CPUS", "XMODE_SANDBOX_MEMORY", "XMOD
 // XMODE_SANDBOX_BIND_HARDENED applies them all.
 func (c *Config) BindLeaves(name string) bool { return !c.BindHardened && !c.Explicit(name) }
 
+// HostEnvFor is the environment policy a new host session of origin
+// ("mcp", or "" and "cli" for the command line) records: the configured
+// one, except that a session an MCP client makes inherits only the core
+// variables unless XMODE_HOST_ENV was set explicitly — an agent's server
+// should not hand its steps everything of the shell that started it.
+func (c *Config) HostEnvFor(origin string) hostenv.Policy {
+	p := c.HostEnv
+	if origin == "mcp" && !c.Explicit("XMODE_HOST_ENV") {
+		p.Inherit = hostenv.Core
+	}
+	return p
+}
+
 // Unapplied lists the limits that new docker sandboxes will not get as
 // configured: in bind mode (docker engine, no storage volume, a daemon on
 // this machine), those BindLeaves. `config` and `doctor` say so.
@@ -710,6 +807,20 @@ func ValidUser(v string) error {
 		}
 	}
 	return nil
+}
+
+// ValidKubeName reports whether v is a DNS-1123 label, as Kubernetes
+// names namespaces (and xmode's pods, NetworkPolicies).
+func ValidKubeName(v string) bool {
+	if v == "" || len(v) > 63 || v[0] == '-' || v[len(v)-1] == '-' {
+		return false
+	}
+	for _, r := range v {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 func validVolumeName(v string) bool {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"sort"
@@ -28,17 +29,19 @@ const (
 	KindContainer = "container"
 	KindVolume    = "volume"
 	KindNetwork   = "network" // a sandbox's own network (docker: its egress network)
+	KindPod       = "pod"     // a Kubernetes pod: a session's sandbox, like a container
 )
 
 // Object is one thing an engine created for an install, found by its labels
 // (docs/reference.md, "Docker objects and labels").
 type Object struct {
-	Kind      string // KindContainer or KindVolume
-	ID        string // container ID; volume name
-	Name      string // container name; volume name
-	State     string // a container's state (created, running, exited, …); "" for a volume
+	Kind      string // KindContainer, KindPod or KindVolume
+	ID        string // container ID; pod UID; volume name
+	Name      string // container name; pod name; volume name
+	State     string // a container's state (created, running, exited, …), a pod's ("running" or its phase); "" for a volume
 	SessionID string // its xmode.session label ("" when it has none)
 	Instance  string // its xmode.instance label
+	Snapshot  string // an image's xmode.snapshot label ("" when it has none)
 }
 
 // OrphanLister is an engine whose objects can outlive a crashed xmode: the
@@ -112,6 +115,9 @@ type VolumeRemover interface {
 	// storage root's ID) and refuses anyone else's; one that does not exist
 	// is success.
 	RemoveVolume(ctx context.Context, name, instance string) error
+	// ProjectVolumes lists the cache volumes of a project of this install
+	// (one per user whose sandboxes ran it), found by their labels.
+	ProjectVolumes(ctx context.Context, project, instance string) ([]string, error)
 }
 
 // WorktreeSyncer is an engine whose sandboxes work on a copy of the
@@ -237,6 +243,26 @@ func SignalStep(ctx context.Context, a Provider, sb Sandbox, tag string, sig sys
 		return a.KillStep(ctx, sb, tag)
 	}
 	return fail.Refusedf("the %s engine ends steps with TERM only, not %s: leave out %s", a.Name(), sig, fail.Signal)
+}
+
+// Extender is an engine whose sandboxes carry a deadline of their own, so
+// that the engine ends a sandbox whose xmode (and its reaper) died: a dead-man
+// switch (kubernetes: docs/kubernetes.md, "The dead-man switch"). Extend
+// moves it to the session's new expiry; `sandbox extend` and a pool claim
+// call it before they record the new expiry, so the engine never ends a
+// sandbox its session still owns.
+type Extender interface {
+	Extend(ctx context.Context, sb Sandbox, expires time.Time) error
+}
+
+// Extend moves sb's engine-side deadline to expires; a provider without one
+// (the host, docker: the reaper alone ends their sandboxes) has nothing to
+// move.
+func Extend(ctx context.Context, a Provider, sb Sandbox, expires time.Time) error {
+	if e, ok := a.(Extender); ok {
+		return e.Extend(ctx, sb, expires)
+	}
+	return nil
 }
 
 // MountModer is an engine with more than one way to give a sandbox its
@@ -440,6 +466,40 @@ func IsolationGaps(a Provider) []string {
 		return r.IsolationGaps()
 	}
 	return nil
+}
+
+// KindImage is an image an engine made of a sandbox's filesystem
+// (Snapshotter): labelled like the other objects, with the session it was
+// made for (a fork) or the snapshot it belongs to.
+const KindImage = "image"
+
+// ErrInUse is what RemoveObject says of an object something still uses
+// (an image a container runs): not a failure, it goes once its last user
+// has gone.
+var ErrInUse = errors.New("in use")
+
+// Snapshotter is an engine whose sandboxes have a filesystem of their own
+// outside the worktree (a container's): SnapshotImage keeps it as an image
+// a new sandbox starts from (Spec.Image) — what `sandbox fork` and `sandbox
+// snapshot` take along with the worktree. The image is one of the engine's
+// objects: listed and removed through OrphanLister as KindImage.
+type Snapshotter interface {
+	// SnapshotImage commits sb's filesystem outside its worktree (not its
+	// mounts) as the image ref, labelled labels, and returns the reference
+	// a Spec.Image takes.
+	SnapshotImage(ctx context.Context, sb Sandbox, ref string, labels map[string]string) (string, error)
+}
+
+// SnapshotImage keeps sb's filesystem outside the worktree as an image
+// (Snapshotter); ok is false for an engine whose sandboxes have none (the
+// host: its steps see the host's files), which keeps only the worktree.
+func SnapshotImage(ctx context.Context, a Provider, sb Sandbox, ref string, labels map[string]string) (image string, ok bool, err error) {
+	s, ok := a.(Snapshotter)
+	if !ok {
+		return "", false, nil
+	}
+	image, err = s.SnapshotImage(ctx, sb, ref, labels)
+	return image, true, err
 }
 
 // EgressEnforcer is an engine that can hold a sandbox to an egress policy

@@ -25,6 +25,12 @@ type Spec struct {
 	Worktree  string // <root>/runs/<run>/worktree, already guarded
 	Image     string
 	Labels    map[string]string // for everything the engine creates: docs/reference.md, "Docker objects and labels"
+	// User is the session's owner (XMODE_USER), for an engine that labels
+	// its objects with it (kubernetes); Expires is when the session ends
+	// (zero: no end known yet), for an engine with a dead-man switch
+	// (Extender) that ends the sandbox should xmode die.
+	User    string
+	Expires time.Time
 
 	// Project machines (docs/project-machines.md); empty for a clone per run.
 	// MachineGitDir is the machine's .git directory: the worktree's .git file
@@ -70,8 +76,8 @@ func (s Spec) GitDirIn(containerWorktree string) string {
 // Sandbox is what a provider provisioned; it is stored on the session row
 // and handed back for every Exec and for Destroy.
 type Sandbox struct {
-	Engine      string // "host" or "docker"
-	ContainerID string
+	Engine      string // "host", "docker" or "kubernetes"
+	ContainerID string // docker: the container's ID; kubernetes: the pod's UID
 	MountMode   string // how it sees its worktree (MountModer: docker's bind, volume or sync); "" for the host
 	Image       string
 	Volumes     []string // per-session volumes Destroy removes
@@ -79,6 +85,10 @@ type Sandbox struct {
 	RunID       string
 	SessionID   string
 	Project     string
+	// HostEnv is the environment policy of a step that runs on the host
+	// (HostRunner; internal/hostenv's String form, as the session recorded
+	// it): which of xmode's variables it inherits. "" inherits them all.
+	HostEnv string
 }
 
 // ExecRequest is one step for a provider to run.

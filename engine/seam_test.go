@@ -21,7 +21,7 @@ const module = "github.com/xmode/xmode"
 
 // engineNames are the names of the built-in engines, and of the host
 // provider's package: what no code above the seam may compare a value with.
-var engineNames = []string{"docker", "host", "local"}
+var engineNames = []string{"docker", "host", "kubernetes", "local"}
 
 // providerImportAllowed is the one place above the seam that may import a
 // provider: cmd/root.go links the providers into the binary with blank

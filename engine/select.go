@@ -17,7 +17,8 @@ var (
 	factories = map[string]Factory{}
 )
 
-// Register makes a provider available under name ("host", "docker"); the
+// Register makes a provider available under name ("host", "docker",
+// "kubernetes"); the
 // providers call it from init, and the binary imports the ones it ships.
 func Register(name string, f Factory) {
 	mu.Lock()
@@ -36,8 +37,10 @@ func Choose(runnerMode, configuredEngine string) (string, error) {
 	case config.ModeLocalWorktree:
 		return "host", nil
 	case config.ModeCloudWorker:
-		if configuredEngine == "docker" {
-			return "docker", nil
+		// The configured engine (docker, kubernetes); config checked the
+		// name, and Open refuses one this binary lacks.
+		if configuredEngine != "" && configuredEngine != "host" {
+			return configuredEngine, nil
 		}
 		return "host", nil
 	case config.ModeCloudSubscription:

@@ -15,6 +15,8 @@ func TestChoose(t *testing.T) {
 		{"local_worktree", "docker", "host"},
 		{"cloud_worker", "", "host"},
 		{"cloud_worker", "docker", "docker"},
+		{"cloud_worker", "kubernetes", "kubernetes"},
+		{"local_worktree", "kubernetes", "host"},
 	}
 	for _, c := range cases {
 		if got, err := Choose(c.mode, c.engine); err != nil || got != c.want {
@@ -23,7 +25,7 @@ func TestChoose(t *testing.T) {
 	}
 	// cloud_subscription: the cloud engine, which has no provider: nothing
 	// can run locally in such a session.
-	for _, e := range []string{"", "docker"} {
+	for _, e := range []string{"", "docker", "kubernetes"} {
 		if got, err := Choose("cloud_subscription", e); err != nil || got != Cloud {
 			t.Errorf("Choose(cloud_subscription, %q) = %q, %v; want %q", e, got, err, Cloud)
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fsguard"
+	"github.com/xmode/xmode/internal/proc"
 	"github.com/xmode/xmode/store"
 )
 
@@ -117,12 +118,20 @@ func TestFollowerRunToTheEnd(t *testing.T) {
 	}
 }
 
-// A step still recorded running whose xmode is gone (no heartbeat for
-// StepStaleAfter) has ended for the follower: its logs will not grow.
+// A step still recorded running whose xmode is gone has ended for the
+// follower: its logs will not grow. Its owner here is in another PID
+// namespace, where only the heartbeat can tell (no heartbeat for
+// StepStaleAfter: gone); an owner this machine sees alive keeps a step
+// running whatever its heartbeat (store.StepRow.Gone).
 func TestFollowerEndsWhenTheXmodeIsGone(t *testing.T) {
 	w := newFollowWorld(t)
 	step, row := w.begin(t)
 	defer step.Finish(context.Background(), engine.Status{})
+	name, _, _ := strings.Cut(proc.Self(), "@")
+	if _, err := w.st.Exec(context.Background(), `UPDATE steps SET owner = ? WHERE run_id = ? AND seq = ?`, name+"@0", row.RunID, row.Seq); err != nil {
+		t.Fatal(err)
+	}
+	row.Owner = name + "@0"
 	io.WriteString(step.Stdout, "half a line")
 	now := time.Now()
 	clock := func() time.Time { return now }

@@ -19,45 +19,57 @@ type Input string
 
 // The inputs services name. Each is the CLI's flag without its dashes.
 const (
-	Agent      Input = "agent"
-	Allow      Input = "allow"
-	Branch     Input = "branch"
-	Credential Input = "credential"
-	Deny       Input = "deny"
-	Env        Input = "env"
-	EnvPass    Input = "env-pass"
+	Agent       Input = "agent"
+	Allow       Input = "allow"
+	Attempts    Input = "attempts"
+	Branch      Input = "branch"
+	CloseOthers Input = "close-others"
+	Comment     Input = "comment"
+	Credential  Input = "credential"
+	Deny        Input = "deny"
+	Env         Input = "env"
+	EnvPass     Input = "env-pass"
 	// ExposeRemote lets a published port listen where other machines reach it.
 	ExposeRemote Input = "expose-remote"
 	Force        Input = "force"
 	From         Input = "from"
+	// FromSnapshot is the snapshot a new sandbox starts from.
+	FromSnapshot Input = "from-snapshot"
 	HostPort     Input = "host-port"
 	Image        Input = "image"
+	Iterate      Input = "iterate"
 	Mode         Input = "mode"
 	Model        Input = "model"
-	Network      Input = "network"
-	Note         Input = "note"
-	Objective    Input = "objective"
-	Project      Input = "project"
-	Prompt       Input = "prompt"
-	PromptFile   Input = "prompt-file"
-	Ref          Input = "ref"
-	Refresh      Input = "refresh"
-	Remove       Input = "remove"
-	Repo         Input = "repo"
-	RunID        Input = "run"
-	Signal       Input = "signal"
+	// Name is what a user calls something they make (a snapshot).
+	Name       Input = "name"
+	Network    Input = "network"
+	Note       Input = "note"
+	Objective  Input = "objective"
+	Parallel   Input = "parallel"
+	Project    Input = "project"
+	Prompt     Input = "prompt"
+	PromptFile Input = "prompt-file"
+	Ref        Input = "ref"
+	Refresh    Input = "refresh"
+	Remove     Input = "remove"
+	Repo       Input = "repo"
+	Reviewer   Input = "reviewer"
+	RunID      Input = "run"
+	Signal     Input = "signal"
 	// StorageRoot is a setting (XMODE_STORAGE_ROOT) rather than a request's.
 	StorageRoot Input = "storage-root"
 	TTL         Input = "ttl"
 	Timeout     Input = "timeout"
+	To          Input = "to"
 	Workdir     Input = "workdir"
 )
 
 // Inputs lists every input a service may name, for a front end's test
 // that it has a word for each.
 func Inputs() []Input {
-	return []Input{Agent, Allow, Branch, Credential, Deny, Env, EnvPass, ExposeRemote, Force, From, HostPort, Image, Mode, Model, Network, Note, Objective,
-		Project, Prompt, PromptFile, Ref, Refresh, Remove, Repo, RunID, Signal, StorageRoot, TTL, Timeout, Workdir}
+	return []Input{Agent, Allow, Attempts, Branch, CloseOthers, Comment, Credential, Deny, Env, EnvPass, ExposeRemote, Force, From, FromSnapshot,
+		HostPort, Image, Iterate, Mode, Model, Name, Network, Note, Objective, Parallel, Project, Prompt, PromptFile, Ref, Refresh, Remove, Repo,
+		Reviewer, RunID, Signal, StorageRoot, TTL, Timeout, To, Workdir}
 }
 
 // Flag is the CLI's word for in.

@@ -55,19 +55,26 @@ func (g Guard) RemoveMachine(project string) (bool, error) {
 	if _, err := g.MachineDir(project); err != nil {
 		return false, err
 	}
-	root, err := g.OpenMachinesRoot()
+	return removeIn(g.MachinesDir(), project, "project machine")
+}
+
+// removeIn deletes dir/name (a name the caller derived from an ID) and
+// nothing else, confined with os.Root: a symlink in its place is removed,
+// not followed. It reports whether there was anything to remove.
+func removeIn(dir, name, what string) (bool, error) {
+	root, err := os.OpenRoot(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("open %s: %w", g.MachinesDir(), err)
+		return false, fmt.Errorf("open %s: %w", dir, err)
 	}
 	defer root.Close()
-	if _, err := root.Lstat(project); errors.Is(err, fs.ErrNotExist) {
+	if _, err := root.Lstat(name); errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
-	if err := root.RemoveAll(project); err != nil {
-		return false, fmt.Errorf("remove project machine %s: %w", project, err)
+	if err := root.RemoveAll(name); err != nil {
+		return false, fmt.Errorf("remove %s %s: %w", what, name, err)
 	}
 	return true, nil
 }

@@ -16,6 +16,17 @@ type IndexEntry struct {
 	Mode  uint32
 	Hash  Hash
 	Stage int
+	// Stat is the lstat data git recorded for the entry's file — a claim,
+	// like the rest of the entry.
+	Stat IndexStat
+}
+
+// IndexStat is the lstat data of an index entry as git stores it: times in
+// seconds and nanoseconds, the rest truncated to 32 bits. A size of 0 on a
+// non-empty blob is git's mark of a "racily clean" entry it must check.
+type IndexStat struct {
+	CtimeSec, CtimeNsec, MtimeSec, MtimeNsec uint32
+	Dev, Ino, UID, GID, Size                 uint32
 }
 
 // ParseIndex decodes a git index (versions 2, 3 and 4) as data: every
@@ -48,6 +59,10 @@ func ParseIndexOf(b []byte, keep func(mode uint32) bool) ([]IndexEntry, error) {
 		}
 		e := IndexEntry{Mode: binary.BigEndian.Uint32(rest[24:])}
 		copy(e.Hash[:], rest[40:60])
+		be := binary.BigEndian
+		e.Stat = IndexStat{CtimeSec: be.Uint32(rest), CtimeNsec: be.Uint32(rest[4:]), MtimeSec: be.Uint32(rest[8:]),
+			MtimeNsec: be.Uint32(rest[12:]), Dev: be.Uint32(rest[16:]), Ino: be.Uint32(rest[20:]),
+			UID: be.Uint32(rest[28:]), GID: be.Uint32(rest[32:]), Size: be.Uint32(rest[36:])}
 		flags := binary.BigEndian.Uint16(rest[60:])
 		e.Stage = int(flags>>12) & 3
 		n := 62

@@ -1,6 +1,7 @@
 package gitread
 
 import (
+	"bufio"
 	"container/list"
 	"encoding/binary"
 	"errors"
@@ -49,7 +50,9 @@ func openPack(root *os.Root, base string) (*packFile, error) {
 	}
 	defer idxF.Close()
 	idx := idxfile.NewMemoryIndex()
-	if err := idxfile.NewDecoder(idxF).Decode(idx); err != nil {
+	// Buffered: the decoder reads the fan-out table four bytes at a time
+	// (a read system call each, ~1,000 for an index of 2,000 objects).
+	if err := idxfile.NewDecoder(bufio.NewReaderSize(idxF, 64<<10)).Decode(idx); err != nil {
 		return nil, err
 	}
 	f, size, err := fsguard.OpenRegularSized(root, "objects/pack/"+base+".pack")

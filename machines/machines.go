@@ -11,6 +11,7 @@ package machines
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -32,8 +33,21 @@ import (
 // VolumePrefix starts the name of every project's dependency-cache volume.
 const VolumePrefix = "xmode_proj_"
 
-// VolumeName is the docker volume that caches a project's dependencies.
+// VolumeName is the base name of a project's dependency-cache volumes
+// (CacheVolume), and the name of the one volume all its sandboxes shared
+// before caches were per user (`machine rm` still removes it).
 func VolumeName(project string) string { return VolumePrefix + project }
+
+// CacheVolume is the docker volume that caches a project's dependencies for
+// one user's sandboxes: VolumeName, ".u" and 12 hex digits of the user's
+// SHA-256 (user names may hold what a volume name may not). One user's
+// sandbox can never write what another user's runs read or execute (a Go
+// build cache, a module's extracted source): docs/project-machines.md,
+// "Isolation".
+func CacheVolume(project, user string) string {
+	sum := sha256.Sum256([]byte(user))
+	return VolumeName(project) + ".u" + hex.EncodeToString(sum[:6])
+}
 
 // CacheEnv points the usual dependency caches under mount, the project's
 // cache volume inside a docker sandbox, so they survive across runs.

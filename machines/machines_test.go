@@ -378,3 +378,47 @@ func TestFetchErrorSaysWhy(t *testing.T) {
 		t.Fatalf("fetch from a missing origin: %v", err)
 	}
 }
+
+// A checkout at the default ref takes the commit the last warm recorded,
+// running no git to resolve it (as a pool's claim does): a ref moved in
+// the machine behind xmode's back does not move it; another ref is
+// resolved by git, and a refresh records and takes the new commit.
+func TestCheckoutDefaultRefFromRecord(t *testing.T) {
+	ctx := context.Background()
+	m, src := manager(t), origin(t)
+	mach, _, err := m.Warm(ctx, "p", src, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repoDir, _ := m.RepoDir("p")
+	older := git(t, repoDir, "rev-parse", "origin/main~1")
+	git(t, repoDir, "update-ref", "refs/remotes/origin/main", older)
+	co, err := m.Checkout(ctx, "p", "", "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	co.Close()
+	if co.Commit != mach.HeadCommit {
+		t.Fatalf("checkout of the default ref: %s, want the recorded %s", co.Commit, mach.HeadCommit)
+	}
+	co, err = m.Checkout(ctx, "p", "", "v1", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	co.Close()
+	if want := git(t, src, "rev-parse", "v1^{commit}"); co.Commit != want {
+		t.Fatalf("checkout of v1: %s, want %s", co.Commit, want)
+	}
+	git(t, src, "commit", "-q", "--allow-empty", "-m", "four")
+	co, err = m.Checkout(ctx, "p", "", "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	co.Close()
+	if want := git(t, src, "rev-parse", "main"); co.Commit != want {
+		t.Fatalf("checkout after a refresh: %s, want %s", co.Commit, want)
+	}
+	if mach, _ := m.Store.GetMachine(ctx, "p"); mach.HeadCommit != co.Commit {
+		t.Fatalf("the refresh recorded %s, took %s", mach.HeadCommit, co.Commit)
+	}
+}

@@ -18,11 +18,15 @@ import (
 
 // Removed says what Remove did.
 type Removed struct {
-	Project       string `json:"project"`
-	Record        bool   `json:"record_removed"`
-	Checkout      bool   `json:"checkout_removed"`
-	Volume        string `json:"volume"`
-	VolumeRemoved bool   `json:"volume_removed"`
+	Project  string `json:"project"`
+	Record   bool   `json:"record_removed"`
+	Checkout bool   `json:"checkout_removed"`
+	// Volume is the base name of the project's cache volumes
+	// (VolumeName), Volumes those removed: each user's (CacheVolume), and
+	// the one shared before caches were per user.
+	Volume        string   `json:"volume"`
+	Volumes       []string `json:"volumes_removed"`
+	VolumeRemoved bool     `json:"volume_removed"`
 	// VolumeNote says why the volume was not removed, when it was not.
 	VolumeNote string `json:"volume_note,omitempty"`
 	// VolumeKept: the configured engine keeps volumes (or could not be
@@ -38,7 +42,7 @@ type Removed struct {
 // locked exclusively, so no create can branch a worktree between the check
 // and the removal.
 func (m *Manager) Remove(ctx context.Context, project string) (Removed, error) {
-	out := Removed{Project: project, Volume: VolumeName(project)}
+	out := Removed{Project: project, Volume: VolumeName(project), Volumes: []string{}}
 	dir, err := m.Guard.MachineDir(project)
 	if err != nil {
 		return out, err
@@ -80,9 +84,10 @@ func (m *Manager) Remove(ctx context.Context, project string) (Removed, error) {
 	}
 	// The volume first: when the engine is unreachable nothing is removed
 	// and the command can simply be repeated.
-	if out.VolumeRemoved, out.VolumeKept, out.VolumeNote, err = m.removeVolume(ctx, out.Volume); err != nil {
+	if out.Volumes, out.VolumeKept, out.VolumeNote, err = m.removeVolumes(ctx, project); err != nil {
 		return out, err
 	}
+	out.VolumeRemoved = !out.VolumeKept && out.VolumeNote == ""
 	if out.Checkout, err = m.Guard.RemoveMachine(project); err != nil {
 		return out, err
 	}
@@ -147,33 +152,42 @@ func (m *Manager) RemoveUnrecorded(ctx context.Context, dry bool) ([]string, err
 	return out, nil
 }
 
-// removeVolume removes the project's cache volume through the configured
+// removeVolumes removes the project's cache volumes — each user's, and the
+// one all shared before caches were per user — through the configured
 // engine (engine.Configured) when it keeps volumes (engine.VolumeRemover:
-// only its sandboxes mount one). kept says the volume may still exist, and
-// note why it was not removed.
-func (m *Manager) removeVolume(ctx context.Context, name string) (removed, kept bool, note string, err error) {
+// only its sandboxes mount them). kept says volumes may still exist, and
+// note why they were not removed.
+func (m *Manager) removeVolumes(ctx context.Context, project string) (removed []string, kept bool, note string, err error) {
 	const none = "no docker engine configured (XMODE_SANDBOX_ENGINE)"
+	removed = []string{}
 	if m.Cfg == nil {
-		return false, false, none, nil
+		return removed, false, none, nil
 	}
 	configured := engine.Configured(m.Cfg)
 	provider, err := engine.Open(configured, m.Cfg)
 	if err != nil {
-		return false, true, fmt.Sprintf("the %s engine is not available (%v): remove it with `docker volume rm %s`", configured, err, name), nil
+		return removed, true, fmt.Sprintf("the %s engine is not available (%v): remove them with `docker volume rm` (%s and %s.u*)", configured, err, VolumeName(project), VolumeName(project)), nil
 	}
 	defer engine.Close(provider)
 	vr, ok := engine.Volumes(provider)
 	if !ok {
-		return false, false, none, nil
+		return removed, false, none, nil
 	}
 	instance, err := m.Store.InstanceID(ctx)
 	if err != nil {
-		return false, true, "", err
+		return removed, true, "", err
 	}
-	if err := vr.RemoveVolume(ctx, name, instance); err != nil {
-		return false, true, "", fmt.Errorf("remove cache volume %s of the project machine: %w", name, err)
+	names, err := vr.ProjectVolumes(ctx, project, instance)
+	if err != nil {
+		return removed, true, "", fmt.Errorf("list the cache volumes of project machine %s: %w", project, err)
 	}
-	return true, false, "", nil
+	for _, name := range names {
+		if err := vr.RemoveVolume(ctx, name, instance); err != nil {
+			return removed, true, "", fmt.Errorf("remove cache volume %s of the project machine: %w", name, err)
+		}
+		removed = append(removed, name)
+	}
+	return removed, false, "", nil
 }
 
 // View is a machine as `machine list` and `machine show` print it (package

@@ -108,6 +108,15 @@ func (m *Manager) resolveLocked(ctx context.Context, mach *store.Machine, repoDi
 		}
 		fresh = true
 	}
+	if !fresh && want == mach.DefaultRef {
+		// The default ref is where the last warm left it, recorded then (as
+		// a pool's claim takes it): no git to ask. Read again under the
+		// lock, in case a warm moved it meanwhile.
+		if cur, err := m.Store.GetMachine(ctx, mach.Project); err == nil && cur.DefaultRef == want && IsCommitish(cur.HeadCommit) && len(cur.HeadCommit) == 40 {
+			*mach = *cur
+			return cur.HeadCommit, nil
+		}
+	}
 	commit, found, err := resolve(ctx, repoDir, want)
 	if err == nil && !found && !fresh {
 		if err := fetch(); err != nil {

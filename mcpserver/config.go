@@ -39,7 +39,7 @@ func (s *Server) createConfig(ov map[string]config.Flag, image string) (*config.
 	if err != nil {
 		return nil, err
 	}
-	if image != "" && !(&sandbox.Service{Cfg: cfg}).RunsImage() {
+	if ok, _ := sandbox.RunsImage(cfg); image != "" && !ok {
 		return nil, fail.Usagef("image %q: this server's sandboxes run on the host, which runs no image; the user sets XMODE_SANDBOX_ENGINE=docker and XMODE_RUNNER_MODE=cloud_worker for the server to get docker sandboxes", image)
 	}
 	return cfg, nil

@@ -47,7 +47,7 @@ const (
 // addTools registers every tool, toolset by toolset.
 func (s *Server) addTools() {
 	for _, add := range []func(){
-		s.addSandboxCreate, s.addSandboxList, s.addSandboxShow, s.addSandboxStop, s.addSandboxExtend,
+		s.addSandboxCreate, s.addSandboxList, s.addSandboxShow, s.addSandboxStop, s.addSandboxExtend, s.addSandboxFork,
 		s.addSandboxExec, s.addStepStatus, s.addStepLogs, s.addStepKill,
 		s.addFileRead, s.addFileList, s.addFileWrite, s.addFileEdit, s.addFileDelete,
 		s.addSandboxDiff, s.addCRCreate, s.addCRShow,

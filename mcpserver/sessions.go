@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -70,8 +69,8 @@ func (s *Server) addSandboxCreate() {
 }
 
 func (s *Server) sandboxCreate(ctx context.Context, req *mcp.CallToolRequest, in createIn) (*mcp.CallToolResult, createOut, error) {
-	if len(in.Title) > 200 || strings.ContainsAny(in.Title, "\x00\n\r") {
-		return nil, createOut{}, fail.Usagef("title: one line of at most 200 bytes")
+	if err := checkTitle(in.Title); err != nil {
+		return nil, createOut{}, err
 	}
 	if err := checkTransport(in.Repository); err != nil {
 		return nil, createOut{}, err
@@ -120,12 +119,7 @@ func (s *Server) sandboxCreate(ctx context.Context, req *mcp.CallToolRequest, in
 	if err != nil {
 		return nil, createOut{}, err
 	}
-	out := createOut{Session: viewSession(sess), FollowAlong: s.followAlong(sess.ID), Warnings: []string{}}
-	for _, l := range strings.Split(strings.TrimSpace(notes.String()), "\n") {
-		if l = strings.TrimPrefix(strings.TrimPrefix(l, "xmode: "), "note: "); l != "" {
-			out.Warnings = append(out.Warnings, l)
-		}
-	}
+	out := createOut{Session: viewSession(sess), FollowAlong: s.followAlong(sess.ID), Warnings: noteLines(notes.String())}
 	for _, gap := range svc.IsolationGaps(sess) {
 		out.Warnings = append(out.Warnings, "this sandbox lacks "+gap)
 	}

@@ -3,6 +3,7 @@ package mcpserver
 import (
 	"regexp"
 	"strings"
+	"sync"
 )
 
 // MCP's words for what a service's error names in the CLI's: a tool's
@@ -56,9 +57,11 @@ var toolCommands = map[string]string{
 	"xmode cr show":        "cr_show",
 }
 
+// The expressions are compiled on first use, not at start-up, which every
+// xmode command pays (cmd/xmode's TestPackageInitBudget).
 var (
-	quoted = regexp.MustCompile("`[^`]*`")
-	flagRE = regexp.MustCompile(`(^|[^\w-])--([a-z][a-z-]*)\b`)
+	quoted = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile("`[^`]*`") })
+	flagRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(^|[^\w-])--([a-z][a-z-]*)\b`) })
 )
 
 // mcpWords is msg with the CLI's flags and commands in MCP's words: a
@@ -68,7 +71,7 @@ var (
 func mcpWords(msg string) string {
 	var b strings.Builder
 	last := 0
-	for _, q := range quoted.FindAllStringIndex(msg, -1) {
+	for _, q := range quoted().FindAllStringIndex(msg, -1) {
 		b.WriteString(flagWords(msg[last:q[0]]))
 		cmd := msg[q[0]+1 : q[1]-1]
 		if tool, ok := toolCommands[cmd]; ok {
@@ -84,7 +87,7 @@ func mcpWords(msg string) string {
 
 // flagWords replaces the flags of text that MCP has a word for.
 func flagWords(text string) string {
-	return flagRE.ReplaceAllStringFunc(text, func(m string) string {
+	return flagRE().ReplaceAllStringFunc(text, func(m string) string {
 		i := strings.Index(m, "--")
 		if p, ok := toolParams[m[i+2:]]; ok {
 			return m[:i] + p

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -59,7 +60,13 @@ type Options struct {
 	// --agent).
 	Agent string
 	// EnvPass names more host variables for agent steps (--env-pass).
-	EnvPass                []string
+	EnvPass []string
+	// AgentEnv is more KEY=VALUE for every agent step, after the step's
+	// own (the loop's XMODE_ATTEMPT, XMODE_VERSION…).
+	AgentEnv []string
+	// Followup follows every agent step's prompt, after a blank line: the
+	// review a run continues from (docs/agents.md, "Continuing a run").
+	Followup               string
 	LiveStdout, LiveStderr io.Writer
 	// Progress gets a line as each step starts; nil for none.
 	Progress io.Writer
@@ -261,9 +268,13 @@ func (r *Runner) runStep(ctx context.Context, sess *store.Session, s Step, o Opt
 		if o.Agent != "" {
 			kind = o.Agent
 		}
+		prompt := strings.ReplaceAll(s.Prompt, "{objective}", o.Objective)
+		if o.Followup != "" {
+			prompt = strings.TrimRight(prompt, "\n") + "\n\n" + o.Followup
+		}
 		return r.Agents.Run(ctx, agents.Request{
-			Session: sess, Kind: kind, Prompt: strings.ReplaceAll(s.Prompt, "{objective}", o.Objective),
-			Model: s.Model, Timeout: s.Timeout, Env: s.Env, EnvPass: o.EnvPass, Name: s.Name,
+			Session: sess, Kind: kind, Prompt: prompt,
+			Model: s.Model, Timeout: s.Timeout, Env: append(slices.Clip(s.Env), o.AgentEnv...), EnvPass: o.EnvPass, Name: s.Name,
 			LiveStdout: o.LiveStdout, LiveStderr: o.LiveStderr,
 		})
 	}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,9 +32,15 @@ const FileName = "xmode.yaml"
 // writing, read on the host.
 const maxPlanBytes = 1 << 20
 
-// Plan is a parsed plan.
+// Plan is a parsed plan. Attempts and Iterate are what `xmode run` does
+// with it unless its flags say otherwise (docs/agents.md, "Attempts",
+// "Iterating with a reviewer command"): run it in that many sandboxes at
+// once, and continue its change request up to that many times while a
+// reviewer command asks for changes; 0 when the plan does not say.
 type Plan struct {
-	Steps []Step `json:"steps"`
+	Steps    []Step `json:"steps"`
+	Attempts int    `json:"attempts,omitempty"`
+	Iterate  int    `json:"iterate,omitempty"`
 	// Network is what the plan's steps need of a proxied sandbox's egress
 	// policy, for the whole plan (docs/network.md, "Plans").
 	Network *Network `json:"network,omitempty"`
@@ -61,6 +68,24 @@ func (p *Plan) Source() []egress.Source {
 		return nil
 	}
 	return []egress.Source{{Name: PlanSource, Allow: p.Network.Allow, Deny: p.Network.Deny}}
+}
+
+// The bounds of a plan's (and `xmode run`'s) attempts and iterations.
+const (
+	MaxAttempts = 16
+	MaxIterate  = 10
+)
+
+// CheckAttempts refuses a number of attempts or iterations out of bounds;
+// what names the input (a flag, a plan's field).
+func CheckAttempts(attempts, iterate int) error {
+	if attempts < 0 || attempts > MaxAttempts {
+		return fail.Usagef("%s %d: from 1 to %d attempts", fail.Attempts, attempts, MaxAttempts)
+	}
+	if iterate < 0 || iterate > MaxIterate {
+		return fail.Usagef("%s %d: from 0 to %d new versions", fail.Iterate, iterate, MaxIterate)
+	}
+	return nil
 }
 
 // Step is one step of a plan: an agent (Agent, Prompt) or a command (Run).
@@ -194,14 +219,23 @@ func Parse(src []byte, file string) (*Plan, error) {
 		return nil, planError(file, top, "plan", "must be a mapping with a list of steps under \"steps:\"")
 	}
 	var steps, network *yaml.Node
+	p := &Plan{}
 	if err := eachKey(file, top, "plan", func(key string, k, v *yaml.Node) error {
 		switch key {
 		case "steps":
 			steps = v
 		case "network":
 			network = v
+		case "attempts":
+			n, err := count(file, v, key, 1, MaxAttempts)
+			p.Attempts = n
+			return err
+		case "iterate":
+			n, err := count(file, v, key, 0, MaxIterate)
+			p.Iterate = n
+			return err
 		default:
-			return planError(file, k, key, "unknown field: a plan has \"steps\" and \"network\"")
+			return planError(file, k, key, "unknown field: a plan has \"steps\", and may say \"attempts\", \"iterate\" and \"network\"")
 		}
 		return nil
 	}); err != nil {
@@ -213,7 +247,6 @@ func Parse(src []byte, file string) (*Plan, error) {
 	if steps.Kind != yaml.SequenceNode || len(steps.Content) == 0 {
 		return nil, planError(file, steps, "steps", "must be a non-empty list of steps")
 	}
-	p := &Plan{}
 	names := map[string]int{}
 	for i, n := range steps.Content {
 		field := fmt.Sprintf("steps[%d]", i)
@@ -301,6 +334,19 @@ func eachKey(file string, m *yaml.Node, field string, fn func(key string, k, v *
 		}
 	}
 	return nil
+}
+
+// count reads a whole number from lo to hi.
+func count(file string, n *yaml.Node, field string, lo, hi int) (int, error) {
+	s, err := scalar(file, n, field)
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < lo || v > hi {
+		return 0, planError(file, n, field, "%q must be a whole number from %d to %d", s, lo, hi)
+	}
+	return v, nil
 }
 
 func scalar(file string, n *yaml.Node, field string) (string, error) {

@@ -94,7 +94,7 @@ steps:
 		{"network:\n  credential: [a.example=x-api-key:HOME]\nsteps: [{name: a, run: x}]\n", "xmode.yaml:2: network.credential: a plan carries no credential"},
 		{"network:\n  allow: pypi.org\nsteps: [{name: a, run: x}]\n", "xmode.yaml:2: network.allow: must be a list of rules"},
 		{"network: [pypi.org]\nsteps: [{name: a, run: x}]\n", "xmode.yaml:1: network: must be a mapping with allow and deny"},
-		{"netwrok: {}\nsteps: [{name: a, run: x}]\n", `xmode.yaml:1: netwrok: unknown field: a plan has "steps" and "network"`},
+		{"netwrok: {}\nsteps: [{name: a, run: x}]\n", `xmode.yaml:1: netwrok: unknown field: a plan has "steps", and may say "attempts", "iterate" and "network"`},
 	} {
 		_, err := Parse([]byte(c.plan), "xmode.yaml")
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -20,6 +20,9 @@ type ClaimOptions struct {
 	// with any of them the wanted commit is resolved in the machine.
 	Repo, Ref string
 	Refresh   bool
+	// Loop makes the claimed run a run of the loop (xmode run), in the
+	// transaction that claims it.
+	Loop *store.NewLoop
 }
 
 // Claim gives the session a ready entry of the project's pool, when one of
@@ -36,7 +39,7 @@ func (p *Pools) Claim(ctx context.Context, o ClaimOptions, sess store.Session, p
 	if provider == nil {
 		return nil, nil, nil // the cloud's session: no sandbox here to claim
 	}
-	shape := Shape(provider)
+	shape := Shape(provider, sess.User)
 	commits, err := p.readyCommits(ctx, o.Project, shape)
 	if err != nil || len(commits) == 0 {
 		return nil, nil, err
@@ -62,7 +65,7 @@ func (p *Pools) Claim(ctx context.Context, o ClaimOptions, sess store.Session, p
 		also = commits[0].Commit
 	}
 	entry, claimed, err := p.claimLive(ctx, pick{
-		Project: o.Project, Shape: shape, Want: want, Also: also, Session: sess, MaxOpen: p.Cfg.MaxOpen,
+		Project: o.Project, Shape: shape, Want: want, Also: also, Session: sess, MaxOpen: p.Cfg.MaxOpen, Loop: o.Loop,
 	}, provider)
 	if err != nil {
 		co.Close()
@@ -72,10 +75,16 @@ func (p *Pools) Claim(ctx context.Context, o ClaimOptions, sess store.Session, p
 		return nil, co, nil // taken by racing creates meanwhile
 	}
 	co.Close() // a move does not need the machine: it writes the worktree's own record only
-	if claimed.Status == store.StatusOpen {
+	// The entry's sandbox was made to last the pool's maximum age: its
+	// engine's deadline (a pod's dead-man switch) becomes the session's.
+	err = engine.Extend(ctx, provider, claimed.Sandbox(), claimed.ExpiresAt)
+	if err == nil && claimed.Status == store.StatusOpen {
 		return claimed, nil, nil
 	}
-	if err := p.moveClaimed(ctx, claimed, want); err != nil {
+	if err == nil {
+		err = p.moveClaimed(ctx, claimed, want)
+	}
+	if err != nil {
 		cleanup := context.WithoutCancel(ctx)
 		r := p.reaper()
 		defer r.Close()

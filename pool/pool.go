@@ -77,12 +77,19 @@ func Size(mach *store.Machine, defaultSize int) int {
 	return defaultSize
 }
 
-// Shape names the sandbox the provider makes under its configuration: a
-// hash of its engine and of every setting that shapes its sandboxes, as
-// the provider lists them (engine.Shape). Entries of another shape are
-// never claimed.
-func Shape(provider engine.Provider) string {
-	sum := sha256.Sum256([]byte(engine.Shape(provider)))
+// Shape names the sandbox the provider makes under its configuration for
+// user: a hash of its engine and of every setting that shapes its
+// sandboxes, as the provider lists them (engine.Shape), and, where the
+// engine mounts the project's cache (engine.Volumes), of the user whose
+// cache it mounts (machines.CacheVolume). Entries of another shape are
+// never claimed: an entry made by one user's refill mounts that user's
+// cache, and no other user's create may take it.
+func Shape(provider engine.Provider, user string) string {
+	s := engine.Shape(provider)
+	if _, ok := engine.Volumes(provider); ok {
+		s += "\ncache-user=" + user
+	}
+	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:8])
 }
 

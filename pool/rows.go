@@ -285,6 +285,8 @@ type pick struct {
 	// Its ID, run and engine fields come from the entry.
 	Session store.Session
 	MaxOpen int
+	// Loop, when set, is recorded with the run (xmode run's objective).
+	Loop *store.NewLoop
 }
 
 // pickWhere picks the entry a claim takes: one at Want before one at
@@ -347,6 +349,11 @@ func (p *Pools) takeEntry(ctx context.Context, c pick) (*Entry, *store.Session, 
 		sess.CreatedAt = now
 		if err := tx.InsertSessionOnRun(ctx, sess); err != nil {
 			return fmt.Errorf("claim pool entry %s: %w", e.SessionID, err)
+		}
+		if c.Loop != nil {
+			if err := tx.StartLoop(ctx, sess.RunID, *c.Loop); err != nil {
+				return err
+			}
 		}
 		entry = e
 		return nil

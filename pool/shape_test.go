@@ -10,21 +10,24 @@ import (
 )
 
 // A pool entry is claimed only by a create of its shape. The shape is the
-// hash of what the provider lists (engine.Shape), and must stay what it
-// was when the pool hashed its own list of docker settings: entries made
-// before an upgrade stay claimable, and a reaper of another version does
-// not retire them as made for other settings.
+// hash of what the provider lists (engine.Shape) and, for an engine that
+// mounts the project's cache, of the user whose cache it mounts; it must
+// stay what it is, so that entries made before an upgrade stay claimable
+// and a reaper of another version does not retire them as made for other
+// settings. (Docker's changed once, deliberately, when caches became per
+// user: an entry of before mounts the cache all users shared, and must not
+// be claimed.)
 func TestShapeIsStable(t *testing.T) {
 	for _, c := range []struct {
 		env  map[string]string
 		want string
 	}{
 		{nil, "2095f2c1e5601d5d"},
-		{map[string]string{"XMODE_SANDBOX_ENGINE": "docker", "XMODE_RUNNER_MODE": "cloud_worker"}, "dead5a711b972140"},
+		{map[string]string{"XMODE_SANDBOX_ENGINE": "docker", "XMODE_RUNNER_MODE": "cloud_worker"}, "6960b853eff10627"},
 		{map[string]string{"XMODE_SANDBOX_ENGINE": "docker", "XMODE_RUNNER_MODE": "cloud_worker",
-			"XMODE_SANDBOX_STORAGE_VOLUME": "vol", "XMODE_SANDBOX_MEMORY": "1g"}, "f4ceb4253ba42720"},
+			"XMODE_SANDBOX_STORAGE_VOLUME": "vol", "XMODE_SANDBOX_MEMORY": "1g"}, "fdb07169953d1595"},
 		{map[string]string{"XMODE_SANDBOX_ENGINE": "docker", "XMODE_RUNNER_MODE": "cloud_worker",
-			"XMODE_SANDBOX_DOCKER_HOST": "tcp://127.0.0.1:2375", "XMODE_SANDBOX_IMAGE": "other:1"}, "a1e1c165e65b1f8d"},
+			"XMODE_SANDBOX_DOCKER_HOST": "tcp://127.0.0.1:2375", "XMODE_SANDBOX_IMAGE": "other:1"}, "41be3d78d5e6e056"},
 	} {
 		all := map[string]string{"XMODE_STORAGE_ROOT": "/srv/x", "HOME": "/h"}
 		for k, v := range c.env {
@@ -38,8 +41,12 @@ func TestShapeIsStable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := pool.Shape(provider); got != c.want {
+		if got := pool.Shape(provider, "alice"); got != c.want {
 			t.Errorf("%v (%s engine): shape %s, want %s", c.env, provider.Name(), got, c.want)
+		}
+		other := pool.Shape(provider, "bob")
+		if _, keeps := engine.Volumes(provider); keeps == (other == c.want) {
+			t.Errorf("%v (%s engine): bob's shape %s beside alice's %s; want them apart exactly when the engine mounts a cache", c.env, provider.Name(), other, c.want)
 		}
 		engine.Close(provider)
 	}

@@ -111,7 +111,7 @@ func (p *Pools) Maintain(ctx context.Context, o Options) (*Report, error) {
 		}
 		defer engine.Close(provider)
 		engine.SetProgress(provider, p.Progress)
-		shape = Shape(provider)
+		shape = Shape(provider, p.Cfg.User)
 	}
 	running := p.running(ctx, provider, shape, entries, rep)
 
@@ -128,7 +128,7 @@ func (p *Pools) Maintain(ctx context.Context, o Options) (*Report, error) {
 		case now.Sub(e.CreatedAt) >= p.Cfg.PoolMaxAge:
 			why = fmt.Sprintf("older than XMODE_POOL_MAX_AGE (%s)", p.Cfg.PoolMaxAge)
 		case keep && e.Shape != shape:
-			why = "made for other settings (engine, image, limits, network…) than this configuration's"
+			why = "made for other settings (engine, image, limits, network, the user whose cache it mounts…) than this configuration's"
 		case running != nil && e.Shape == shape && !running[e.SessionID]:
 			why = "its container is gone or stopped"
 		}
@@ -193,7 +193,7 @@ func (p *Pools) running(ctx context.Context, provider engine.Provider, shape str
 		if objs, err = lister.ListObjects(ctx, instance); err == nil {
 			out := map[string]bool{}
 			for _, o := range objs {
-				if o.Kind == engine.KindContainer && o.State == "running" {
+				if (o.Kind == engine.KindContainer || o.Kind == engine.KindPod) && o.State == "running" {
 					out[o.SessionID] = true
 				}
 			}

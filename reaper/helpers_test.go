@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/gitcli/gittest"
+	"github.com/xmode/xmode/internal/proc"
 	_ "github.com/xmode/xmode/providers/local" // the host engine
 	"github.com/xmode/xmode/reaper"
 	"github.com/xmode/xmode/sandbox"
@@ -60,6 +62,9 @@ func newEnv(t *testing.T, vars map[string]string) *env {
 	t.Helper()
 	dir := t.TempDir()
 	e := &env{t: t, dir: dir, root: filepath.Join(dir, "root"), repo: filepath.Join(dir, "repo"), log: &syncBuffer{}}
+	if r := vars["XMODE_STORAGE_ROOT"]; r != "" {
+		e.root = r
+	}
 	makeRepo(t, e.repo)
 	all := map[string]string{"XMODE_STORAGE_ROOT": e.root, "XMODE_USER": "tester", "XMODE_SANDBOX_MAX_OPEN": "0"}
 	for k, v := range vars {
@@ -219,4 +224,18 @@ func (c *testClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
+}
+
+// endedOwner names a step owner that has ended (a killed xmode): this pid
+// with another start time, what a recycled pid looks like.
+func endedOwner() string {
+	pid, rest, _ := strings.Cut(proc.Self(), ":")
+	return pid + ":1" + rest
+}
+
+// foreignOwner names a step owner in another PID namespace, which only its
+// heartbeat can tell alive.
+func foreignOwner() string {
+	name, _, _ := strings.Cut(proc.Self(), "@")
+	return name + "@0"
 }

@@ -40,7 +40,7 @@ func (r *Reaper) orphanSource() (OrphanSource, error) {
 }
 
 // sweepEngine removes the engine objects of this install whose session is
-// not open: containers, then per-session volumes. Volumes without a session
+// not open: containers (or pods), then per-session volumes and images. Volumes without a session
 // label (shared ones, such as a project's cache) are never touched, nor is
 // anything labelled with another install's instance.
 func (r *Reaper) sweepEngine(ctx context.Context, dry bool, sum *summer) {
@@ -70,14 +70,33 @@ func (r *Reaper) sweepEngine(ctx context.Context, dry bool, sum *summer) {
 		sum.fail("", err)
 		return
 	}
-	sort.SliceStable(objs, func(i, j int) bool {
-		return objs[i].Kind == engine.KindContainer && objs[j].Kind != engine.KindContainer
-	})
+	snapshots, err := r.Store.SnapshotIDs(ctx) // likewise: rows come before images
+	if err != nil {
+		sum.fail("", err)
+		return
+	}
+	// What runs (containers, pods) before what it uses: the networks it
+	// is attached to, the image it runs, the volumes it mounts.
+	rank := func(kind string) int {
+		switch kind {
+		case engine.KindContainer, engine.KindPod:
+			return 0
+		case engine.KindVolume:
+			return 2
+		}
+		return 1
+	}
+	sort.SliceStable(objs, func(i, j int) bool { return rank(objs[i].Kind) < rank(objs[j].Kind) })
 	for _, o := range objs {
 		if ctx.Err() != nil {
 			return
 		}
 		if o.Instance != instance || active[o.SessionID] || (o.Kind == engine.KindVolume && o.SessionID == "") {
+			continue
+		}
+		// An image is a fork's (its session) or a snapshot's: kept while
+		// either lives; one that names neither is not this sweep's.
+		if o.Kind == engine.KindImage && (snapshots[o.Snapshot] || o.SessionID == "" && o.Snapshot == "") {
 			continue
 		}
 		who := o.SessionID
@@ -90,6 +109,9 @@ func (r *Reaper) sweepEngine(ctx context.Context, dry bool, sum *summer) {
 			continue
 		}
 		if err := src.RemoveObject(ctx, o); err != nil {
+			if errors.Is(err, engine.ErrInUse) {
+				continue // its last user has not ended yet
+			}
 			sum.fail(o.SessionID, fmt.Errorf("remove orphan %s %s: %w", o.Kind, shortName(o), err))
 			continue
 		}

@@ -51,7 +51,9 @@ type PassOptions struct {
 // OrphansRemoved counts the leaked objects the sweep removed: containers and
 // volumes of this install without an open session, and worktrees of runs
 // without one. PoolFilled and PoolRetired are the pool entries made and
-// retired after the pass (`xmode reap` keeps the project machines' pools). Each session and object is counted by the one pass that
+// retired after the pass (`xmode reap` keeps the project machines' pools).
+// SnapshotsRemoved counts the snapshots it removed (expired, or never
+// finished). Each session and object is counted by the one pass that
 // handled it, however many passes overlap.
 type Summary struct {
 	DryRun              bool      `json:"dry_run"`
@@ -65,6 +67,7 @@ type Summary struct {
 	StepsLost           int       `json:"steps_lost"`
 	PoolFilled          int       `json:"pool_filled"`
 	PoolRetired         int       `json:"pool_retired"`
+	SnapshotsRemoved    int       `json:"snapshots_removed"`
 	Errors              []Failure `json:"errors"`
 	DurationMS          int64     `json:"duration_ms"`
 }
@@ -115,8 +118,10 @@ type job struct {
 //     running with a fresh heartbeat: those wait for a later pass;
 //   - sessions provisioning for longer than ProvisionGrace end
 //     failed/provision_failed;
+//   - expired snapshots go, and those whose making died;
 //   - orphans go: containers and per-session volumes of this install with no
-//     open session, and worktrees of runs with no open session.
+//     open session, images of neither an open session nor a snapshot, and
+//     worktrees of runs with no open session.
 //
 // A teardown that fails (the docker daemon is down) leaves its session open
 // and is reported in Summary.Errors; the pass goes on, and the next one
@@ -158,6 +163,7 @@ func (r *Reaper) Pass(ctx context.Context, o PassOptions) (*Summary, error) {
 	// unreachable docker daemon is no reason to look at every run again.
 	r.sweepRuns(ctx, o.DryRun, o.ReclaimUnknown, now, sum)
 	r.sweepMachines(ctx, o.DryRun, sum)
+	r.reapSnapshots(ctx, o.DryRun, now, sum)
 	r.sweepEngine(ctx, o.DryRun, sum)
 	sum.mu.Lock()
 	out := sum.s

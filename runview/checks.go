@@ -91,7 +91,7 @@ func SummarizeChecks(plan []PlanStep, ev *changes.Evidence, stoppedBy map[int]st
 		switch {
 		case fileStep(s):
 			why[i] = "a file step"
-		case s.Status == "running":
+		case s.Status == changes.EvidenceRunning:
 			why[i] = "still running when the change request was made"
 		case stoppedBy[s.Seq] != "":
 			why[i] = "stopped on purpose (`" + stoppedBy[s.Seq] + "`)"

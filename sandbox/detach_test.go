@@ -86,8 +86,9 @@ func TestExecDetached(t *testing.T) {
 	}
 	supFile := filepath.Join(sess.WorktreePath, "sup.pid")
 	waitFor(t, 10*time.Second, "the step's output in its log", func() bool {
-		_, err := os.Stat(supFile)
-		return err == nil && strings.Contains(readFile(t, filepath.Join(dir, evidence.StdoutFile)), "out")
+		// Whole: the shell creates sup.pid before it writes the pid.
+		b, err := os.ReadFile(supFile)
+		return err == nil && strings.HasSuffix(string(b), "\n") && strings.Contains(readFile(t, filepath.Join(dir, evidence.StdoutFile)), "out")
 	})
 	sup, _ := strconv.Atoi(strings.TrimSpace(readFile(t, supFile)))
 	if !strings.HasPrefix(row.Owner, strconv.Itoa(sup)+":") {

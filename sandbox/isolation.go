@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/store"
 )
@@ -18,19 +19,19 @@ func (s *Service) IsolationGaps(sess *store.Session) []string {
 	return engine.IsolationGaps(provider)
 }
 
-// RunsImage reports whether a new sandbox's engine runs an image
-// (engine.Image), so that choosing one means something; the cloud engine
-// runs nothing here, and an engine that cannot be opened says nothing.
-func (s *Service) RunsImage() bool {
-	name, err := engine.Choose(s.Cfg.RunnerMode, s.Cfg.Engine)
+// RunsImage reports whether the engine a new sandbox gets under cfg runs
+// an image (engine.Image), so that choosing one means something; the cloud
+// engine runs nothing here. An engine that cannot be opened is the error.
+func RunsImage(cfg *config.Config) (bool, error) {
+	name, err := engine.Choose(cfg.RunnerMode, cfg.Engine)
 	if err != nil || name == engine.Cloud {
-		return false
+		return false, err
 	}
-	provider, err := engine.Open(name, s.Cfg)
+	provider, err := engine.Open(name, cfg)
 	if err != nil {
-		return false
+		return false, err
 	}
 	defer engine.Close(provider)
 	_, ok := engine.Image(provider)
-	return ok
+	return ok, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
+	"github.com/xmode/xmode/internal/hostenv"
 	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/machines"
 	"github.com/xmode/xmode/pool"
@@ -80,6 +81,30 @@ func (s *Service) seed(ctx context.Context, runID, commit string) {
 	s.detail("stat cache: %d of the checkout's %d files recorded (%s)", n.Recorded, n.Files, took(start))
 }
 
+// seedBase starts changes.Service.SeedBase in the background; the
+// function it returns waits for it to end. Only a cache: a failure is a -v
+// line, and the seed does that part itself.
+func (s *Service) seedBase(ctx context.Context, runID, project, commit string) (wait func()) {
+	done := make(chan struct{})
+	var err error
+	var spent string
+	go func() {
+		defer close(done)
+		start := time.Now()
+		cr := &changes.Service{Store: s.Store, Guard: s.Guard, MaxBytes: s.Cfg.CRMaxBytes}
+		err = cr.SeedBase(ctx, runID, project, commit)
+		spent = took(start)
+	}()
+	return func() {
+		<-done
+		if err != nil {
+			s.detail("the base's trees were not copied beside the checkout (the seed copies them): %v", err)
+			return
+		}
+		s.detail("the base's trees copied into the run's object store beside the checkout (%s)", spent)
+	}
+}
+
 // took is how long since start, for detail.
 func took(start time.Time) string { return humanize.Duration(time.Since(start)) }
 
@@ -109,6 +134,15 @@ type CreateOptions struct {
 	// Origin is what makes the session (store.OriginMCP; "" is the CLI),
 	// OriginClient the MCP client's name and version, Title what it is for.
 	Origin, OriginClient, Title string
+	// EnvPolicy is what the session's host steps inherit of the
+	// environment of the xmode that runs them; nil: the configured one
+	// (config.Config.HostEnvFor the origin: `core` for an MCP client's
+	// unless XMODE_HOST_ENV says otherwise). Recorded on the session; a
+	// session whose steps do not run on the host records none.
+	EnvPolicy *hostenv.Policy
+	// FromSnapshot starts the session from a snapshot (its name, or its
+	// ID): `sandbox create --from-snapshot`.
+	FromSnapshot string
 }
 
 // Machines is the project machines of this storage root.
@@ -121,7 +155,10 @@ func (s *Service) Machines() *machines.Manager {
 func (s *Service) Pools() *pool.Pools {
 	return &pool.Pools{Cfg: s.Cfg, Store: s.Store, Guard: s.Guard, Progress: s.Progress, Log: s.Log, Notices: s.Notices, Clock: s.Clock,
 		Spec: func(ctx context.Context, e *pool.Entry, co *machines.Checkout) (engine.Spec, error) {
-			return s.spec(ctx, e.SessionID, e.RunID, e.Project, e.WorktreePath, e.Image, co)
+			// An entry's sandbox lives until the pool retires it (its
+			// maximum age); a claim moves its deadline to the session's
+			// expiry (engine.Extend).
+			return s.spec(ctx, e.SessionID, e.RunID, e.Project, e.WorktreePath, e.Image, s.Now().Add(s.Cfg.PoolMaxAge), co)
 		},
 		Seed: s.seed,
 	}
@@ -143,6 +180,9 @@ func (s *Service) teardown(ctx context.Context, sess *store.Session, err error) 
 // Create provisions a session. The row exists (provisioning) before anything
 // touches disk, so a crash at any point leaves something the reaper finds.
 func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, error) {
+	if o.FromSnapshot != "" {
+		return s.createFromSnapshot(ctx, o)
+	}
 	engineName, err := engine.Choose(s.Cfg.RunnerMode, s.Cfg.Engine)
 	if err != nil {
 		return nil, err
@@ -177,6 +217,13 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	} else if o.NetworkSet {
 		return nil, fail.Usagef("%s applies to docker sandboxes; this session runs on the host (%s engine), in the host's network", fail.Network, engineName)
 	}
+	if engine.OnHost(provider) {
+		policy := s.Cfg.HostEnvFor(sess.Origin)
+		if o.EnvPolicy != nil {
+			policy = *o.EnvPolicy
+		}
+		sess.HostEnv = policy.String()
+	}
 	// A proxied network's policy, checked now: a bad rule, or an engine
 	// that cannot enforce it, leaves no trace.
 	pol, err := s.egressPolicy(sess.ID, o.Egress, o.EgressIfProxied)
@@ -203,7 +250,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		if pol == nil {
 			// A proxied sandbox's policy (its placeholders, its rules' sources)
 			// is its own: it is never a pool entry made before it.
-			claimed, resolved, err = s.Pools().Claim(ctx, pool.ClaimOptions{Project: o.Project, Repo: o.Repo, Ref: o.Ref, Refresh: o.Refresh}, sess, provider)
+			claimed, resolved, err = s.Pools().Claim(ctx, pool.ClaimOptions{Project: o.Project, Repo: o.Repo, Ref: o.Ref, Refresh: o.Refresh, Loop: o.Loop}, sess, provider)
 		}
 		if err != nil || claimed != nil {
 			if claimed != nil {
@@ -276,7 +323,7 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	if err := s.Store.CreateSession(ctx, store.NewSession{Session: sess, NewRun: newRun, MaxOpen: s.Cfg.MaxOpen, Loop: o.Loop}); err != nil {
 		return nil, err
 	}
-	created, err := s.provision(ctx, &sess, newRun, tgt, co, engineName, provider, pol)
+	created, err := s.provision(ctx, &sess, newRun, tgt, co, nil, engineName, provider, pol)
 	if err != nil {
 		// Clean up with a context the user's Ctrl-C has not cancelled.
 		cleanup := context.WithoutCancel(ctx)
@@ -305,7 +352,10 @@ func (s *Service) noRepo(ctx context.Context, project string) error {
 	return fail.Usagef("%s is required: give a URL, a file:// URL or a local path (or %s to share a run's worktree)", fail.Repo, fail.RunID)
 }
 
-func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, co *machines.Checkout, engineName string, provider engine.Provider, pol *egress.Policy) (*store.Session, error) {
+// provision makes a session's worktree (for a new run: a clone of tgt, or
+// a worktree of the project machine co; then, for a fork or a snapshot's
+// session, what from holds on top of the base), its sandbox, and opens it.
+func (s *Service) provision(ctx context.Context, sess *store.Session, newRun bool, tgt target, co *machines.Checkout, from *source, engineName string, provider engine.Provider, pol *egress.Policy) (*store.Session, error) {
 	base := sess.BaseCommit // a joined run's
 	if newRun {
 		if err := os.MkdirAll(s.Guard.RunsDir(), fsguard.RunDirMode); err != nil {
@@ -314,7 +364,12 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 		var err error
 		start := time.Now()
 		if co != nil {
+			// The base's trees go into the run's object store while git
+			// checks the worktree out; the seed below then only records
+			// the files.
+			based := s.seedBase(ctx, sess.RunID, co.Machine.Project, co.Commit)
 			base, err = s.branch(ctx, sess, co)
+			based()
 		} else {
 			base, err = clone(ctx, sess.Repo, tgt, sess.WorktreePath, s.Progress)
 		}
@@ -330,11 +385,20 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 		}
 		s.detail("worktree %s at %s: %s in %s", sess.WorktreePath, shortCommit(base), how, took(start))
 	}
+	seedAt := base
+	if from != nil {
+		start := time.Now()
+		if err := s.applySource(ctx, sess.WorktreePath, base, from); err != nil {
+			return nil, fail.As(fail.Failed, err)
+		}
+		base, seedAt = from.base, from.commit
+		s.detail("worktree %s: what it took checked out on top of the base in %s", sess.WorktreePath, took(start))
+	}
 	if engineName == engine.Cloud {
 		// The Codex cloud runs this session's work: the worktree gives it a
 		// base commit (what the task's diff applies to), and no local sandbox.
 		if newRun {
-			s.seed(ctx, sess.RunID, base)
+			s.seed(ctx, sess.RunID, seedAt)
 		}
 		if err := s.Store.Provisioned(ctx, sess.ID, base, "", "", "", nil, s.Now().Add(s.Cfg.TTL)); err != nil {
 			return nil, err
@@ -343,9 +407,19 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	}
 	// An image pull shows its progress like `docker run` does.
 	engine.SetProgress(provider, s.Progress)
-	spec, err := s.spec(ctx, sess.ID, sess.RunID, sess.Project, sess.WorktreePath, sess.Image, co)
+	// The session's expiry is set again once it opens (below), a little
+	// later than this: an engine's dead-man switch keeps a margin.
+	spec, err := s.spec(ctx, sess.ID, sess.RunID, sess.Project, sess.WorktreePath, sess.Image, s.Now().Add(s.Cfg.TTL), co)
 	if err != nil {
 		return nil, err
+	}
+	if pol == nil && sess.NetworkPolicy != nil {
+		// A session made with its policy already recorded (a fork's).
+		p, err := PolicyOf(sess.ID, sess.NetworkPolicy)
+		if err != nil {
+			return nil, err
+		}
+		pol = &p
 	}
 	if pol != nil {
 		spec.Egress = pol // with the front ends' sources
@@ -374,8 +448,9 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	}
 	if newRun {
 		// After Provision: a provider may give the worktree to the sandbox
-		// user, which changes every file's ctime.
-		s.seed(ctx, sess.RunID, base)
+		// user, which changes every file's ctime. A fork's files are its
+		// frozen commit's, which is what the stat cache records.
+		s.seed(ctx, sess.RunID, seedAt)
 	}
 	if err := s.Store.Provisioned(ctx, sess.ID, base, sb.ContainerID, sb.MountMode, sess.Image, sb.Volumes, s.Now().Add(s.Cfg.TTL)); err != nil {
 		return nil, err
@@ -388,13 +463,14 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 // xmode's labels (docs/reference.md, "Docker objects and labels"), and for a worktree of a project machine its .git
 // and the project's cache volume and environment (which an engine that
 // keeps no volumes ignores).
-func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree, image string, co *machines.Checkout) (engine.Spec, error) {
+func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree, image string, expires time.Time, co *machines.Checkout) (engine.Spec, error) {
 	instance, err := s.Store.InstanceID(ctx)
 	if err != nil {
 		return engine.Spec{}, err
 	}
 	spec := engine.Spec{
 		SessionID: sessionID, RunID: runID, Project: project, Worktree: worktree, Image: image,
+		User: s.Cfg.User, Expires: expires,
 		Labels: map[string]string{
 			"xmode.managed": "true", "xmode.session": sessionID, "xmode.run": runID, "xmode.instance": instance,
 		},
@@ -406,7 +482,9 @@ func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree,
 	spec.Getenv = s.Getenv
 	if co != nil {
 		spec.MachineGitDir = co.GitDir()
-		spec.CacheVolume, spec.CacheMount = co.Machine.Volume, s.Cfg.ProjectCacheMount
+		// The cache of this service's user: what a create makes for its
+		// user, and what a pool refill makes for the user who fills it.
+		spec.CacheVolume, spec.CacheMount = machines.CacheVolume(project, s.Cfg.User), s.Cfg.ProjectCacheMount
 		spec.Env = machines.CacheEnv(s.Cfg.ProjectCacheMount)
 	}
 	return spec, nil
@@ -548,7 +626,23 @@ func (s *Service) Extend(ctx context.Context, sess *store.Session, d time.Durati
 	if err := s.Cfg.CheckTTL(d); err != nil {
 		return nil, fail.Usagef("%s: %v", fail.TTL, err)
 	}
-	if err := s.Store.Extend(ctx, sess.ID, s.Now().Add(d)); err != nil {
+	expires := s.Now().Add(d)
+	if sess.Status == store.StatusOpen && sess.Engine != engine.Cloud {
+		// The engine's own deadline first (engine.Extender: a pod's
+		// dead-man switch), so that it never ends a sandbox before the
+		// expiry the store records; a session that is not open is refused
+		// by the store below, and a deadline moved for it harms nothing.
+		provider, err := engine.Open(sess.Engine, s.Cfg)
+		if err != nil {
+			return nil, err
+		}
+		err = engine.Extend(ctx, provider, sess.Sandbox(), expires)
+		engine.Close(provider)
+		if err != nil {
+			return nil, fmt.Errorf("extend the sandbox of session %s: %w", sess.ID, err)
+		}
+	}
+	if err := s.Store.Extend(ctx, sess.ID, expires); err != nil {
 		return nil, err
 	}
 	return s.Store.Get(ctx, sess.ID)

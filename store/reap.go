@@ -41,7 +41,7 @@ const (
 	Gone
 	// Busy: a live reaper holds the claim.
 	Busy
-	// StepRunning: the session has a running step with a fresh heartbeat
+	// StepRunning: the session has a running step whose xmode is not gone
 	// (a foreground one: LiveStep).
 	StepRunning
 )
@@ -117,28 +117,42 @@ func (s *Store) Heartbeat(ctx context.Context, runID string, seq int, now time.T
 }
 
 // LiveStep returns the number of a running step of the session whose
-// heartbeat is after freshAfter, or 0. A background step does not count:
-// it runs until it is ended, so it must not keep an expired session (and
-// its quota) alive; the session's teardown ends it.
+// xmode is not gone (StepRow.Gone: its owner lives, or, where this process
+// cannot see the owner, its heartbeat is after freshAfter), or 0. A
+// background step does not count: it runs until it is ended, so it must
+// not keep an expired session (and its quota) alive; the session's
+// teardown ends it.
 func (s *Store) LiveStep(ctx context.Context, sessionID string, freshAfter time.Time) (int, error) {
 	return liveStep(ctx, s.db, sessionID, freshAfter)
 }
 
 type queryer interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
 func liveStep(ctx context.Context, q queryer, sessionID string, freshAfter time.Time) (int, error) {
-	var seq int
-	err := q.QueryRowContext(ctx, `SELECT seq FROM steps WHERE session_id = ? AND state = 'running' AND NOT detached AND heartbeat_at > ?
-		ORDER BY seq LIMIT 1`, sessionID, millis(freshAfter)).Scan(&seq)
-	if err == sql.ErrNoRows {
-		return 0, nil
-	}
+	rows, err := q.QueryContext(ctx, `SELECT seq, heartbeat_at, owner FROM steps
+		WHERE session_id = ? AND state = 'running' AND NOT detached ORDER BY seq`, sessionID)
 	if err != nil {
 		return 0, fmt.Errorf("look for running steps of %s: %w", sessionID, err)
 	}
-	return seq, nil
+	defer rows.Close()
+	for rows.Next() {
+		var seq int
+		var beat int64
+		var owner string
+		if err := rows.Scan(&seq, &beat, &owner); err != nil {
+			return 0, fmt.Errorf("look for running steps of %s: %w", sessionID, err)
+		}
+		if !stepGone(fromMillis(beat), owner, freshAfter) {
+			return seq, nil
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("look for running steps of %s: %w", sessionID, err)
+	}
+	return 0, nil
 }
 
 // takeClaim inserts the claim unless a live holder has it.
@@ -177,7 +191,7 @@ func parseClaim(value string) (holder string, at time.Time) {
 // ClaimExpired claims an expired open session for teardown. It re-checks,
 // in the same transaction, that the session is still open and expired at
 // now (not extended meanwhile) and that no step of it is running with a
-// heartbeat after freshAfter (background steps aside: LiveStep).
+// xmode that is not gone (background steps aside: LiveStep).
 func (s *Store) ClaimExpired(ctx context.Context, id, holder string, now, freshAfter time.Time, stale Stale) (Claim, error) {
 	var c Claim
 	err := s.tx(ctx, func(tx *sql.Tx) error {

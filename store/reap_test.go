@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/internal/proc"
 )
 
 func never(string, time.Time) bool  { return false }
@@ -128,12 +129,27 @@ func TestClaimExpiredRechecks(t *testing.T) {
 	if seq2, err := s.LiveStep(ctx, n.ID, fresh); err != nil || seq2 != seq {
 		t.Fatalf("LiveStep = %d, %v", seq2, err)
 	}
-	// The heartbeat goes stale: the step no longer keeps the session.
+	// The heartbeat goes stale while its xmode (this process) lives: a
+	// heartbeat a full disk refused is no death, the step keeps the session.
 	if err := s.Heartbeat(ctx, n.RunID, seq, now.Add(-time.Minute)); err != nil {
 		t.Fatal(err)
 	}
+	if c, _ := s.ClaimExpired(ctx, n.ID, "a", now, fresh, never); c.Result != StepRunning {
+		t.Fatalf("stale heartbeat, live owner: %+v", c)
+	}
+	// Its owner seen to have ended: gone, whatever the heartbeat says.
+	setOwner(t, s, n.RunID, seq, endedOwner())
+	s.Heartbeat(ctx, n.RunID, seq, now)
 	if c, _ := s.ClaimExpired(ctx, n.ID, "a", now, fresh, never); c.Result != Claimed {
-		t.Fatalf("stale step: %+v", c)
+		t.Fatalf("fresh heartbeat, ended owner: %+v", c)
+	}
+	s.Release(ctx, n.ID, "a")
+	// An owner this process cannot see (another PID namespace): the
+	// heartbeat decides.
+	setOwner(t, s, n.RunID, seq, foreignOwner())
+	s.Heartbeat(ctx, n.RunID, seq, now.Add(-time.Minute))
+	if c, _ := s.ClaimExpired(ctx, n.ID, "a", now, fresh, never); c.Result != Claimed {
+		t.Fatalf("stale heartbeat, unseen owner: %+v", c)
 	}
 	s.Release(ctx, n.ID, "a")
 	// A finished step holds nothing, and a heartbeat cannot revive it.
@@ -379,5 +395,25 @@ func TestBackgroundSteps(t *testing.T) {
 	}
 	if by, _ := stoppedBy(bg); by != StoppedByKill {
 		t.Errorf("after StopStep: stopped_by %q", by)
+	}
+}
+
+// endedOwner names a process that has ended: this pid with another start
+// time (what a recycled pid looks like).
+func endedOwner() string {
+	pid, rest, _ := strings.Cut(proc.Self(), ":")
+	return pid + ":1" + rest
+}
+
+// foreignOwner names a process in another PID namespace.
+func foreignOwner() string {
+	name, _, _ := strings.Cut(proc.Self(), "@")
+	return name + "@0"
+}
+
+func setOwner(t *testing.T, s *Store, runID string, seq int, owner string) {
+	t.Helper()
+	if _, err := s.db.Exec(`UPDATE steps SET owner = ? WHERE run_id = ? AND seq = ?`, owner, runID, seq); err != nil {
+		t.Fatal(err)
 	}
 }

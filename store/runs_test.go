@@ -43,7 +43,7 @@ func TestRunsPage(t *testing.T) {
 	if err := s.FinishLoopRun(ctx, ids[0], LoopEnd{Status: RunReview, CR: cr.ID, Finished: base}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ReviewChange(ctx, cr.ID, Review{Decision: ChangeApproved, Reviewer: "r", DecidedAt: base}); err != nil {
+	if _, err := s.ReviewChange(ctx, cr.ID, Review{Decision: ChangeApproved, Reviewer: "r", DecidedAt: base}, ReviewOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	cr1 := changeOn(ids[1], base)

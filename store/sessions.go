@@ -84,6 +84,18 @@ type Session struct {
 	// NetworkPolicy is the egress policy of a session whose network is
 	// proxied (allow, open: docs/network.md); nil for any other network.
 	NetworkPolicy *NetworkPolicy `json:"network_policy"`
+	// HostEnv is the environment policy of a host session's steps
+	// (internal/hostenv, its String form): "" when its steps do not run on
+	// the host, or for a session made before it was recorded (everything
+	// inherited).
+	HostEnv string `json:"host_env"`
+	// ForkedFrom is the session `sandbox fork` made this one of ("" for
+	// any other), and ForkedAtSeq the last step that session's run had
+	// begun then (0: none); FromSnapshot the snapshot `sandbox create
+	// --from-snapshot` started it from.
+	ForkedFrom   string `json:"forked_from"`
+	ForkedAtSeq  int    `json:"forked_at_seq"`
+	FromSnapshot string `json:"from_snapshot"`
 }
 
 // Ended reports whether the session is over.
@@ -96,7 +108,8 @@ func (s *Session) Expired(now time.Time) bool { return !now.Before(s.ExpiresAt) 
 
 const sessionCols = `id, run_id, user, project, runner_mode, engine, status, end_reason, error,
 	created_at, expires_at, ended_at, worktree_path, repo, ref, base_commit,
-	container_id, mount_mode, image, volumes, worktree_bytes, network, origin, origin_client, title, network_policy`
+	container_id, mount_mode, image, volumes, worktree_bytes, network, origin, origin_client, title, host_env,
+	forked_from, forked_at_seq, from_snapshot, network_policy`
 
 type scanner interface{ Scan(...any) error }
 
@@ -110,7 +123,7 @@ func (st *Store) scanSession(row scanner) (*Session, error) {
 	if err := row.Scan(&s.ID, &s.RunID, &s.User, &s.Project, &s.RunnerMode, &s.Engine, &s.Status,
 		&s.EndReason, &s.Error, &created, &expires, &ended, &s.WorktreePath, &s.Repo, &s.Ref,
 		&s.BaseCommit, &s.ContainerID, &s.MountMode, &s.Image, &volumes, &size, &s.Network,
-		&s.Origin, &s.OriginClient, &s.Title, &policy); err != nil {
+		&s.Origin, &s.OriginClient, &s.Title, &s.HostEnv, &s.ForkedFrom, &s.ForkedAtSeq, &s.FromSnapshot, &policy); err != nil {
 		return nil, err
 	}
 	var err error
@@ -208,10 +221,11 @@ func insertSession(ctx context.Context, tx *sql.Tx, s Session) error {
 		return err
 	}
 	_, err = tx.ExecContext(ctx, `INSERT INTO sessions (`+sessionCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, '', '', ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?)`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, '', '', ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		s.ID, s.RunID, s.User, s.Project, s.RunnerMode, s.Engine, s.Status,
 		millis(s.CreatedAt), millis(s.ExpiresAt), s.WorktreePath, s.Repo, s.Ref, s.BaseCommit,
-		s.ContainerID, s.MountMode, s.Image, string(vols), s.Network, origin, s.OriginClient, s.Title, policy)
+		s.ContainerID, s.MountMode, s.Image, string(vols), s.Network, origin, s.OriginClient, s.Title, s.HostEnv,
+		s.ForkedFrom, s.ForkedAtSeq, s.FromSnapshot, policy)
 	if err != nil {
 		return fmt.Errorf("insert session %s: %w", s.ID, err)
 	}
@@ -225,23 +239,10 @@ func checkQuota(ctx context.Context, tx *sql.Tx, user string, max int, now time.
 	if max <= 0 {
 		return nil
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT id FROM sessions
+	open, err := strings1(ctx, tx, `SELECT id FROM sessions
 		WHERE user = ? AND status IN (`+activeStatuses+`) AND expires_at > ? ORDER BY created_at`, user, millis(now))
 	if err != nil {
 		return fmt.Errorf("count open sessions: %w", err)
-	}
-	var open []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return err
-		}
-		open = append(open, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
 	}
 	if len(open) >= max {
 		return fail.Refusedf("user %s already has %d open sandboxes, the limit (XMODE_SANDBOX_MAX_OPEN=%d): %s; free one with `xmode sandbox stop ID`",
@@ -508,5 +509,6 @@ func (s *Session) Sandbox() engine.Sandbox {
 	return engine.Sandbox{
 		Engine: s.Engine, ContainerID: s.ContainerID, MountMode: s.MountMode, Image: s.Image,
 		Volumes: s.Volumes, Worktree: s.WorktreePath, RunID: s.RunID, SessionID: s.ID, Project: s.Project,
+		HostEnv: s.HostEnv,
 	}
 }

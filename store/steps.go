@@ -268,10 +268,27 @@ func (s *Store) AllRunningSteps(ctx context.Context) ([]StepRow, error) {
 	return s.steps(ctx, `WHERE state = 'running' ORDER BY run_id, seq`)
 }
 
-// Gone reports whether the step's xmode is gone: its heartbeat is at or
-// before staleBefore, or its owner process has certainly ended.
+// Gone reports whether the step's xmode is gone (stepGone).
 func (r StepRow) Gone(staleBefore time.Time) bool {
-	return !r.Heartbeat.After(staleBefore) || r.Owner != "" && proc.Gone(r.Owner)
+	return stepGone(r.Heartbeat, r.Owner, staleBefore)
+}
+
+// stepGone is the one rule for whether a running step's xmode is gone. The
+// owner process decides when this process can see it: alive, the step
+// lives whatever its heartbeat says (a heartbeat is a write, and a full
+// disk refuses writes to a step that runs on); ended, it is gone at once.
+// Only an owner it cannot see (another PID namespace: an xmode in another
+// container) leaves it to the heartbeat, gone once it is at or before
+// staleBefore.
+func stepGone(heartbeat time.Time, owner string, staleBefore time.Time) bool {
+	switch {
+	case owner == "":
+	case proc.Alive(owner):
+		return false
+	case proc.Gone(owner):
+		return true
+	}
+	return !heartbeat.After(staleBefore)
 }
 
 // Live reports whether the step still runs at now: recorded running, and

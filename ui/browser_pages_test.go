@@ -11,6 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/store"
 )
 
@@ -102,7 +103,7 @@ until read x < `+gate+`; do :; done`)
 	}
 	size := len("line 1\n")*9 + len("line 10\n")*90 + len("line 100\n")*21
 	want := map[string]string{
-		`document.getElementById('dur-1').textContent`:                               shortDuration(row.FinishedAt.Sub(row.StartedAt)),
+		`document.getElementById('dur-1').textContent`:                               humanize.Duration(row.FinishedAt.Sub(row.StartedAt)),
 		`document.getElementById('bytes-1-stdout').textContent`:                      fmt.Sprint(size),
 		`document.getElementById('state-1').className`:                               "badge pass",
 		`document.querySelector('#tl-1 rect').getAttribute('class')`:                 "pass",

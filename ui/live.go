@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/evidence"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/runview"
 	"github.com/xmode/xmode/store"
 )
@@ -161,7 +162,7 @@ type liveTimelineRow struct {
 func (s *Server) liveState(ctx context.Context, fw *evidence.Follower, row store.StepRow, timeline bool) liveState {
 	now := s.now()
 	v := runview.ViewStep(row, now)
-	st := liveState{Step: row.Seq, Exit: v.Exit, Class: v.Class, Duration: shortDuration(v.Duration)}
+	st := liveState{Step: row.Seq, Exit: v.Exit, Class: v.Class, Duration: humanize.Duration(v.Duration)}
 	st.Bytes, _ = fw.Size(0)
 	if !timeline {
 		return st

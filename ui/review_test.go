@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
 )
@@ -47,7 +48,7 @@ func TestChangeRequestLeadsWithReviewsAndChecks(t *testing.T) {
 	}
 	<-server
 	p := f.changeRequest(s, "a change", map[string]string{"main.go": "package main\n\nfunc main() { println(1) }\n"})
-	if err := f.cs.Review(ctx, p, store.ChangeRejected, "needs a test"); err != nil {
+	if _, err := f.cs.Review(ctx, p, store.ChangeRejected, changes.ReviewOptions{Note: "needs a test"}); err != nil {
 		t.Fatal(err)
 	}
 	code, body := get(t, f.client(), f.base+"/crs/"+p.ID)
@@ -126,5 +127,23 @@ func TestErrorPagesLinkBack(t *testing.T) {
 	body := w.postAs(c, "/crs/"+w.cr+"/export", map[string][]string{"csrf": {w.csrf}, "repo": {"/nonexistent/repo"}}, http.StatusBadRequest)
 	if m := back.FindStringSubmatch(body); m == nil || m[1] != "/crs/"+w.cr {
 		t.Errorf("a failed export leads back to %v, want its change request", m)
+	}
+}
+
+// An error that names an input links to the field that gives it, in the
+// UI's words — never a CLI flag the reviewer does not have.
+func TestErrorNamesItsField(t *testing.T) {
+	w := newWorld(t)
+	c := w.client()
+	body := w.postAs(c, "/crs/"+w.cr+"/export", map[string][]string{"csrf": {w.csrf}, "repo": {w.repo}, "branch": {"HEAD"}}, http.StatusBadRequest)
+	link := regexp.MustCompile(`<a href="/crs/` + regexp.QuoteMeta(w.cr) + `#export-branch">the export&#39;s branch</a>`)
+	if !link.MatchString(body) {
+		t.Errorf("a refused branch name does not link to the branch field:\n%s", body)
+	}
+	if strings.Contains(body, "--branch") {
+		t.Errorf("the UI's error names a CLI flag:\n%s", body)
+	}
+	if _, page := get(t, c, w.base+"/crs/"+w.cr); !strings.Contains(page, `id="export-branch"`) {
+		t.Errorf("the change request page has no field export-branch to link to")
 	}
 }

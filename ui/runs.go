@@ -16,13 +16,15 @@ import (
 	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/runview"
 	"github.com/xmode/xmode/store"
 )
 
 // runStatuses are the statuses the runs page filters by (docs/reference.md,
 // "Run status").
-var runStatuses = []string{store.RunRunning, store.RunReview, store.RunNoChange, store.RunFailed, store.RunApproved, store.RunRejected}
+var runStatuses = []string{store.RunRunning, store.RunAttempting, store.RunReview, store.RunNoChange, store.RunFailed, store.RunApproved,
+	store.RunRejected, store.RunChangesRequested, store.RunSuperseded}
 
 const runsPerPage = 50
 
@@ -171,7 +173,7 @@ func (s *Server) runPage(r *http.Request) (*view, error) {
 }
 
 func viewOf(st runview.Step) *stepView {
-	return &stepView{Step: st, Duration: shortDuration(st.Duration)}
+	return &stepView{Step: st, Duration: humanize.Duration(st.Duration)}
 }
 
 func (s *Server) stepView(row store.StepRow, now time.Time) *stepView {

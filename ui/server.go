@@ -28,7 +28,9 @@ import (
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/internal/httpserve"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/sandbox"
+	"github.com/xmode/xmode/store"
 )
 
 //go:embed assets templates
@@ -240,6 +242,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/runs", http.StatusSeeOther) })
 	m.HandleFunc("GET /runs", s.page(s.runsPage))
 	m.HandleFunc("GET /runs/{run}", s.page(s.runPage))
+	m.HandleFunc("GET /runs/{run}/compare", s.page(s.comparePage))
 	m.HandleFunc("GET /runs/{run}/steps/{seq}", s.page(s.stepPage))
 	m.HandleFunc("GET /runs/{run}/steps/{seq}/live", s.live)
 	m.HandleFunc("GET /crs", s.page(s.crsPage))
@@ -345,11 +348,48 @@ func (s *Server) render(w http.ResponseWriter, r *http.Request, code int, v *vie
 func (s *Server) errorPage(w http.ResponseWriter, r *http.Request, err error) {
 	code := fail.KindOf(err).HTTPStatus()
 	back, to := backLink(r)
-	s.render(w, r, code, &view{tmpl: "error.html", title: http.StatusText(code), data: errorData{err.Error(), back, to}})
+	s.render(w, r, code, &view{tmpl: "error.html", title: http.StatusText(code), data: errorData{errorParts(err), back, to}})
 }
 
 type errorData struct {
-	Message, Back, BackTo string
+	Parts        []errorPart
+	Back, BackTo string
+}
+
+// errorPart is a piece of an error's message: text, or the form field an
+// input it names is given in (Field, a fragment of the page Back leads to).
+type errorPart struct {
+	Text, Field string
+}
+
+// formFields are the UI's words for the inputs a service's error names:
+// the id of the field that gives it on the page the error leads back to,
+// and what the field is called there.
+var formFields = map[fail.Input]struct{ id, label string }{
+	fail.Repo:        {"export-repo", "the export's repository"},
+	fail.Branch:      {"export-branch", "the export's branch"},
+	fail.Note:        {"note", "the review's note"},
+	fail.Comment:     {"comments", "the review's comments on lines"},
+	fail.CloseOthers: {"close-others", "\"close the run's other attempts\""},
+	fail.TTL:         {"ttl", "the session's \"expires in\""},
+	fail.Force:       {"force", "\"even while a step runs\""},
+}
+
+// errorParts is err's message in the UI's words: an input the page has a
+// field for is a link to it, any other by its neutral name.
+func errorParts(err error) []errorPart {
+	var parts []errorPart
+	for _, p := range fail.Parts(err) {
+		switch f, ok := formFields[p.Input]; {
+		case p.Input == "":
+			parts = append(parts, errorPart{Text: p.Text})
+		case ok:
+			parts = append(parts, errorPart{Text: f.label, Field: f.id})
+		default:
+			parts = append(parts, errorPart{Text: string(p.Input)})
+		}
+	}
+	return parts
 }
 
 // backLink is where an error page leads back to, made from the request's
@@ -423,8 +463,43 @@ var funcs = template.FuncMap{
 		}
 		return s
 	},
-	"dur": shortDuration,
+	"dur": humanize.Duration,
 	"add": func(a, b int) int { return a + b },
+	// diffOf and commentsOf hand the shared diff templates (layout.html)
+	// what they show.
+	"diffOf": func(files []*diffFile, c commenter, split bool) diffView {
+		return diffView{Files: files, C: c, Split: split}
+	},
+	"commentsOf": func(c commenter, path string, old, new, span int) lineComments {
+		return lineComments{Comments: c.CommentsAt(path, old, new), Span: span}
+	},
+	"deref": func(b *bool) bool { return b != nil && *b },
+}
+
+// commenter is what a page's diff asks of its page: whether its lines take
+// comments, and the comments that stand under a line.
+type commenter interface {
+	Commentable() bool
+	CommentsAt(path string, old, new int) []store.Comment
+}
+
+// noComments: a diff whose lines take no comments (the compare page).
+type noComments struct{}
+
+func (noComments) Commentable() bool                           { return false }
+func (noComments) CommentsAt(string, int, int) []store.Comment { return nil }
+
+// diffView is the files of a page of a diff, for the "difffiles" template.
+type diffView struct {
+	Files []*diffFile
+	C     commenter
+	Split bool
+}
+
+// lineComments are the comments under one line, across span columns.
+type lineComments struct {
+	Comments []store.Comment
+	Span     int
 }
 
 // ago says how long ago t was: 5s, 3m, 2h, 4d.

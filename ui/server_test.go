@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/gitcli/gittest"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/store"
 )
 
@@ -261,7 +262,7 @@ func TestReviewDecisions(t *testing.T) {
 		t.Errorf("reject: %d", code)
 	}
 	ch, _ := w.st.GetChange(context.Background(), w.cr)
-	if ch.Status != store.ChangeRejected || len(ch.Reviews) != 2 || ch.Reviews[0].Note != "changes requested: add a test" || ch.Reviews[1].Note != "no" {
+	if ch.Status != store.ChangeRejected || len(ch.Reviews) != 2 || ch.Reviews[0].Decision != store.ChangeChangesRequested || ch.Reviews[0].Note != "add a test" || ch.Reviews[1].Note != "no" {
 		t.Fatalf("reviews: %+v", ch.Reviews)
 	}
 	resp, err := c.Get(w.base + "/crs/" + w.cr)
@@ -308,6 +309,9 @@ func TestExportStopExtend(t *testing.T) {
 	}
 	if code, body := post("/crs/"+w.cr+"/export", url.Values{"repo": {w.repo}, "branch": {"review/one"}}); code != http.StatusOK || !strings.Contains(body, "review/one") {
 		t.Fatalf("export: %d %s", code, body)
+	}
+	if _, body := post("/crs/"+w.cr+"/export", url.Values{"repo": {w.repo}, "branch": {"review/two"}}); !strings.Contains(body, `id="export-warning"`) || !strings.Contains(body, "not reviewed yet") {
+		t.Errorf("exporting an unreviewed change request does not warn: %s", body)
 	}
 	if got := gittest.Git(t, w.repo, "show", "review/one:main.go"); got != "package main\n\nfunc main() {}" {
 		t.Errorf("the exported branch's main.go: %q", got)
@@ -488,7 +492,7 @@ func TestLiveStream(t *testing.T) {
 	}
 	row, _ := f.st.Step(context.Background(), runID, 1)
 	if end.Exit != "exit 3" || end.Class != "fail" || end.Bytes != int64(3*len("\x1b[32mline 1\x1b[0m\n")) ||
-		end.Duration != shortDuration(row.FinishedAt.Sub(row.StartedAt)) || end.Timeline == nil || end.Timeline.Rows[0].Class != "fail" {
+		end.Duration != humanize.Duration(row.FinishedAt.Sub(row.StartedAt)) || end.Timeline == nil || end.Timeline.Rows[0].Class != "fail" {
 		t.Errorf("end: %s", e[1])
 	}
 	if states == 0 {
@@ -515,7 +519,7 @@ func TestPagesReadTheServiceClock(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	want := shortDuration(s.ExpiresAt.Sub(ahead).Round(time.Second)) + " left"
+	want := humanize.Span(s.ExpiresAt.Sub(ahead)) + " left"
 	if !strings.Contains(string(body), want) {
 		t.Errorf("the session page does not say %q", want)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/pool"
 	"github.com/xmode/xmode/store"
 )
@@ -75,7 +76,7 @@ func (s *Server) sessionPage(r *http.Request) (*view, error) {
 	d.Open = sess.Status == store.StatusOpen
 	d.Expired = d.Open && sess.Expired(now)
 	if d.Open && !d.Expired {
-		d.Left = shortDuration(sess.ExpiresAt.Sub(now).Round(time.Second))
+		d.Left = humanize.Span(sess.ExpiresAt.Sub(now))
 	}
 	if s.o.Svc.Cfg.MaxTTL > 0 {
 		d.MaxTTL = s.o.Svc.Cfg.MaxTTL.String()

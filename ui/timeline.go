@@ -5,6 +5,7 @@ import (
 	"html/template"
 	"time"
 
+	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/internal/termsafe"
 	"github.com/xmode/xmode/runview"
 )
@@ -74,7 +75,7 @@ func buildTimeline(steps []runview.Step) *timeline {
 	plot := tlWidth - tlLabel - tlRight
 	x := func(t time.Time) int { return tlLabel + int(float64(plot)*float64(t.Sub(start))/float64(span)) }
 	for i := 0; i <= 4; i++ {
-		tl.Ticks = append(tl.Ticks, timelineTick{X: tlLabel + plot*i/4, Text: "+" + shortDuration(span*time.Duration(i)/4)})
+		tl.Ticks = append(tl.Ticks, timelineTick{X: tlLabel + plot*i/4, Text: "+" + humanize.Duration(span*time.Duration(i)/4)})
 	}
 	for i, s := range steps {
 		y := tlTop + i*tlRow
@@ -85,24 +86,11 @@ func buildTimeline(steps []runview.Step) *timeline {
 			Name:     hostileSVG(truncate(fmt.Sprintf("%d %s", s.Seq, s.Name), 30)),
 			Class:    s.Class,
 			Exit:     s.Exit,
-			Duration: shortDuration(s.Duration),
+			Duration: humanize.Duration(s.Duration),
 		}
 		r.Title = termsafe.Escape(fmt.Sprintf("step %d %s: %s, %s", s.Seq, truncate(s.Name, 200), r.Exit, r.Duration))
 		tl.Rows = append(tl.Rows, r)
 	}
 	tl.Height = tlTop + len(tl.Rows)*tlRow + 4
 	return tl
-}
-
-// shortDuration is a duration as a person reads it: 340ms, 4.2s, 3m05s, 2h10m.
-func shortDuration(d time.Duration) string {
-	switch {
-	case d < time.Second:
-		return fmt.Sprintf("%dms", d.Milliseconds())
-	case d < time.Minute:
-		return fmt.Sprintf("%.1fs", d.Seconds())
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
-	}
-	return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
 }

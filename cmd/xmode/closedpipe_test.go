@@ -69,6 +69,8 @@ func TestClosedPipeIsSilent(t *testing.T) {
 		{141, []string{"cloud", "poll", "--watch", "--json", "--interval", "50ms"}},
 		{141, []string{"cloud", "poll", "--watch", "-v", "--interval", "50ms"}},
 		{141, []string{"machine", "list"}},
+		{141, []string{"sandbox", "snapshots"}},
+		{141, []string{"sandbox", "snapshots", "--json"}},
 		{141, []string{"reap", "--dry-run", "--json"}},
 		{141, []string{"ui"}}, // it prints its URL before it serves
 		// The step's status, whatever became of its output.

@@ -155,7 +155,8 @@ func TestDockerEngineCLI(t *testing.T) {
 		}
 		root := filepath.Join(t.TempDir(), "root")
 		dkRemoveSandboxes(t, cli, "", root)
-		const missing = "xmode-no-such-image:nope"
+		// on a closed loopback port: no pull leaves this machine
+		const missing = "127.0.0.1:1/xmode-no-such-image:nope"
 		r := dkWant(t, dkXmode(t, root, dockerEnv, "sandbox", "create", "--repo", repo, "--image", missing), 5)
 		if r.took > 10*time.Second {
 			t.Fatalf("a missing image took %s to fail: it must not hang on the pull", r.took)

@@ -4,21 +4,26 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
-	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/volume"
 	"github.com/docker/docker/client"
 
 	"github.com/xmode/xmode/providers/docker/dockertest"
 	"github.com/xmode/xmode/store"
 )
 
-// The dependency cache of docker sandboxes: a file a run of project one
-// writes under XMODE_PROJECT_CACHE_MOUNT is there for the next run of
-// project one, is not visible to project two, and `machine rm` removes the
-// project's volume.
+// The dependency cache of docker sandboxes is the project's and the user's:
+// a file a run of project one writes under XMODE_PROJECT_CACHE_MOUNT is
+// there for alice's next run of project one, is not there for bob's run of
+// it (a sandbox cannot plant what another user's run executes: a build
+// cache entry, a module's source), nor for project two; what bob's run
+// writes alice's never sees; `machine rm` removes every user's volume of
+// the project, and only that project's.
 func TestMachineCacheVolumeDocker(t *testing.T) {
 	t.Parallel()
 	cli := dockertest.Require(t)
@@ -28,13 +33,25 @@ func TestMachineCacheVolumeDocker(t *testing.T) {
 	one, two := strings.TrimPrefix(store.NewRunID(), "run_"), strings.TrimPrefix(store.NewRunID(), "run_")
 	mustRun(t, mx(t, root, "machine", "warm", one, "--repo", repo, "-q"))
 	mustRun(t, mx(t, root, "machine", "warm", two, "--repo", repo, "-q"))
-	dx := func(args ...string) *exec.Cmd {
+	dx := func(user string, args ...string) *exec.Cmd {
 		c := mx(t, root, args...)
-		c.Env = append(c.Env, "XMODE_SANDBOX_ENGINE=docker", "XMODE_RUNNER_MODE=cloud_worker", "XMODE_SANDBOX_IMAGE="+img)
+		c.Env = append(c.Env, "XMODE_SANDBOX_ENGINE=docker", "XMODE_RUNNER_MODE=cloud_worker", "XMODE_SANDBOX_IMAGE="+img, "XMODE_USER="+user)
 		if h := dockertest.Host(); h != client.DefaultDockerHost {
 			c.Env = append(c.Env, "XMODE_SANDBOX_DOCKER_HOST="+h)
 		}
 		return c
+	}
+	volumesOf := func(project string) []string {
+		vs, err := cli.VolumeList(context.Background(), volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", "xmode.project="+project))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, v := range vs.Volumes {
+			names = append(names, v.Name)
+		}
+		slices.Sort(names)
+		return names
 	}
 	var sessions []string
 	t.Cleanup(func() {
@@ -42,44 +59,54 @@ func TestMachineCacheVolumeDocker(t *testing.T) {
 		for _, id := range sessions {
 			cli.ContainerRemove(ctx, "xmode-"+id, container.RemoveOptions{Force: true})
 		}
-		cli.VolumeRemove(ctx, "xmode_proj_"+one, true)
-		cli.VolumeRemove(ctx, "xmode_proj_"+two, true)
+		removeProjectVolumes(cli, one)
+		removeProjectVolumes(cli, two)
 	})
-	create := func(project string) string {
-		id := mustRun(t, dx("sandbox", "create", "--project", project, "-q"))
+	create := func(user, project string) string {
+		id := mustRun(t, dx(user, "sandbox", "create", "--project", project, "-q"))
 		sessions = append(sessions, id)
 		return id
 	}
 
-	a := create(one)
-	env := mustRun(t, dx("sandbox", "exec", a, "--", "sh", "-c",
+	a := create("alice", one)
+	env := mustRun(t, dx("alice", "sandbox", "exec", a, "--", "sh", "-c",
 		`echo $XDG_CACHE_HOME $GOMODCACHE $npm_config_cache $PIP_CACHE_DIR $BUNDLE_PATH; echo kept > /cache/marker`))
 	if env != "/cache /cache/go-mod /cache/npm /cache/pip /cache/bundle" {
 		t.Fatalf("cache environment: %q", env)
 	}
 	// the worktree is the machine's: its README is there
-	if out := mustRun(t, dx("sandbox", "exec", a, "--", "cat", "README")); out != "version two" {
+	if out := mustRun(t, dx("alice", "sandbox", "exec", a, "--", "cat", "README")); out != "version two" {
 		t.Fatalf("README in the sandbox: %q", out)
 	}
-	mustRun(t, dx("sandbox", "stop", a))
+	mustRun(t, dx("alice", "sandbox", "stop", a))
 
-	b := create(one)
-	if out := mustRun(t, dx("sandbox", "exec", b, "--", "cat", "/cache/marker")); out != "kept" {
-		t.Fatalf("the next run of the project sees %q in its cache, want kept", out)
+	b := create("alice", one)
+	if out := mustRun(t, dx("alice", "sandbox", "exec", b, "--", "cat", "/cache/marker")); out != "kept" {
+		t.Fatalf("alice's next run of the project sees %q in its cache, want kept", out)
 	}
-	c := create(two)
-	if out := mustRun(t, dx("sandbox", "exec", c, "--", "sh", "-c", "ls -A /cache")); out != "" {
+	poisoned := create("bob", one)
+	if out := mustRun(t, dx("bob", "sandbox", "exec", poisoned, "--", "sh", "-c", "ls -A /cache; echo bob > /cache/bobs")); out != "" {
+		t.Fatalf("bob's run of the project sees alice's cache: %q", out)
+	}
+	if out := mustRun(t, dx("alice", "sandbox", "exec", b, "--", "sh", "-c", "ls -A /cache")); out != "marker" {
+		t.Fatalf("alice's cache after bob's run wrote his: %q", out)
+	}
+	c := create("alice", two)
+	if out := mustRun(t, dx("alice", "sandbox", "exec", c, "--", "sh", "-c", "ls -A /cache")); out != "" {
 		t.Fatalf("another project's cache holds %q", out)
 	}
+	if got := volumesOf(one); len(got) != 2 {
+		t.Fatalf("project one's cache volumes: %v, want alice's and bob's", got)
+	}
 
-	mustRun(t, dx("machine", "rm", one, "--force"))
-	if _, err := cli.VolumeInspect(context.Background(), "xmode_proj_"+one); !cerrdefs.IsNotFound(err) {
-		t.Fatalf("machine rm left the cache volume: %v", err)
+	mustRun(t, dx("alice", "machine", "rm", one, "--force"))
+	if got := volumesOf(one); len(got) != 0 {
+		t.Fatalf("machine rm left the cache volumes %v", got)
 	}
-	if _, err := cli.VolumeInspect(context.Background(), "xmode_proj_"+two); err != nil {
-		t.Fatalf("machine rm of one project removed another's volume: %v", err)
+	if got := volumesOf(two); len(got) != 1 {
+		t.Fatalf("machine rm of one project touched another's volumes: %v", got)
 	}
-	mustRun(t, dx("machine", "rm", two, "--force"))
+	mustRun(t, dx("alice", "machine", "rm", two, "--force"))
 }
 
 // git works in a docker sandbox of a project machine — status, diff, add,
@@ -120,7 +147,7 @@ func TestGitInDockerMachineWorktree(t *testing.T) {
 			id := mustRun(t, dx("sandbox", "create", "--project", project, "-q"))
 			t.Cleanup(func() {
 				dx("sandbox", "stop", id).Run()
-				cli.VolumeRemove(context.Background(), "xmode_proj_"+project, true)
+				removeProjectVolumes(cli, project)
 			})
 			out := mustRun(t, dx("sandbox", "exec", id, "--env", "HOME=/tmp", "--", "sh", "-c", `set -e
 export GIT_AUTHOR_NAME=agent GIT_AUTHOR_EMAIL=agent@example.com GIT_COMMITTER_NAME=agent GIT_COMMITTER_EMAIL=agent@example.com
@@ -147,5 +174,18 @@ git log --oneline -1 --format=%s`))
 			}
 			mustRun(t, dx("cr", "verify", cr))
 		})
+	}
+}
+
+// removeProjectVolumes removes a test project's cache volumes: each user's
+// (xmode_proj_<project>.u<hash>), found by their project label.
+func removeProjectVolumes(cli *client.Client, project string) {
+	ctx := context.Background()
+	vs, err := cli.VolumeList(ctx, volume.ListOptions{Filters: filters.NewArgs(filters.Arg("label", "xmode.project="+project))})
+	if err != nil {
+		return
+	}
+	for _, v := range vs.Volumes {
+		_ = cli.VolumeRemove(ctx, v.Name, true)
 	}
 }

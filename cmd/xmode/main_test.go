@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/xmode/xmode/cmd"
 	"github.com/xmode/xmode/codexcloud/codexcloudtest"
+	"github.com/xmode/xmode/internal/kubetest"
 	"github.com/xmode/xmode/providers/docker/dockertest"
 )
 
@@ -142,6 +144,19 @@ func setupScript(env *testscript.Env) error {
 	}
 	for _, k := range []string{"XDG_DATA_HOME", "DOCKER_HOST", "CI"} {
 		env.Setenv(k, "")
+	}
+	if tb, ok := env.T().(testing.TB); ok && strings.HasPrefix(path.Base(tb.Name()), "kube_") {
+		// A kube_ script runs on the test cluster (skipped without one,
+		// failed under CI=true), in a namespace of its own.
+		_, cs := kubetest.Require(tb)
+		for k, v := range map[string]string{
+			"XMODE_SANDBOX_ENGINE": "kubernetes", "XMODE_RUNNER_MODE": "cloud_worker",
+			"KUBECONFIG": kubetest.Kubeconfig(tb), "XMODE_KUBE_NAMESPACE": kubetest.Namespace(tb, cs),
+			"XMODE_SANDBOX_IMAGE": kubetest.Image(tb), "XMODE_KUBE_IMAGE_PULL_POLICY": "Never",
+			"XMODE_SANDBOX_CPUS": "0.1", "XMODE_SANDBOX_MEMORY": "128m", "XMODE_KUBE_EPHEMERAL_STORAGE": "1g",
+		} {
+			env.Setenv(k, v)
+		}
 	}
 	return makeRepo(filepath.Join(work, "repo"))
 }

@@ -40,3 +40,27 @@ func TestMCPEnvAllowList(t *testing.T) {
 		t.Fatalf("without XMODE_MCP_ENV: %s", text(res))
 	}
 }
+
+// A host sandbox made through MCP inherits the core environment of the
+// server, not the whole of it: a secret-named variable and an ordinary one
+// of the client's shell stay out of its steps unless the user says so.
+func TestMCPHostSandboxInheritsCore(t *testing.T) {
+	t.Parallel()
+	r := newMCPRig(t, "MY_API_TOKEN=tok-from-the-shell", "SOME_SETTING=from-the-shell")
+	cs := r.stdio(nil, nil)
+	id := str(ok(t, cs, "sandbox_create", map[string]any{"repository": r.repo}), "session", "id")
+	ex := ok(t, cs, "sandbox_exec", map[string]any{"session": id,
+		"command": `echo "token=${MY_API_TOKEN:-unset} setting=${SOME_SETTING:-unset} path=${PATH:+set} home=${HOME:+set}"`})
+	if got := str(ex, "stdout"); got != "token=unset setting=unset path=set home=set\n" {
+		t.Fatalf("an MCP host sandbox's step sees %q, want the core environment only", got)
+	}
+
+	// The user widens it explicitly.
+	all := newMCPRig(t, "MY_API_TOKEN=tok-from-the-shell", "SOME_SETTING=from-the-shell", "XMODE_HOST_ENV=all")
+	ac := all.stdio(nil, nil)
+	aid := str(ok(t, ac, "sandbox_create", map[string]any{"repository": all.repo}), "session", "id")
+	ex = ok(t, ac, "sandbox_exec", map[string]any{"session": aid, "command": `echo "setting=${SOME_SETTING:-unset} token=${MY_API_TOKEN:-unset}"`})
+	if got := str(ex, "stdout"); got != "setting=from-the-shell token=unset\n" {
+		t.Fatalf("with XMODE_HOST_ENV=all the step sees %q, want the setting and still no token", got)
+	}
+}

@@ -43,7 +43,7 @@ func newPoolEnv(t *testing.T) *poolEnv {
 	p.env = []string{"XMODE_SANDBOX_ENGINE=docker", "XMODE_RUNNER_MODE=cloud_worker", "XMODE_SANDBOX_IMAGE=" + img,
 		"XMODE_SANDBOX_DOCKER_HOST=" + dockertest.Host(), "XMODE_SANDBOX_STORAGE_VOLUME=" + vol,
 		"XMODE_SANDBOX_STORAGE_MOUNT=" + root, "XMODE_PROJECT_MACHINES=1", "XMODE_SANDBOX_MAX_OPEN=0"}
-	t.Cleanup(func() { cli.VolumeRemove(context.Background(), "xmode_proj_"+p.project, true) })
+	t.Cleanup(func() { removeProjectVolumes(cli, p.project) })
 	p.x("machine", "warm", p.project, "--repo", repo, "--pool", "2")
 	ci, err := cli.ContainerInspect(context.Background(), "xmode-"+p.show().Pool.Entries[0].ID)
 	if err != nil {

@@ -59,7 +59,7 @@ func TestPoolDocker(t *testing.T) {
 		}
 		return ci
 	}
-	t.Cleanup(func() { cli.VolumeRemove(context.Background(), "xmode_proj_"+project, true) })
+	t.Cleanup(func() { removeProjectVolumes(cli, project) })
 
 	x(nil, "machine", "warm", project, "--repo", repo, "--pool", "1")
 	p := show()

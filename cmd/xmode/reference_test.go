@@ -716,6 +716,22 @@ echo uncommitted > notes.txt`)
 	r.j(0, "Step", "sandbox", "exec", g, "-d", "--", "sleep", "300")
 	r.j(0, "Session", "sandbox", "stop", g)
 	r.j(0, "Session with steps", "sandbox", "show", g)
+	// Forks and snapshots: the fields a fork and a session made from a
+	// snapshot record, the snapshot itself, and their refusals.
+	fp := refStr(t, r.j(0, "Session", "sandbox", "create", "--repo", repo)[0], "id")
+	r.j(0, "Step result", "sandbox", "exec", fp, "--", "sh", "-c", "echo f > forked.txt")
+	fk := refStr(t, r.j(0, "Session", "sandbox", "fork", fp, "--title", "another way")[0], "id")
+	r.j(0, "Session with steps", "sandbox", "show", fk)
+	r.j(0, "Snapshot", "sandbox", "snapshot", fp, "--name", "ref-snap")
+	r.j(4, "Error", "sandbox", "snapshot", fp, "--name", "ref-snap")
+	r.j(2, "Error", "sandbox", "snapshot", fp, "--name", "123")
+	r.j(0, "[]Snapshot", "sandbox", "snapshots")
+	fs := refStr(t, r.j(0, "Session", "sandbox", "create", "--from-snapshot", "ref-snap")[0], "id")
+	r.j(2, "Error", "sandbox", "create", "--from-snapshot", "ref-snap", "--repo", repo)
+	r.j(3, "Error", "sandbox", "create", "--from-snapshot", "no-such-snap")
+	r.j(0, "[]Session", "sandbox", "stop", fk, fs, fp)
+	r.j(4, "Error", "sandbox", "fork", fp)
+	r.j(0, "[]Snapshot", "sandbox", "snapshots", "rm", "ref-snap")
 	// A pass that cannot reach its engine's daemon fails, and says so.
 	r.run([]string{"XMODE_SANDBOX_ENGINE=docker", "XMODE_SANDBOX_DOCKER_HOST=unix://" + filepath.Join(dir, "no-daemon.sock")}, 1, "Reap summary", "reap")
 
@@ -791,6 +807,42 @@ echo uncommitted > notes.txt`)
 	}
 	r.j(0, "Change request shown", "cr", "show", refStr(t, res1, "cr_id")) // its evidence has an agent step
 
+	// Attempts, comments on lines, versions, the interdiff, the
+	// comparison, a reviewer command.
+	attemptsPlan, plan1, reviewer := filepath.Join(dir, "attempts.yaml"), filepath.Join(dir, "plan1.yaml"), filepath.Join(dir, "reviewer.sh")
+	for name, body := range map[string]string{
+		attemptsPlan: "attempts: 2\niterate: 1\nsteps:\n  - name: implement\n    agent: command\n    prompt: \"{objective}\"\n  - name: check\n    run: [test, -s, AGENT_NOTES.md]\n",
+		plan1:        "steps:\n  - name: implement\n    agent: command\n    prompt: \"{objective}\"\n",
+		reviewer:     "if [ \"$XMODE_CR_VERSION\" = 1 ]; then echo request-changes; echo 'comment: AGENT_NOTES.md:1: (ok)'; else echo approve; fi\n",
+	} {
+		if err := os.WriteFile(name, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	atts := r.j(0, "Run result", "run", "--repo", repo, "--objective", "write notes", "-f", attemptsPlan)[0]
+	attempts := r.j(0, "Run shown", "run", "show", refStr(t, atts, "id"))[0].(map[string]any)["ranking"].([]any)
+	if len(attempts) != 2 {
+		t.Fatalf("a run of 2 attempts shows %d", len(attempts))
+	}
+	cra, crb := refStr(t, attempts[0], "cr_id"), refStr(t, attempts[1], "cr_id")
+	r.j(0, "Comparison", "cr", "compare", cra, crb)
+	kept := r.j(0, "Run result", "run", "--repo", repo, "--objective", "write notes", "-f", plan1, "--keep")[0]
+	crk := refStr(t, kept, "cr_id")
+	r.j(4, "Error", "run", "continue", refStr(t, kept, "id"))
+	r.j(0, "Change request", "cr", "review", crk, "--request-changes", "-m", "mark it", "--comment", "AGENT_NOTES.md:1: (seen)")
+	r.j(0, "Run result", "run", "continue", refStr(t, kept, "id"))
+	r.j(0, "Change request shown", "cr", "show", crk)
+	r.j(0, "Change request shown", "cr", "show", crk, "--version", "1")
+	r.j(0, "Interdiff", "cr", "diff", crk, "--from", "1", "--to", "2")
+	r.j(0, "Run shown", "run", "show", refStr(t, kept, "id"))
+	r.j(0, "Verify report", "cr", "verify", crk)
+	r.j(0, "Change request", "cr", "review", crk, "--approve")
+	r.j(0, "Export", "cr", "export", crk, "--repo", repo, "--branch", "reviewed")
+	r.j(0, "Run result", "run", "--repo", repo, "--objective", "write notes", "-f", plan1, "--reviewer", "sh "+reviewer, "--iterate", "1")
+	r.j(0, "Change request", "cr", "review", cra, "--approve", "--close-others")
+	r.j(0, "[]Run", "run", "list", "--all")
+	r.j(0, "[]Change request", "cr", "list")
+
 	// Project machines and their pools.
 	pm := []string{"XMODE_PROJECT_MACHINES=1"}
 	r.run(pm, 0, "Machine", "machine", "warm", "proj", "--repo", repo, "--pool", "1")
@@ -836,6 +888,8 @@ echo uncommitted > notes.txt`)
 		"XMODE_SANDBOX_DOCKER_HOST=" + dockertest.Host()}
 	x := refStr(t, r.run(dk, 0, "Session", "sandbox", "create", "--repo", repo)[0], "id")
 	r.run(dk, 0, "Step result", "sandbox", "exec", x, "--", "sh", "-c", "echo d > d.txt")
+	r.run(dk, 0, "Snapshot", "sandbox", "snapshot", x, "--name", "ref-docker-snap")
+	r.run(dk, 0, "[]Snapshot", "sandbox", "snapshots", "rm", "ref-docker-snap")
 	crx := refStr(t, r.run(dk, 0, "Change request package", "cr", "create", x)[0], "id")
 	r.run(dk, 0, "Change request shown", "cr", "show", crx)
 	r.run(dk, -1, "[]Doctor check", "doctor")
@@ -949,9 +1003,11 @@ func TestReferenceStatuses(t *testing.T) {
 		"Run status":             "runs.status",
 		"Change request status":  "change_requests.status",
 		"Review decision":        "change_request_reviews.decision",
+		"Comment side":           "change_request_comments.side",
 		"Cloud task state":       "cloud_tasks.state",
 		"Cloud task error class": "cloud_tasks.error_class",
 		"Pool entry state":       "pool_entries.state",
+		"Snapshot status":        "snapshots.status",
 	}
 	fromCode := map[string][]string{
 		"Plan step status":    {plans.Passed, plans.Failed, plans.AllowedFailure, plans.Skipped, plans.NotRun},

@@ -46,6 +46,20 @@ func Gone(name string) bool {
 	return !alive || now != start
 }
 
+// Alive reports whether the process a name (from Self) stands for
+// certainly still runs: this PID namespace, its pid alive with the start
+// time recorded. It says false when it cannot tell, as Gone does.
+func Alive(name string) bool {
+	name, ns, hasNS := strings.Cut(name, "@")
+	pidStr, start, ok := strings.Cut(name, ":")
+	pid, err := strconv.Atoi(pidStr)
+	if !ok || err != nil || pid <= 0 || start == "" || hasNS && ns != namespace() {
+		return false
+	}
+	now, alive := Start(pid)
+	return alive && now == start
+}
+
 // Start reads field 22 (starttime) of /proc/<pid>/stat; a zombie or a
 // missing process is not alive.
 func Start(pid int) (string, bool) {

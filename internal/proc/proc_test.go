@@ -3,43 +3,48 @@ package proc
 import (
 	"os/exec"
 	"strconv"
-	"syscall"
+	"strings"
 	"testing"
-	"time"
 )
 
-// Signal reaches the process a name stands for, and no process whose PID
-// the name's start time does not match (a recycled PID).
-func TestSignal(t *testing.T) {
+// Alive and Gone are each sure only of what they can see: this process
+// is alive, an ended one (or a recycled pid) gone, and a name from another
+// PID namespace or without a start time neither.
+func TestAliveGone(t *testing.T) {
+	self := Self()
 	c := exec.Command("sleep", "60")
 	if err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { c.Wait(); close(done) }()
-	start, ok := Start(c.Process.Pid)
+	pid := c.Process.Pid
+	start, ok := Start(pid)
+	_ = c.Process.Kill()
+	_ = c.Wait()
 	if !ok {
-		t.Fatal("no start time")
+		t.Fatalf("no start time for the running child %d", pid)
 	}
-	name := strconv.Itoa(c.Process.Pid) + ":" + start + "@" + namespace()
-	n, _ := strconv.Atoi(start)
-	if Signal(strconv.Itoa(c.Process.Pid)+":"+strconv.Itoa(n+1)+"@"+namespace(), syscall.SIGTERM) {
-		t.Fatal("a name whose start time is another process's was signalled")
-	}
-	select {
-	case <-done:
-		t.Fatal("the process ended from a signal meant for another")
-	case <-time.After(50 * time.Millisecond):
-	}
-	if !Signal(name, syscall.SIGTERM) {
-		t.Fatal("Signal did not reach the process")
-	}
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the process did not end")
-	}
-	if Signal(name, syscall.SIGTERM) || !Gone(name) {
-		t.Fatal("a process that ended is still signalled or not gone")
+	_, ns, _ := strings.Cut(self, "@")
+	ended := strconv.Itoa(pid) + ":" + start + "@" + ns
+	selfPid, rest, _ := strings.Cut(self, ":")
+	recycled := selfPid + ":1" + rest // this pid, another start time
+	foreign := strings.Split(self, "@")[0] + "@0"
+	noStart := selfPid + ":@" + ns
+	for _, c := range []struct {
+		name        string
+		alive, gone bool
+	}{
+		{self, true, false},
+		{ended, false, true},
+		{recycled, false, true},
+		{foreign, false, false},
+		{noStart, false, false},
+		{"garbage", false, true},
+	} {
+		if got := Alive(c.name); got != c.alive {
+			t.Errorf("Alive(%q) = %v, want %v", c.name, got, c.alive)
+		}
+		if got := Gone(c.name); got != c.gone {
+			t.Errorf("Gone(%q) = %v, want %v", c.name, got, c.gone)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/providers/internal/stepshell"
 )
 
 // Nothing a step starts outlives it (docs/docker.md, "When a step ends"):
@@ -152,7 +153,7 @@ func TestLiveStepSurvivesAnotherStepsEnd(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, MountVolume, nil)
 	sb := e.provision()
-	tag := newTag()
+	tag := stepshell.Tag("")
 	done := make(chan execResult, 1)
 	go func() {
 		done <- e.run(sb, `sleep 302 &

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/providers/internal/archive"
 )
 
 // Labels xmode puts on everything it creates (docs/reference.md, "Docker
@@ -54,6 +56,10 @@ func (p *Provider) Destroy(ctx context.Context, sb engine.Sandbox) error {
 		if err := p.removeContainer(ctx, ref, sb.SessionID); err != nil {
 			return err
 		}
+		// A fork's image goes with the container it was made for.
+		if err := p.dropOwnImage(ctx, sb); err != nil {
+			return err
+		}
 	}
 	// A proxied sandbox's network, policy and log (kept in the run's
 	// evidence), found by the session; one inspect when there is none.
@@ -71,7 +77,7 @@ func (p *Provider) Destroy(ctx context.Context, sb engine.Sandbox) error {
 		// What a SyncBack that died left next to the worktree.
 		if dir, err := p.guard.RunDir(sb.RunID); err == nil {
 			if root, err := os.OpenRoot(dir); err == nil {
-				removeStale(root)
+				archive.RemoveStale(root)
 				root.Close()
 			}
 		}
@@ -171,7 +177,35 @@ func (p *Provider) removeVolume(ctx context.Context, name, instance string) erro
 	return nil
 }
 
-// ListObjects lists the containers (running or not) and volumes labelled
+// ProjectVolumes lists the cache volumes of a project of this install
+// (engine.VolumeRemover): managed, this instance's, labelled with the
+// project and with no session.
+func (p *Provider) ProjectVolumes(ctx context.Context, project, instance string) ([]string, error) {
+	if instance == "" || project == "" {
+		return nil, errors.New("list a project's cache volumes: no instance id or project: refusing to list others'")
+	}
+	if _, err := p.Ping(ctx); err != nil {
+		return nil, err
+	}
+	f := filters.NewArgs(filters.Arg("label", LabelManaged+"=true"), filters.Arg("label", LabelInstance+"="+instance),
+		filters.Arg("label", LabelProject+"="+project))
+	cctx, cancel := p.call(ctx)
+	defer cancel()
+	vs, err := p.cli.VolumeList(cctx, volume.ListOptions{Filters: f})
+	if err != nil {
+		return nil, p.wrap(err, "list the cache volumes of project "+project)
+	}
+	var out []string
+	for _, v := range vs.Volumes {
+		if v != nil && v.Labels[LabelSession] == "" && v.Name != p.cfg.StorageVolume {
+			out = append(out, v.Name)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// ListObjects lists the containers (running or not), volumes and images labelled
 // xmode.managed=true and xmode.instance=<instance> — what the reaper may
 // consider for orphan removal (engine.OrphanLister). The storage volume is
 // never listed.
@@ -226,7 +260,11 @@ func (p *Provider) ListObjects(ctx context.Context, instance string) ([]engine.O
 			SessionID: v.Labels[LabelSession], Instance: v.Labels[LabelInstance],
 		})
 	}
-	return out, nil
+	images, err := p.listImages(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, images...), nil
 }
 
 // Alive reports whether the sandbox's container exists, is xmode's and the
@@ -281,6 +319,11 @@ func (p *Provider) RemoveObject(ctx context.Context, o engine.Object) error {
 		return p.destroyEgress(ctx, o.SessionID, "")
 	case engine.KindVolume:
 		return p.Destroy(ctx, engine.Sandbox{Engine: Name, Volumes: []string{o.ID}})
+	case engine.KindImage:
+		if _, err := p.Ping(ctx); err != nil {
+			return err
+		}
+		return p.removeImage(ctx, o.ID, o.Instance, "")
 	}
 	return fmt.Errorf("unknown object kind %q", o.Kind)
 }

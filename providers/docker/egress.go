@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -1113,7 +1114,7 @@ func copyIntoRoot(root *os.Root, src, rel string) error {
 	if st, err := in.Stat(); err != nil || !st.Mode().IsRegular() {
 		return fmt.Errorf("%s is not a regular file", src)
 	}
-	tmp := path.Join(path.Dir(rel), "."+path.Base(rel)+"."+randomSuffix())
+	tmp := path.Join(path.Dir(rel), "."+path.Base(rel)+"."+rand.Text())
 	out, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err

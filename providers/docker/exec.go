@@ -3,9 +3,6 @@ package docker
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +26,7 @@ import (
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
+	"github.com/xmode/xmode/providers/internal/stepshell"
 )
 
 // ExecTagEnv is set in every step's environment (engine.ExecRequest.Tag, or
@@ -37,142 +35,6 @@ import (
 // Ctrl-C, when the step's main process has exited and left children behind,
 // and when the xmode that ran the step is gone (KillStep).
 const ExecTagEnv = engine.ExecTagEnv
-
-// sweepFunc defines sweep(), which finds what must end when a step ends,
-// using shell builtins only (it must work when the pids limit leaves no
-// process to spare; docs/docker.md, "When a step ends"). A process is
-// spared when it is PID 1 or in its session (the init and the keep-alive),
-// a zombie, $me, or of a live exec: an exec root (its parent is outside the
-// container: a step's wrapper or one of xmode's helpers) other than the
-// ending step's, everything in the session or below such a root, and
-// everything carrying a live root's XMODE_EXEC_TAG. sweep sets L to the
-// ending step's root ($dead, or else the root carrying $tag) and K to every
-// other process: the ending step's, whatever environment or session they
-// have, and the leftovers of steps already over. A root's tag is the 16
-// characters after XMODE_EXEC_TAG= (read drops the NULs between variables,
-// so the next one follows at once): stepTag makes every tag that long.
-const sweepFunc = `tagof() {
-	t=
-	while IFS= read -r l || [ -n "$l" ]; do
-		case $l in *"$E="*) t=${l#*"$E="}; t=${t%"${t#????????????????}"}; return;; esac
-	done < "$1"
-}
-tagged() {
-	hit=
-	while IFS= read -r l || [ -n "$l" ]; do
-		for t in $2; do case $l in *"$E=$t"*) hit=1; return;; esac; done
-	done < "$1"
-}
-sweep() {
-	L=; K=; live=" "; tags=; rest=
-	for d in /proc/[0-9]*; do
-		p=${d#/proc/}
-		read -r st < "$d/stat" || continue
-		set -- ${st##*) }
-		[ "$1" = Z ] || [ "$4" = 1 ] && continue
-		if [ "$2" != 0 ]; then rest="$rest $p:$2:$4"; continue; fi
-		if [ "$p" = "$dead" ]; then L=$p; continue; fi
-		if [ -z "$dead" ]; then
-			tagged "$d/environ" "$tag"
-			if [ -n "$hit" ]; then L=$p; continue; fi
-		fi
-		live="$live$p "
-		tagof "$d/environ"
-		[ -n "$t" ] && tags="$tags $t"
-	done
-	left=
-	for e in $rest; do
-		p=${e%%:*}; r=${e#*:}
-		case $live in *" ${r%%:*} "*|*" ${r#*:} "*) live="$live$p "; continue;; esac
-		hit=
-		[ -n "$tags" ] && tagged "/proc/$p/environ" "$tags"
-		if [ -n "$hit" ]; then live="$live$p "; else left="$left $e"; fi
-	done
-	more=1
-	while [ -n "$more" ]; do
-		more=; rest=$left; left=
-		for e in $rest; do
-			p=${e%%:*}; r=${e#*:}
-			case $live in
-			*" ${r%%:*} "*|*" ${r#*:} "*) live="$live$p "; more=1;;
-			*) left="$left $e";;
-			esac
-		done
-	done
-	for e in $left; do K="$K ${e%%:*}"; done
-}
-`
-
-// stepWrapper runs the step's argv in a child and stays as the exec's root
-// process: the session leader of the step, tagged, its parent outside the
-// container, so the step can always be found. The status is the command's:
-// 127/126 for not found/not executable (with the shell's message on
-// stderr), 128+N when killed by signal N. exec in a subshell (not a plain
-// call) keeps shell builtins and functions out: argv[0] is looked up on PATH.
-// Once the command has exited, everything of the step that is left
-// (background children, daemons in a session of their own with a cleared
-// environment) is KILLed from inside, at no extra cost, before the exec
-// ends; the sweep is repeated until it finds nothing, so a child forked
-// while it runs is found by the next round.
-const stepWrapper = `( exec "$@" ); rc=$?
-E=` + ExecTagEnv + `; me=$$; dead=$$; tag=
-` + sweepFunc + `n=0
-while [ "$n" -lt 50 ]; do
-	sweep 2>/dev/null
-	[ -n "$K" ] || break
-	kill -s KILL $K 2>/dev/null
-	n=$((n+1))
-done
-exit $rc`
-
-// killScript ends one step from a separate exec: $1 the step's tag, $2 the
-// grace period in tenths of a second (0: KILL at once), $3 the first signal
-// (TERM; INT for Ctrl-C). That signal (and CONT, for stopped processes)
-// first, KILL after the grace period, to everything sweep lists: the
-// step's processes and any leftover of a step already over. The step's
-// wrapper is spared so the step reports how its command ended; it exits by
-// itself once its command is gone. Exit 0: nothing of the step is left; 3:
-// something survived.
-const killScript = `exec 2>/dev/null
-E=` + ExecTagEnv + `; tag=$1; grace=$2; sig=${3:-TERM}; me=$$; dead=
-` + sweepFunc + `sweep
-if [ "$grace" -gt 0 ] && [ -n "$K" ]; then
-	kill -s "$sig" $K
-	kill -s CONT $K
-	i=0
-	while [ "$i" -lt "$grace" ]; do
-		alive=
-		for p in $K; do
-			if read -r st < "/proc/$p/stat"; then
-				set -- ${st##*) }
-				[ "$1" = Z ] || { alive=1; break; }
-			fi
-		done
-		[ -n "$alive" ] || break
-		sleep 0.1 || i=$((i+9))
-		i=$((i+1))
-	done
-fi
-n=0
-while [ "$n" -lt 50 ]; do
-	sweep
-	[ -n "$K" ] || break
-	kill -s KILL $K
-	n=$((n+1))
-done
-i=0
-while [ -n "$L$K" ] && [ "$i" -lt 20 ]; do
-	[ -n "$K" ] && kill -s KILL $K
-	sleep 0.1 || i=$((i+9))
-	i=$((i+1))
-	sweep
-done
-[ -n "$L" ] && kill -s KILL $L
-sweep
-[ -z "$K$L" ] && exit 0
-echo "left:$K$L"
-exit 3
-`
 
 // Exec runs one step in the session's container and returns its status.
 // Output streams to req.Stdout/req.Stderr as it comes (kept apart, bounded
@@ -207,7 +69,7 @@ func (p *Provider) exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 	if err != nil {
 		return engine.Status{}, err
 	}
-	tag := stepTag(req.Tag)
+	tag := stepshell.Tag(req.Tag)
 	// The tag comes last so that it wins over a same-named entry of req.Env.
 	env := append(append([]string(nil), req.Env...), ExecTagEnv+"="+tag)
 	wrapper := wrapperFor(ci.HostConfig)
@@ -393,7 +255,7 @@ func execDir(root, worktree, rel string) (string, error) {
 	return path.Join(root, clean), nil
 }
 
-// wrapperFor is stepWrapper, preceded by the container's nofile soft limit
+// wrapperFor is stepshell.Wrapper, preceded by the container's nofile soft limit
 // where one is set: runc built with Go 1.19+ (runc < 1.1.10, as in Debian
 // bookworm) hands exec'd processes a soft limit raised to the hard one, so
 // the configured soft limit is applied again here (lowering a soft limit
@@ -402,32 +264,11 @@ func wrapperFor(hc *container.HostConfig) string {
 	if hc != nil {
 		for _, u := range hc.Ulimits {
 			if u != nil && u.Name == "nofile" && u.Soft > 0 {
-				return "ulimit -S -n " + strconv.FormatInt(u.Soft, 10) + " 2>/dev/null; " + stepWrapper
+				return "ulimit -S -n " + strconv.FormatInt(u.Soft, 10) + " 2>/dev/null; " + stepshell.Wrapper
 			}
 		}
 	}
-	return stepWrapper
-}
-
-func newTag() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// stepTag is the XMODE_EXEC_TAG a step carries in the container: the
-// caller's tag when it is 16 lowercase hex digits (sandbox.Exec's are), a
-// random one when there is none, else 16 hex digits derived from it, so
-// that KillStep finds it by the same tag and the sweep can read it.
-func stepTag(tag string) string {
-	switch {
-	case tag == "":
-		return newTag()
-	case len(tag) == 16 && strings.Trim(tag, "0123456789abcdef") == "":
-		return tag
-	}
-	sum := sha256.Sum256([]byte(tag))
-	return hex.EncodeToString(sum[:8])
+	return stepshell.Wrapper
 }
 
 func shortID(id string) string {
@@ -843,12 +684,12 @@ func hasTag(args string, marks []string) bool {
 	return false
 }
 
-// endProcesses runs killScript in the container: sig (TERM, or the signal
+// endProcesses runs stepshell.Kill in the container: sig (TERM, or the signal
 // that interrupted xmode) to every process of the step, KILL after grace. An error means it could not run (pids limit
 // exhausted, memory) or something survived.
 func (p *Provider) endProcesses(ctx context.Context, containerID, tag string, grace time.Duration, sig syscall.Signal) error {
 	tenths := int((grace + 99*time.Millisecond) / (100 * time.Millisecond))
-	cmd := []string{"/bin/sh", "-c", killScript, "xmode-kill", tag, strconv.Itoa(tenths), strings.TrimPrefix(signalName(int(sig)), "SIG")}
+	cmd := []string{"/bin/sh", "-c", stepshell.Kill, "xmode-kill", tag, strconv.Itoa(tenths), strings.TrimPrefix(signalName(int(sig)), "SIG")}
 	var last error
 	for attempt := 0; attempt < 3; attempt++ {
 		if attempt > 0 {
@@ -1078,7 +919,7 @@ func (p *Provider) SignalStep(ctx context.Context, sb engine.Sandbox, tag string
 	if !ci.State.Running {
 		return nil
 	}
-	return p.endProcesses(ctx, ci.ID, stepTag(tag), grace, sig)
+	return p.endProcesses(ctx, ci.ID, stepshell.Tag(tag), grace, sig)
 }
 
 // Containment says how a docker step is contained (engine.StepContainer):

@@ -391,6 +391,27 @@ func TestTmpfsWritableInAnImageWithTmp0755(t *testing.T) {
 	}
 }
 
+// Bind mode without hardening keeps the image's own /tmp (no tmpfs), and
+// still gives the sandbox user (65532 here) a /tmp it can write in an image
+// whose /tmp is 0755 root.
+func TestBindTmpWritableInAnImageWithTmp0755(t *testing.T) {
+	t.Parallel()
+	img := dockertest.ImageTmp0755(t)
+	e := newEnv(t, MountBind, map[string]string{"XMODE_SANDBOX_IMAGE": img})
+	sb := e.provision()
+	if got := e.ok(sb, "id -u; touch /tmp/x && echo wrote"); got != "65532\nwrote" {
+		t.Errorf("/tmp in bind mode, an image whose /tmp is 0755: %q, want 65532 writing it", got)
+	}
+	// Still the image's directory, not a tmpfs: bind mode applies no
+	// limit it was not asked for.
+	if got := e.ok(sb, "grep -c ' /tmp ' /proc/mounts || true"); got != "0" {
+		t.Errorf("bind mode mounted something at /tmp: %q mounts", got)
+	}
+	if got := e.ok(sb, "stat -c %a /tmp"); got != "1777" {
+		t.Errorf("/tmp's mode: %s, want 1777", got)
+	}
+}
+
 func (e *tenv) specFor(run string) engine.Spec {
 	s := e.spec(run)
 	return s

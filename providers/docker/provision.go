@@ -1,6 +1,8 @@
 package docker
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -223,6 +225,10 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 			return sb, err
 		}
 	}
+	if err := p.openTmp(cctx, created.ID, hc, cc.User); err != nil {
+		discard()
+		return sb, err
+	}
 	if err := p.cli.ContainerStart(cctx, created.ID, container.StartOptions{}); err != nil {
 		discard()
 		return sb, p.wrap(err, "start container "+name)
@@ -253,6 +259,49 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 	}
 	sb.ContainerID = created.ID
 	return sb, nil
+}
+
+// openTmp gives a sandbox user other than root a /tmp it can write where
+// xmode mounts no tmpfs there (bind mode leaves XMODE_SANDBOX_TMPFS
+// unapplied unless asked): the image's own /tmp, which is 0755 root in some
+// images, or missing, becomes 1777 in the container's own layer, before it
+// starts. An image whose /tmp is already 1777 costs one stat; a read-only
+// root or a /tmp that is a link is left as the image has it.
+func (p *Provider) openTmp(ctx context.Context, id string, hc *container.HostConfig, user string) error {
+	if rootUser(user) || hc.ReadonlyRootfs {
+		return nil
+	}
+	if _, ok := hc.Tmpfs["/tmp"]; ok {
+		return nil
+	}
+	st, err := p.cli.ContainerStatPath(ctx, id, "/tmp")
+	switch {
+	case err != nil && !cerrdefs.IsNotFound(err):
+		return p.wrap(err, "stat /tmp in the new container "+shortID(id))
+	case err == nil && (st.LinkTarget != "" || !st.Mode.IsDir()):
+		return nil
+	case err == nil && st.Mode.Perm() == 0o777 && st.Mode&os.ModeSticky != 0:
+		return nil
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: "tmp/", Mode: 0o1777, ModTime: time.Now()}); err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	if err := p.cli.CopyToContainer(ctx, id, "/", &buf, container.CopyToContainerOptions{}); err != nil {
+		return p.wrap(err, "make /tmp writable in the new container "+shortID(id))
+	}
+	return nil
+}
+
+// rootUser reports whether a container user is root: "" (the image's,
+// which xmode never leaves unset), uid 0 or "root", with or without a group.
+func rootUser(user string) bool {
+	u, _, _ := strings.Cut(user, ":")
+	return u == "" || u == "0" || u == "root"
 }
 
 // MountMode is how this provider's sandboxes see their worktree: volume
@@ -766,6 +815,9 @@ func (p *Provider) EnsureImage(ctx context.Context, ref string) error {
 	if !cerrdefs.IsNotFound(err) {
 		return p.wrap(err, "inspect image "+ref)
 	}
+	if isSnapshotImage(ref) {
+		return fail.Refusedf("image %s is gone (the reaper removes a fork's or a snapshot's image once it is not used): it was never in a registry, so it cannot be pulled", ref)
+	}
 
 	if p.Progress != nil {
 		fmt.Fprintf(p.Progress, "Unable to find image '%s' locally\n", ref)
@@ -803,4 +855,4 @@ func pullFailed(ref string, err error) error {
 // imageFix is what to do about an image the daemon does not have, for
 // every front end: the image comes from XMODE_SANDBOX_IMAGE, or from the
 // create that named one.
-const imageFix = "give an image the daemon has: XMODE_SANDBOX_IMAGE for every sandbox, or the create's own (`xmode sandbox create --image`, MCP sandbox_create's image parameter); or load it with `docker load`, or check the image name and the daemon's registry access (docs/docker.md)"
+const imageFix = "give an image the daemon has: XMODE_SANDBOX_IMAGE for every sandbox, or the create's own (`xmode sandbox create --image`, MCP sandbox_create's image parameter); or load it with `docker load`, or check the image name and the daemon's registry access (docs/images.md builds one offline)"

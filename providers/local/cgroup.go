@@ -239,6 +239,23 @@ func killCgroup(dir string) {
 	}
 }
 
+// signalCgroup sends sig to every process of the cgroup (cgroup v2 has no
+// way to signal them all at once but cgroup.kill, which only KILLs). A
+// process forked while the list is read is caught by the KILL that
+// follows the grace period.
+func signalCgroup(dir string, sig syscall.Signal) {
+	if sig == syscall.SIGKILL {
+		killCgroup(dir)
+		return
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+			_ = syscall.Kill(pid, sig)
+		}
+	}
+}
+
 // waitEmpty waits up to d for the cgroup's "populated 0", as the kernel
 // reports it in cgroup.events (a change wakes poll with POLLPRI).
 func waitEmpty(dir string, d time.Duration) {

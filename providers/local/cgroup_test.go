@@ -174,3 +174,53 @@ func TestContainmentReportsCgroup(t *testing.T) {
 		t.Errorf("containment %+v", c)
 	}
 }
+
+// At the timeout, TERM reaches every process of the step's cgroup, one that
+// left the step's session and process group included, and it gets the
+// grace period to act on it before the KILL.
+func TestTimeoutTermsWholeCgroup(t *testing.T) {
+	requireCgroup(t)
+	_, sb := newSandbox(t)
+	dir := t.TempDir()
+	ready, termed := filepath.Join(dir, "ready"), filepath.Join(dir, "termed")
+	// The escapee traps TERM (and writes termed) while it waits; the
+	// leader waits for it to be ready, then sleeps into the timeout.
+	argv := []string{"sh", "-c", `setsid sh -c 'trap "echo term > \"$1\"; exit 0" TERM; : > "$0"; sleep 300 & wait' "$0" "$1" </dev/null >/dev/null 2>&1 &
+while [ ! -e "$0" ]; do sleep 0.01; done
+sleep 300`, ready, termed}
+	st, _, _ := runStep(t, context.Background(), sb, engine.ExecRequest{
+		Argv: argv, Tag: "timeoutcgroup01", Timeout: time.Second, Grace: 5 * time.Second,
+	})
+	if !st.TimedOut {
+		t.Fatalf("status %+v, want timed out", st)
+	}
+	b, err := os.ReadFile(termed)
+	if err != nil || strings.TrimSpace(string(b)) != "term" {
+		t.Errorf("the process that left the step's group got no TERM at the timeout (termed: %q, %v)", b, err)
+	}
+}
+
+// A process that ignores the TERM is KILLed after the grace period: the
+// step does not wait for it for ever.
+func TestTimeoutKillsCgroupAfterGrace(t *testing.T) {
+	requireCgroup(t)
+	_, sb := newSandbox(t)
+	pidfile := filepath.Join(t.TempDir(), "gc.pid")
+	argv := []string{"sh", "-c", `setsid sh -c 'trap "" TERM; echo $$ > "$0.tmp" && mv "$0.tmp" "$0"; while :; do sleep 0.05; done' "$0" </dev/null >/dev/null 2>&1 &
+while [ ! -s "$0" ]; do sleep 0.01; done
+sleep 300`, pidfile}
+	start := time.Now()
+	st, _, _ := runStep(t, context.Background(), sb, engine.ExecRequest{
+		Argv: argv, Tag: "timeoutcgroup02", Timeout: 200 * time.Millisecond, Grace: 300 * time.Millisecond,
+	})
+	if !st.TimedOut {
+		t.Fatalf("status %+v, want timed out", st)
+	}
+	gc := readPid(t, pidfile)
+	if !gone(gc, 5*time.Second) {
+		t.Errorf("the process that ignored TERM (%d) outlived its step", gc)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the step took %v to end; its grace was 300ms", d)
+	}
+}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/internal/hostenv"
 )
 
 // EngineName is the name the provider registers under.
@@ -137,7 +138,17 @@ func (p *Provider) Exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 		return engine.Status{}, fmt.Errorf("host engine: workdir %s is not a directory", dir)
 	}
 
-	env := mergeEnv(os.Environ(), req.Env)
+	inherited := os.Environ()
+	if sb.HostEnv != "" {
+		policy, err := hostenv.Parse(sb.HostEnv)
+		if err != nil {
+			return engine.Status{}, fmt.Errorf("host engine: the session's environment policy: %w", err)
+		}
+		inherited = policy.Filter(inherited)
+	}
+	// What the step is given by name (--env, an agent's keys) comes on top
+	// of what the policy lets it inherit.
+	env := mergeEnv(inherited, req.Env)
 	if req.Tag != "" {
 		// Last, so that it wins over a same-named entry of req.Env.
 		env = mergeEnv(env, []string{engine.ExecTagEnv + "=" + req.Tag})
@@ -339,7 +350,7 @@ func run(ctx context.Context, s runSpec) (st engine.Status, cgErr, err error) {
 		exited <- false
 	}()
 
-	timedOut, reaped := supervise(ctx, cmd.Process, pid, s.timeout, grace, exited)
+	timedOut, reaped := supervise(ctx, stepProcs{p: cmd.Process, pgid: pid, cg: cg}, s.timeout, grace, exited)
 	// The leader is gone: whatever it left behind in its group (`cmd &`)
 	// goes with it, and in its cgroup whatever left the group too.
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
@@ -392,11 +403,30 @@ func start(newCmd func(*stepCgroup) *exec.Cmd, cg *stepCgroup) (cmd *exec.Cmd, _
 	return bare, nil, fmt.Errorf("start a step in cgroup %s: %w", cg.dir, err), nil
 }
 
-// supervise waits for the leader to exit, ending the step's group at the
-// deadline or when ctx is done: TERM (or the signal that interrupted xmode,
-// engine.Interrupt) and CONT, KILL after the grace period or at once when
-// the interrupt hurries. reaped reports that cmd.Wait already ran.
-func supervise(ctx context.Context, p *os.Process, pid int, timeout, grace time.Duration, exited <-chan bool) (timedOut, reaped bool) {
+// stepProcs is what a stop signal reaches: the step's leader, its process
+// group and, when it has one, its cgroup — where a process that left the
+// group (setsid) still is.
+type stepProcs struct {
+	p    *os.Process
+	pgid int
+	cg   *stepCgroup // nil: the process group alone
+}
+
+func (sp stepProcs) signal(sig syscall.Signal) {
+	signalGroup(sp.p, sp.pgid, sig)
+	if sp.cg != nil {
+		signalCgroup(sp.cg.dir, sig)
+	}
+}
+
+// supervise waits for the leader to exit, ending the step at the deadline
+// or when ctx is done: TERM (or the signal that interrupted xmode,
+// engine.Interrupt) and CONT to its group and its whole cgroup, KILL after
+// the grace period or at once when the interrupt hurries. Once stopped, a
+// step in a cgroup is over when the cgroup is empty, not when its leader
+// exits: the rest get what is left of the grace period to act on the
+// signal. reaped reports that cmd.Wait already ran.
+func supervise(ctx context.Context, sp stepProcs, timeout, grace time.Duration, exited <-chan bool) (timedOut, reaped bool) {
 	var deadline <-chan time.Time
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
@@ -408,6 +438,7 @@ func supervise(ctx context.Context, p *os.Process, pid int, timeout, grace time.
 		hurry     <-chan struct{}
 		killT     *time.Timer
 		killTimer <-chan time.Time
+		killAt    time.Time
 	)
 	defer func() {
 		if killT != nil {
@@ -416,16 +447,20 @@ func supervise(ctx context.Context, p *os.Process, pid int, timeout, grace time.
 	}()
 	terminate := func(sig syscall.Signal) {
 		deadline, done = nil, nil // one signal is enough
-		signalGroup(p, pid, sig)
+		sp.signal(sig)
 		// A stopped process (SIGTSTP, SIGTTIN) only acts on it once
 		// continued.
-		signalGroup(p, pid, syscall.SIGCONT)
+		sp.signal(syscall.SIGCONT)
+		killAt = time.Now().Add(grace)
 		killT = time.NewTimer(grace)
 		killTimer = killT.C
 	}
 	for {
 		select {
 		case reaped = <-exited:
+			if killT != nil && killTimer != nil && sp.cg != nil {
+				waitEmpty(sp.cg.dir, time.Until(killAt))
+			}
 			return timedOut, reaped
 		case <-deadline:
 			timedOut = true
@@ -436,10 +471,11 @@ func supervise(ctx context.Context, p *os.Process, pid int, timeout, grace time.
 			terminate(sig)
 		case <-hurry:
 			hurry = nil
-			signalGroup(p, pid, syscall.SIGKILL)
+			killTimer = nil
+			sp.signal(syscall.SIGKILL)
 		case <-killTimer:
 			killTimer = nil
-			signalGroup(p, pid, syscall.SIGKILL)
+			sp.signal(syscall.SIGKILL)
 		}
 	}
 }

@@ -1,4 +1,4 @@
--- Reserved for another branch's migration (issue 28's front ends were given
--- 0016); this placeholder keeps the versions without a gap until that one
+-- Reserved for another branch's migration (issue 29's loop was given 0017
+-- and 0018); this placeholder lets them apply in order until that one
 -- lands. Drop it at the merge.
 SELECT 1;

@@ -296,6 +296,13 @@ func Strays() []string {
 			_ = cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 		}
 	}
+	is, _ := cli.ImageList(ctx, image.ListOptions{Filters: f})
+	for _, i := range is {
+		if test, ok := created.Load(i.Labels["xmode.instance"]); ok {
+			out = append(out, test.(string)+": image "+strings.Join(i.RepoTags, ","))
+			removeImage(ctx, cli, i)
+		}
+	}
 	ns, _ := cli.NetworkList(ctx, network.ListOptions{Filters: f})
 	for _, n := range ns {
 		if test, ok := created.Load(n.Labels["xmode.instance"]); ok {
@@ -329,7 +336,19 @@ func Labels(instance, session, run string) map[string]string {
 	}
 }
 
-// CleanupInstance force-removes the containers, networks and volumes labelled
+// removeImage removes an image a test made (a fork's or a snapshot's), by
+// each of its tags: an image committed of another is only untagged then,
+// and goes with the last one made from it.
+func removeImage(ctx context.Context, cli *client.Client, i image.Summary) {
+	for _, tag := range i.RepoTags {
+		_, _ = cli.ImageRemove(ctx, tag, image.RemoveOptions{Force: true, PruneChildren: true})
+	}
+	if len(i.RepoTags) == 0 {
+		_, _ = cli.ImageRemove(ctx, i.ID, image.RemoveOptions{Force: true, PruneChildren: true})
+	}
+}
+
+// CleanupInstance force-removes the containers, images, networks and volumes labelled
 // xmode.instance=<instance>.
 func CleanupInstance(t testing.TB, cli *client.Client, instance string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -343,6 +362,13 @@ func CleanupInstance(t testing.TB, cli *client.Client, instance string) {
 		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			t.Logf("cleanup: remove container %s: %v", c.ID[:12], err)
 		}
+	}
+	is, err := cli.ImageList(ctx, image.ListOptions{Filters: f})
+	if err != nil {
+		t.Logf("cleanup: list images of %s: %v", instance, err)
+	}
+	for _, i := range is {
+		removeImage(ctx, cli, i)
 	}
 	ns, err := cli.NetworkList(ctx, network.ListOptions{Filters: f})
 	if err != nil {

@@ -1,17 +1,17 @@
-package docker
+package archive
 
 import (
 	"archive/tar"
 	"bytes"
+	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
-	"github.com/xmode/xmode/providers/docker/dockertest"
 )
 
 // entry is one member of a crafted archive.
@@ -58,21 +58,15 @@ func archive(t *testing.T, entries ...entry) *bytes.Buffer {
 // is left out or defused.
 func TestSyncBackHostileArchives(t *testing.T) {
 	root := t.TempDir()
+	const run = "run_abcdefgh"
 	outside := filepath.Join(t.TempDir(), "outside")
 	if err := os.WriteFile(outside, []byte("host secret"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Load(func(k string) string {
-		return map[string]string{"HOME": root, "XMODE_STORAGE_ROOT": root, "XMODE_SANDBOX_SYNC_MAX_BYTES": "64k"}[k]
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
+	const limit = 64 << 10
+	replace := func(r io.Reader) ([]string, error) {
+		return ReplaceWorktree(filepath.Join(root, "runs", run), r, limit, t.Logf, nil)
 	}
-	p, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run := dockertest.NewID("run_")
 	wt := filepath.Join(root, "runs", run, "worktree")
 	if err := os.MkdirAll(wt, 0o755); err != nil {
 		t.Fatal(err)
@@ -94,23 +88,41 @@ func TestSyncBackHostileArchives(t *testing.T) {
 	}
 	dir := entry{name: "worktree/", typ: tar.TypeDir, mode: 0o755}
 	for name, a := range map[string]*bytes.Buffer{
-		"dot-dot":             archive(t, dir, entry{name: "worktree/../escape", typ: tar.TypeReg, body: "x"}),
-		"dot-dot inside":      archive(t, dir, entry{name: "worktree/a/../b", typ: tar.TypeReg, body: "x"}),
-		"absolute":            archive(t, dir, entry{name: "/etc/evil", typ: tar.TypeReg, body: "x"}),
-		"not the worktree":    archive(t, dir, entry{name: "elsewhere/x", typ: tar.TypeReg, body: "x"}),
-		"under a symlink":     archive(t, dir, entry{name: "worktree/d", typ: tar.TypeSymlink, link: "sub"}, entry{name: "worktree/d/x", typ: tar.TypeReg, body: "x"}),
-		"through a link out":  archive(t, dir, entry{name: "worktree/out", typ: tar.TypeSymlink, link: filepath.Dir(outside)}, entry{name: "worktree/out/outside", typ: tar.TypeReg, body: "pwned"}),
-		"larger than allowed": archive(t, dir, entry{name: "worktree/big", typ: tar.TypeReg, body: strings.Repeat("x", 100<<10)}),
+		"dot-dot":                         archive(t, dir, entry{name: "worktree/../escape", typ: tar.TypeReg, body: "x"}),
+		"dot-dot inside":                  archive(t, dir, entry{name: "worktree/a/../b", typ: tar.TypeReg, body: "x"}),
+		"absolute":                        archive(t, dir, entry{name: "/etc/evil", typ: tar.TypeReg, body: "x"}),
+		"not the worktree":                archive(t, dir, entry{name: "elsewhere/x", typ: tar.TypeReg, body: "x"}),
+		"under a symlink":                 archive(t, dir, entry{name: "worktree/d", typ: tar.TypeSymlink, link: "sub"}, entry{name: "worktree/d/x", typ: tar.TypeReg, body: "x"}),
+		"through a link out":              archive(t, dir, entry{name: "worktree/out", typ: tar.TypeSymlink, link: filepath.Dir(outside)}, entry{name: "worktree/out/outside", typ: tar.TypeReg, body: "pwned"}),
+		"larger than allowed":             archive(t, dir, entry{name: "worktree/big", typ: tar.TypeReg, body: strings.Repeat("x", 100<<10)}),
+		"many small files over the limit": archive(t, append([]entry{dir}, manySmall(40, 2<<10)...)...),
 	} {
-		_, err := p.replaceWorktree(run, a)
+		_, err := replace(a)
 		if fail.KindOf(err) != fail.Refused {
 			t.Errorf("%s: %v, want refused", name, err)
 		}
 		unchanged(name)
 	}
+	// A copy cut short at an entry's end (no archive end) is not a smaller
+	// worktree.
+	whole := archive(t, dir, entry{name: "worktree/keep.txt", typ: tar.TypeReg, body: "before"}, entry{name: "worktree/more", typ: tar.TypeReg, body: "more"})
+	if _, err := replace(bytes.NewReader(whole.Bytes()[:3*512])); err == nil {
+		t.Errorf("a copy cut short at an entry's end was accepted")
+	}
+	unchanged("cut short")
+	// An entry whose header claims far more than the stream holds (a huge
+	// entry cut short) is an error, the worktree untouched.
+	var huge bytes.Buffer
+	tw := tar.NewWriter(&huge)
+	_ = tw.WriteHeader(&tar.Header{Name: "worktree/huge", Typeflag: tar.TypeReg, Mode: 0o644, Size: 1 << 40})
+	_, _ = tw.Write([]byte("only this"))
+	if _, err := replace(&huge); err == nil {
+		t.Errorf("an entry of 1 TiB that is cut short was accepted")
+	}
+	unchanged("a huge entry cut short")
 
 	// Accepted, with what the host must not have left out or defused.
-	dropped, err := p.replaceWorktree(run, archive(t, dir,
+	dropped, err := replace(archive(t, dir,
 		entry{name: "worktree/file", typ: tar.TypeReg, mode: 0o6755, body: "setuid"},
 		entry{name: "worktree/sticky/", typ: tar.TypeDir, mode: 0o1777},
 		entry{name: "worktree/sub/", typ: tar.TypeDir, mode: 0o555},
@@ -160,6 +172,15 @@ func TestSyncBackHostileArchives(t *testing.T) {
 	if b, _ := os.ReadFile(outside); string(b) != "host secret" {
 		t.Errorf("the file outside changed: %q", b)
 	}
+}
+
+// manySmall makes n files of size bytes each.
+func manySmall(n, size int) []entry {
+	var out []entry
+	for i := range n {
+		out = append(out, entry{name: fmt.Sprintf("worktree/f%03d", i), typ: tar.TypeReg, body: strings.Repeat("y", size)})
+	}
+	return out
 }
 
 // Which symlink targets stay inside the worktree whatever the links they

@@ -1,0 +1,182 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/engine"
+	"github.com/xmode/xmode/internal/kubetest"
+	kube "github.com/xmode/xmode/providers/kubernetes"
+)
+
+// kubeSession returns the environment of cloud_worker sessions on the
+// kubernetes engine (the test cluster, a namespace of the benchmark's own,
+// the image on the node) for the real binary, and a repository to clone.
+func kubeSession(b *testing.B, dir string) (env []string, repo, ns string) {
+	_, cs := kubetest.Require(b)
+	ns = kubetest.Namespace(b, cs)
+	repo = filepath.Join(dir, "repo")
+	makeRepo(b, repo, 20, 2)
+	env = []string{"XMODE_STORAGE_ROOT=" + filepath.Join(dir, "root"), "XMODE_SANDBOX_ENGINE=kubernetes",
+		"XMODE_RUNNER_MODE=cloud_worker", "XMODE_SANDBOX_MAX_OPEN=0",
+		"KUBECONFIG=" + kubetest.Kubeconfig(b), "XMODE_KUBE_NAMESPACE=" + ns,
+		"XMODE_SANDBOX_IMAGE=" + kubetest.Image(b), "XMODE_KUBE_IMAGE_PULL_POLICY=Never",
+		"XMODE_SANDBOX_CPUS=0.1", "XMODE_SANDBOX_MEMORY=128m", "XMODE_KUBE_EPHEMERAL_STORAGE=1g"}
+	return env, repo, ns
+}
+
+// kubectl is the kubectl the test cluster was built with (on PATH, or
+// XMODE_BENCH_KUBECTL).
+func kubectl(b *testing.B) string {
+	if p := os.Getenv("XMODE_BENCH_KUBECTL"); p != "" {
+		return p
+	}
+	p, err := exec.LookPath("kubectl")
+	if err != nil {
+		b.Skip("SKIP: no kubectl to compare with (put the cluster's on PATH or set XMODE_BENCH_KUBECTL)")
+	}
+	return p
+}
+
+// BenchmarkKubeExec: `xmode sandbox exec ID -- true` against `kubectl exec
+// POD -- true` on the same pod, side by side, wall and CPU. Target: ≤ 1.2×.
+func BenchmarkKubeExec(b *testing.B) {
+	dir := b.TempDir()
+	env, repo, ns := kubeSession(b, dir)
+	kc := kubectl(b)
+	bin := xmodeBin(b)
+	id := output(b, env, bin, "sandbox", "create", "--repo", repo, "-q")
+	b.Cleanup(func() { stopSessions(b, env, bin, id) })
+	kcEnv := []string{"KUBECONFIG=" + kubetest.Kubeconfig(b)}
+	b.ResetTimer()
+	c := sideBySideCosts(b, rounds(b),
+		cmdline(kcEnv, kc, "exec", "-n", ns, kube.PodName(id), "--", "true"),
+		cmdline(env, bin, "sandbox", "exec", id, "--", "true"),
+	)
+	reportCost(b, "kubectl-exec", c[0])
+	reportCost(b, "xmode-exec", c[1])
+	reportRatio(b, "xmode/kubectl", c[1], c[0])
+}
+
+// BenchmarkKubeCreate: `sandbox create` (a shallow clone, the pod scheduled
+// and started, the worktree copied in) to its first step's end. Target:
+// ≤ 2 s with the image on the node.
+func BenchmarkKubeCreate(b *testing.B) {
+	dir := b.TempDir()
+	env, repo, _ := kubeSession(b, dir)
+	bin := xmodeBin(b)
+	var ids []string
+	b.Cleanup(func() { stopSessions(b, env, bin, ids...) })
+	b.ResetTimer()
+	med := sideBySide(rounds(b), func() {
+		id := output(b, env, bin, "sandbox", "create", "--repo", repo, "-q")
+		ids = append(ids, id)
+		run(b, env, bin, "sandbox", "exec", id, "--", "true")
+	})
+	b.ReportMetric(ms(med[0]), "create+first-exec-ms")
+}
+
+// BenchmarkKubeReap100: `xmode reap` of 100 orphan pods (this install's,
+// their sessions unknown to the store): the list, then a delete each.
+// Target: ≤ 30 s.
+func BenchmarkKubeReap100(b *testing.B) {
+	dir := b.TempDir()
+	env, repo, ns := kubeSession(b, dir)
+	bin := xmodeBin(b)
+	// A session makes the store (and its instance); its pod stays.
+	id := output(b, env, bin, "sandbox", "create", "--repo", repo, "-q")
+	b.Cleanup(func() { stopSessions(b, env, bin, id) })
+	instance, err := os.ReadFile(filepath.Join(dir, "root", "xmode.instance"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	vars := map[string]string{"XMODE_STORAGE_ROOT": filepath.Join(dir, "orphans")}
+	for _, kv := range env[1:] {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	// A hundred pods on the one node of the test cluster: requests small
+	// enough for all of them to be scheduled.
+	vars["XMODE_SANDBOX_CPUS"], vars["XMODE_SANDBOX_MEMORY"], vars["XMODE_KUBE_EPHEMERAL_STORAGE"] = "0.01", "32m", "64m"
+	cfg, err := config.Load(func(k string) string { return vars[k] }, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := kube.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, cs := kubetest.Require(b)
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		// 100 pods labelled as this install's, whose sessions the store
+		// does not know: what a store restored from before them leaves.
+		sem := make(chan struct{}, 8)
+		errs := make(chan error, 100)
+		for j := 0; j < 100; j++ {
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem }()
+				errs <- orphanPod(p, cfg, strings.TrimSpace(string(instance)))
+			}()
+		}
+		for j := 0; j < 100; j++ {
+			if err := <-errs; err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		start := time.Now()
+		run(b, env, bin, "reap")
+		b.ReportMetric(float64(time.Since(start))/float64(time.Second), "reap-100-orphans-s")
+		b.StopTimer()
+		pods, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "xmode.instance=" + strings.TrimSpace(string(instance))})
+		if err != nil {
+			b.Fatal(err)
+		}
+		left := 0
+		for _, pod := range pods.Items {
+			if pod.DeletionTimestamp == nil && pod.Labels["xmode.session"] != id {
+				left++
+			}
+		}
+		if left != 0 {
+			b.Fatalf("%d orphan pods left after reap", left)
+		}
+		b.StartTimer()
+	}
+}
+
+// orphanPod provisions a sandbox for a session no store knows.
+func orphanPod(p *kube.Provider, cfg *config.Config, instance string) error {
+	sess, run := "sbx_"+randomID(), "run_"+randomID()
+	wt := filepath.Join(cfg.StorageRoot, "runs", run, "worktree")
+	if err := os.MkdirAll(wt, 0o755); err != nil {
+		return err
+	}
+	_, err := p.Provision(context.Background(), engine.Spec{
+		SessionID: sess, RunID: run, Worktree: wt, Expires: time.Now().Add(time.Hour),
+		Labels: map[string]string{"xmode.managed": "true", "xmode.session": sess, "xmode.run": run, "xmode.instance": instance},
+	})
+	if err != nil {
+		return fmt.Errorf("an orphan pod: %w", err)
+	}
+	return nil
+}
+
+func randomID() string {
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	return base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding).EncodeToString(b[:])
+}
