@@ -502,13 +502,13 @@ func TestMCPNetwork(t *testing.T) {
 // TestPortsOnDocker: `sandbox port` publishes a sandbox's port — a busybox
 // httpd a background step started — on a loopback port of this host,
 // whatever the sandbox's network (none: loopback is all it has; allow:
-// the egress network the host has no address on). The forwarder outlives
+// the egress network the host has no address on; docker's bridge). The forwarder outlives
 // the command that started it; `sandbox show` lists the port; it closes
 // with the sandbox, and its relay container goes with it.
 func TestPortsOnDocker(t *testing.T) {
 	t.Parallel()
 	f := newNetFixture(t)
-	for _, network := range []string{"none", "allow"} {
+	for _, network := range []string{"none", "allow", "bridge"} {
 		t.Run(network, func(t *testing.T) {
 			id := strings.TrimSpace(f.must("sandbox", "create", "--repo", f.repo, "-q", "--network", network))
 			t.Cleanup(func() { f.xm("sandbox", "stop", id) })
