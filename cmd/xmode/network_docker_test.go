@@ -525,6 +525,12 @@ func TestPortsOnDocker(t *testing.T) {
 			if !strings.Contains(body, "hello from "+network) {
 				t.Fatalf("GET %s: %q", url, body)
 			}
+			// Docker's bridge is reached straight, as docker's own published
+			// ports are; the other networks through the sandbox's relay.
+			_, rerr := f.cli.ContainerInspect(context.Background(), "xmode-relay-"+id)
+			if (network == "bridge") != (rerr != nil) {
+				t.Errorf("network %s: the relay container %s (inspect: %v)", network, map[bool]string{true: "was made", false: "was not made"}[rerr == nil], rerr)
+			}
 			if r := f.xm("sandbox", "port", id, "8080"); r.code != 4 || !strings.Contains(r.stderr, "published already") {
 				t.Errorf("publishing it again: exit %d\n%s", r.code, r.stderr)
 			}

@@ -19,15 +19,17 @@ import (
 	"github.com/xmode/xmode/internal/relay"
 )
 
-// A sandbox's port is reached from the host through its relay
-// (docs/network.md, "Ports"; docs/docker.md): a container of xmode's own
-// image, xmode-relay-<session>, that joins the sandbox container's network
+// A sandbox's port is reached from the host straight at the container's
+// address when the host routes to it (a bridge, with the daemon on this
+// machine), else through its relay (docs/network.md, "Ports";
+// docs/docker.md): a container of xmode's own image,
+// xmode-relay-<session>, that joins the sandbox container's network
 // namespace and nothing else — no mount, no capability, another user, its
-// own processes — and idles. Each connection is an exec in it of `xmode
-// __relay 127.0.0.1:PORT` (internal/relay), its standard streams the
-// connection's bytes. So a port is reached whatever the sandbox's network:
-// none (loopback is all it has), its egress network (the host has no
-// address on it), a bridge, or a daemon on another machine; and the
+// own processes — and idles. Each connection through it is an exec in it
+// of `xmode __relay 127.0.0.1:PORT` (internal/relay), its standard streams
+// the connection's bytes. So a port is reached whatever the sandbox's
+// network: none (loopback is all it has), its egress network (the host has
+// no address on it), a bridge, or a daemon on another machine; and the
 // sandbox's own processes never see the relay, which opens no listener.
 
 // RolePortRelay labels a sandbox's port relay (LabelRole).
@@ -45,6 +47,9 @@ var relayIdle = []string{"/xmode", "__relay", "--idle"}
 func (p *Provider) DialPort(ctx context.Context, sb engine.Sandbox, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, fail.Usagef("port %d: a port is 1 to 65535", port)
+	}
+	if c := p.dialDirect(ctx, sb, port); c != nil {
+		return c, nil
 	}
 	id, err := p.ensureRelay(ctx, sb)
 	if err != nil {
@@ -82,6 +87,38 @@ func (p *Provider) DialPort(ctx context.Context, sb engine.Sandbox, port int) (n
 		return nil, fail.Failedf("port %d of sandbox %s cannot be reached: %s (does something listen on it?)", port, sb.SessionID, why)
 	}
 	return &relayConn{hr: hr, r: pr}, nil
+}
+
+// directTimeout bounds a connection straight to a container's address:
+// one the host routes answers (or refuses) at once.
+const directTimeout = 300 * time.Millisecond
+
+// dialDirect connects straight to the container's address on a network
+// the host reaches (docker's bridge, a user-defined bridge), as docker's
+// own published ports do — a connection there costs a millisecond where a
+// relay's exec costs a hundred: with the daemon on this machine (bind
+// mode) only, never on a sandbox's egress network (internal, the host has
+// no address on it) or network none. nil when it cannot, for the relay.
+func (p *Provider) dialDirect(ctx context.Context, sb engine.Sandbox, port int) net.Conn {
+	if p.MountMode() != MountBind || sb.ContainerID == "" || checkRef("container", sb.ContainerID) != nil {
+		return nil
+	}
+	cctx, cancel := p.call(ctx)
+	ci, err := p.cli.ContainerInspect(cctx, sb.ContainerID)
+	cancel()
+	if err != nil || ci.Config == nil || checkOwned(ci.Config.Labels, sb.SessionID) != nil || ci.NetworkSettings == nil {
+		return nil
+	}
+	for name, n := range ci.NetworkSettings.Networks {
+		if n == nil || n.IPAddress == "" || name == "none" || name == EgressNetworkName(sb.SessionID) {
+			continue
+		}
+		d := net.Dialer{Timeout: directTimeout}
+		if c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(n.IPAddress, strconv.Itoa(port))); err == nil {
+			return c
+		}
+	}
+	return nil
 }
 
 // relayConn is one connection through a relay exec.
