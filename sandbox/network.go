@@ -116,24 +116,17 @@ func PolicyOf(sessionID string, np *store.NetworkPolicy) (egress.Policy, error) 
 		p.Credentials = append(p.Credentials, cred)
 	}
 	for _, r := range np.Resolve {
-		for _, a := range r.Addresses {
-			rs, err := egress.ParseResolve(r.Name+"="+a, r.Source)
-			if err != nil {
-				return egress.Policy{}, err
-			}
-			for _, x := range rs {
-				merged := false
-				for i := range p.Resolve {
-					if p.Resolve[i].Name == x.Name && p.Resolve[i].Source == x.Source {
-						p.Resolve[i].Addrs = append(p.Resolve[i].Addrs, x.Addrs...)
-						merged = true
-					}
-				}
-				if !merged {
-					p.Resolve = append(p.Resolve, x)
-				}
-			}
+		// One recorded name, its addresses together: ParseResolve gives
+		// them back as one.
+		items := make([]string, len(r.Addresses))
+		for i, a := range r.Addresses {
+			items[i] = r.Name + "=" + a
 		}
+		rs, err := egress.ParseResolve(strings.Join(items, ","), r.Source)
+		if err != nil {
+			return egress.Policy{}, err
+		}
+		p.Resolve = append(p.Resolve, rs...)
 	}
 	return p, nil
 }
