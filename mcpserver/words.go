@@ -49,16 +49,18 @@ var toolParams = map[string]string{
 // CLI's, without "xmode") to the tool that does it, and names the tool's
 // parameter for each of the command's operands, in order.
 var toolCommands = map[string]toolCommand{
-	"sandbox create": {"sandbox_create", nil},
-	"sandbox list":   {"sandbox_list", nil},
-	"sandbox show":   {"sandbox_show", []string{"session"}},
-	"sandbox stop":   {"sandbox_stop", []string{"session"}},
-	"sandbox extend": {"sandbox_extend", []string{"session"}},
-	"sandbox exec":   {"sandbox_exec", []string{"session"}},
-	"sandbox kill":   {"step_kill", []string{"session", "step"}},
-	"sandbox diff":   {"sandbox_diff", []string{"session"}},
-	"cr create":      {"cr_create", []string{"session"}},
-	"cr show":        {"cr_show", []string{"change_request"}},
+	"sandbox create":  {"sandbox_create", nil},
+	"sandbox list":    {"sandbox_list", nil},
+	"sandbox show":    {"sandbox_show", []string{"session"}},
+	"sandbox stop":    {"sandbox_stop", []string{"session"}},
+	"sandbox extend":  {"sandbox_extend", []string{"session"}},
+	"sandbox exec":    {"sandbox_exec", []string{"session"}},
+	"sandbox kill":    {"step_kill", []string{"session", "step"}},
+	"sandbox diff":    {"sandbox_diff", []string{"session"}},
+	"cr create":       {"cr_create", []string{"session"}},
+	"cr show":         {"cr_show", []string{"change_request"}},
+	"sandbox network": {"network_policy", []string{"session"}},
+	"sandbox port":    {"sandbox_port", []string{"session", "port"}},
 }
 
 type toolCommand struct {
