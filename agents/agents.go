@@ -120,11 +120,20 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 	// A session records the network its engine gave it: "none" only where
 	// the engine can cut one off (engine.Network).
 	if req.Kind != Command && sess.Network == "none" {
-		return nil, fail.Refusedf("session %s has no network (network none), and the %s agent needs it to reach its model: create the session with %s (or set XMODE_SANDBOX_NETWORK=bridge)", sess.ID, req.Kind, fail.Do("sandbox create").With(fail.Network, "bridge"))
+		return nil, fail.Refusedf("session %s has no network (network none), and the %s agent needs it to reach its model: create the session with %s (its API host through xmode's egress proxy, its key added at the edge), or set XMODE_SANDBOX_NETWORK=allow", sess.ID, req.Kind, fail.Do("sandbox create").With(fail.Network, "allow").With(fail.Agent, string(req.Kind)))
 	}
 	secretEnv, err := passEnv(cfg.AgentEnv, req.EnvPass)
 	if err != nil {
 		return nil, err
+	}
+	// A proxied sandbox reaches the agent's API host, and gets its key at
+	// the edge: a placeholder in the variable, the key in the proxy.
+	if err := r.ensureNetwork(ctx, sess, req.Kind, req.Name); err != nil {
+		return nil, err
+	}
+	secretEnv, placeheld := keysAtTheEdge(sess, secretEnv, req.EnvPass)
+	if len(placeheld) > 0 {
+		r.note("%s: the sandbox gets a placeholder; the egress proxy adds the key on requests to the API host (docs/network.md)", strings.Join(placeheld, ", "))
 	}
 	dir, err := r.Svc.WorktreeInSandbox(sess)
 	if err != nil {

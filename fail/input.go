@@ -20,18 +20,25 @@ type Input string
 // The inputs services name. Each is the CLI's flag without its dashes.
 const (
 	Agent       Input = "agent"
+	Allow       Input = "allow"
 	Attempts    Input = "attempts"
 	Branch      Input = "branch"
 	CloseOthers Input = "close-others"
 	Comment     Input = "comment"
+	Credential  Input = "credential"
+	Deny        Input = "deny"
 	Env         Input = "env"
 	EnvPass     Input = "env-pass"
-	Force       Input = "force"
-	From        Input = "from"
+	// ExposeRemote lets a published port listen where other machines reach it.
+	ExposeRemote Input = "expose-remote"
+	Force        Input = "force"
+	From         Input = "from"
 	// FromSnapshot is the snapshot a new sandbox starts from.
 	FromSnapshot Input = "from-snapshot"
+	HostPort     Input = "host-port"
 	Image        Input = "image"
 	Iterate      Input = "iterate"
+	Mode         Input = "mode"
 	Model        Input = "model"
 	// Name is what a user calls something they make (a snapshot).
 	Name       Input = "name"
@@ -44,6 +51,7 @@ const (
 	PromptFile Input = "prompt-file"
 	Ref        Input = "ref"
 	Refresh    Input = "refresh"
+	Remove     Input = "remove"
 	Repo       Input = "repo"
 	Reviewer   Input = "reviewer"
 	RunID      Input = "run"
@@ -59,9 +67,9 @@ const (
 // Inputs lists every input a service may name, for a front end's test
 // that it has a word for each.
 func Inputs() []Input {
-	return []Input{Agent, Attempts, Branch, CloseOthers, Comment, Env, EnvPass, Force, From, FromSnapshot, Image, Iterate, Model, Name,
-		Network, Note, Objective, Parallel, Project, Prompt, PromptFile, Ref, Refresh, Repo, Reviewer, RunID, Signal, StorageRoot,
-		TTL, Timeout, To, Workdir}
+	return []Input{Agent, Allow, Attempts, Branch, CloseOthers, Comment, Credential, Deny, Env, EnvPass, ExposeRemote, Force, From, FromSnapshot,
+		HostPort, Image, Iterate, Mode, Model, Name, Network, Note, Objective, Parallel, Project, Prompt, PromptFile, Ref, Refresh, Remove, Repo,
+		Reviewer, RunID, Signal, StorageRoot, TTL, Timeout, To, Workdir}
 }
 
 // Flag is the CLI's word for in.

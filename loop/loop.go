@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -175,6 +177,13 @@ func (l *Loop) runOne(ctx context.Context, o Options, pr *prepared, at attempt, 
 	plan, source := pr.plan, pr.source
 	create := o.Create
 	create.Loop = &store.NewLoop{Objective: o.Objective, Parent: at.parent, Attempt: at.n}
+	// A proxied sandbox reaches its agents' API hosts (and gets their keys
+	// at the edge) and what a -f plan's network: asks, from the start.
+	var kinds []string
+	for _, s := range l.knownAgents(plan, o.Agent) {
+		kinds = append(kinds, s.Agent)
+	}
+	create.EgressIfProxied = append(append(slices.Clone(create.EgressIfProxied), plan.Source()...), agents.NetworkSources(kinds, l.getenv())...)
 	sess, err := l.Svc.Create(ctx, create)
 	if at.created != nil {
 		at.created <- sess
@@ -327,6 +336,15 @@ func outcome(plan *plans.Plan, failedStep string, res *Result) (status, reason s
 
 // knownAgents are the agent steps known before the session exists: the
 // plan's, or the default step's when the plan is the repository's.
+// getenv is where agents' keys are read: the service's (xmode's
+// environment).
+func (l *Loop) getenv() func(string) string {
+	if l.Svc.Getenv != nil {
+		return l.Svc.Getenv
+	}
+	return os.Getenv
+}
+
 func (l *Loop) knownAgents(plan *plans.Plan, kind string) []plans.Step {
 	if plan == nil {
 		return []plans.Step{{Agent: cmp.Or(kind, DefaultAgent)}}

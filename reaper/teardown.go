@@ -173,6 +173,10 @@ func (r *Reaper) Teardown(ctx context.Context, sess *store.Session, status, reas
 	if err != nil {
 		return out, fmt.Errorf("tear down %s: %w", sess.ID, err)
 	}
+	// Its published ports close before its sandbox goes.
+	if err := r.closePorts(ctx, sess.ID); err != nil {
+		return out, fmt.Errorf("tear down %s: %w", sess.ID, err)
+	}
 	sb := sess.Sandbox()
 	if sb.ContainerID != "" || len(sb.Volumes) > 0 {
 		provider, err := r.provider(sess.Engine)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/xmode/xmode/changes"
+	"github.com/xmode/xmode/egress"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
@@ -147,6 +148,22 @@ func (s *Service) Fork(ctx context.Context, parent *store.Session, o ForkOptions
 	sess.Image, _ = engine.Image(provider)
 	if network, ok := engine.Network(provider); ok {
 		sess.Network = network
+	}
+	// A fork of a proxied sandbox reaches what its parent may, from the
+	// parent's policy as it is now (its credentials with placeholders of
+	// their own).
+	if parent.NetworkPolicy != nil {
+		pol, err := PolicyOf(sess.ID, parent.NetworkPolicy)
+		if err != nil {
+			return nil, fmt.Errorf("fork %s: its network policy: %w", parent.ID, err)
+		}
+		for i := range pol.Credentials {
+			pol.Credentials[i].Placeholder = egress.NewPlaceholder()
+		}
+		if err := checkEgress(&pol, sess.Engine, provider); err != nil {
+			return nil, err
+		}
+		sess.NetworkPolicy, sess.Network = RecordPolicy(&pol), string(pol.Mode)
 	}
 	if sess.WorktreePath, err = s.Guard.Worktree(sess.RunID); err != nil {
 		return nil, err
@@ -465,6 +482,15 @@ func (s *Service) createFromSnapshot(ctx context.Context, o CreateOptions) (*sto
 	if network, ok := engine.Network(provider); ok {
 		sess.Network = network
 	}
+	// A proxied network's policy, as a create's: the flags' rules first.
+	pol, err := s.egressPolicy(sess.ID, o.Egress, o.EgressIfProxied)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkEgress(pol, sess.Engine, provider); err != nil {
+		return nil, err
+	}
+	sess.NetworkPolicy = RecordPolicy(pol)
 	if sess.WorktreePath, err = s.Guard.Worktree(sess.RunID); err != nil {
 		return nil, err
 	}

@@ -124,6 +124,11 @@ type CreateOptions struct {
 	// plan's network:, an agent's hosts), before configuration's; they need
 	// a proxied network (XMODE_SANDBOX_NETWORK=allow or open).
 	Egress []egress.Source
+	// EgressIfProxied are egress sources that say what the sandbox's work
+	// needs rather than what the user asked (the hosts of the agents it is
+	// for, a plan's network:): part of its policy when its network is
+	// proxied, nothing otherwise.
+	EgressIfProxied []egress.Source
 	// Loop makes the new run a run of the governed loop (xmode run).
 	Loop *store.NewLoop
 	// Origin is what makes the session (store.OriginMCP; "" is the CLI),
@@ -221,13 +226,14 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	}
 	// A proxied network's policy, checked now: a bad rule, or an engine
 	// that cannot enforce it, leaves no trace.
-	pol, err := s.egressPolicy(sess.ID, o.Egress)
+	pol, err := s.egressPolicy(sess.ID, o.Egress, o.EgressIfProxied)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkEgress(pol, engineName, provider); err != nil {
 		return nil, err
 	}
+	sess.NetworkPolicy = RecordPolicy(pol)
 	var tgt target
 	var co *machines.Checkout // the worktree comes from a project machine
 	newRun := o.RunID == ""
@@ -239,7 +245,13 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		// A ready sandbox from the project's pool when one fits: nothing to
 		// check out, no container to make. An empty pool costs one read.
 		start := time.Now()
-		claimed, resolved, err := s.Pools().Claim(ctx, pool.ClaimOptions{Project: o.Project, Repo: o.Repo, Ref: o.Ref, Refresh: o.Refresh, Loop: o.Loop}, sess, provider)
+		var claimed *store.Session
+		var resolved *machines.Checkout
+		if pol == nil {
+			// A proxied sandbox's policy (its placeholders, its rules' sources)
+			// is its own: it is never a pool entry made before it.
+			claimed, resolved, err = s.Pools().Claim(ctx, pool.ClaimOptions{Project: o.Project, Repo: o.Repo, Ref: o.Ref, Refresh: o.Refresh, Loop: o.Loop}, sess, provider)
+		}
 		if err != nil || claimed != nil {
 			if claimed != nil {
 				s.detail("took a ready sandbox from the pool of project %s: %s at %s, nothing to clone or start (%s)", o.Project, claimed.Ref, shortCommit(claimed.BaseCommit), took(start))
@@ -401,6 +413,14 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	if err != nil {
 		return nil, err
 	}
+	if pol == nil && sess.NetworkPolicy != nil {
+		// A session made with its policy already recorded (a fork's).
+		p, err := PolicyOf(sess.ID, sess.NetworkPolicy)
+		if err != nil {
+			return nil, err
+		}
+		pol = &p
+	}
 	if pol != nil {
 		spec.Egress = pol // with the front ends' sources
 	}
@@ -457,7 +477,7 @@ func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree,
 		},
 	}
 	// A proxied network's policy from configuration (a pool entry's too).
-	if spec.Egress, err = s.egressPolicy(sessionID, nil); err != nil {
+	if spec.Egress, err = s.egressPolicy(sessionID, nil, nil); err != nil {
 		return engine.Spec{}, err
 	}
 	spec.Getenv = s.Getenv

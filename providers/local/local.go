@@ -68,6 +68,7 @@ var (
 	_ engine.StepContainer = (*Provider)(nil)
 	_ engine.HostRunner    = (*Provider)(nil)
 	_ engine.StepSignaler  = (*Provider)(nil)
+	_ engine.PortDialer    = (*Provider)(nil)
 )
 
 // Name returns "host".

@@ -180,7 +180,9 @@ func makePKI() (*PKI, error) {
 	leaf := &x509.Certificate{
 		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "test host"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(48 * time.Hour),
-		DNSNames:    []string{"*.test", "allowed.test", "denied.test", "other.test", "metadata.test"},
+		// And the agents' API hosts, for test hosts named like them (their
+		// names resolved to the test's own containers, never the real ones).
+		DNSNames:    []string{"*.test", "allowed.test", "denied.test", "other.test", "metadata.test", "api.anthropic.com", "api.openai.com"},
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
