@@ -18,18 +18,7 @@ import (
 // kube chain's rules in kube-router's order (-A, then -I at the top),
 // and deletes the kube chain kube-router dropped.
 func TestKubeRouterRestoreKeepsOthersChains(t *testing.T) {
-	if os.Geteuid() != 0 {
-		testenv.Skip(t, "needs root for a network namespace and iptables")
-	}
-	for _, tool := range []string{"unshare", "iptables", "iptables-save", "iptables-restore"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			testenv.Skip(t, "%s is not installed", tool)
-		}
-	}
-	shim, err := filepath.Abs("../../hack/kube/kube-router-path")
-	if err != nil {
-		t.Fatal(err)
-	}
+	shim := requireShim(t)
 	stale := `*filter
 :INPUT ACCEPT [0:0]
 :FORWARD DROP [0:0]
@@ -55,13 +44,7 @@ PATH="$SHIM:$PATH" iptables-restore --wait -T filter <<'EOF'
 ` + stale + `EOF
 iptables-save -t filter
 `
-	cmd := exec.Command("unshare", "-n", "bash", "-c", script)
-	cmd.Env = append(os.Environ(), "SHIM="+shim)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	got := string(out)
+	got := inNetns(t, shim, script)
 	for _, want := range []string{
 		"-A DOCKER-LIKE -s 10.0.0.2/32 -j ACCEPT", // as it is now
 		"-A KUBE-ROUTER-FORWARD -d 10.1.0.2/32 -j KUBE-POD-FW-NEW",
@@ -80,4 +63,62 @@ iptables-save -t filter
 	if n := strings.Count(got, "-A FORWARD -j KUBE-ROUTER-FORWARD"); n != 1 {
 		t.Errorf("FORWARD jumps to kube-router's chain %d times, want once:\n%s", n, got)
 	}
+}
+
+// kube-router keeps its jump first in FORWARD by inserting it again at the
+// top and deleting the old one by number; the docker daemon inserting a
+// rule meanwhile shifts the numbers. Through the test cluster's iptables,
+// that delete removes the old jump, not the docker rule now at its number.
+func TestKubeRouterMoveKeepsOthersRules(t *testing.T) {
+	shim := requireShim(t)
+	got := inNetns(t, shim, `set -e
+iptables -w -N KUBE-ROUTER-FORWARD
+iptables -w -N DOCKER-USER
+iptables -w -A FORWARD -m comment --comment "kube-router netpol - X" -j KUBE-ROUTER-FORWARD
+iptables -w -I FORWARD 1 -i br-a -o br-a -j ACCEPT
+iptables -w -I FORWARD 1 -j DOCKER-USER
+iptables -w -I FORWARD 1 -m comment --comment "kube-router netpol - X" -j KUBE-ROUTER-FORWARD
+iptables -w -I FORWARD 2 -i br-b -o br-b -j ACCEPT
+PATH="$SHIM:$PATH" iptables --wait -t filter -D FORWARD 4
+PATH="$SHIM:$PATH" iptables --wait -t filter -D FORWARD -i br-b -o br-b -j ACCEPT
+iptables -S FORWARD
+`)
+	want := "-A FORWARD -m comment --comment \"kube-router netpol - X\" -j KUBE-ROUTER-FORWARD\n" +
+		"-A FORWARD -j DOCKER-USER\n" +
+		"-A FORWARD -i br-a -o br-a -j ACCEPT"
+	if !strings.Contains(got, want) || strings.Count(got, "KUBE-ROUTER-FORWARD") != 1 {
+		t.Errorf("FORWARD after the move:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// requireShim is the directory hack/kube puts first on kube-router's PATH,
+// with what a test of it needs: root, a network namespace, iptables, nft.
+func requireShim(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		testenv.Skip(t, "needs root for a network namespace and iptables")
+	}
+	for _, tool := range []string{"unshare", "iptables", "iptables-save", "iptables-restore", "nft"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			testenv.Skip(t, "%s is not installed", tool)
+		}
+	}
+	shim, err := filepath.Abs("../../hack/kube/kube-router-path")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return shim
+}
+
+// inNetns runs script with bash in a network namespace of its own (its own
+// filter table), SHIM naming the shim's directory, and returns its output.
+func inNetns(t *testing.T, shim, script string) string {
+	t.Helper()
+	cmd := exec.Command("unshare", "-n", "bash", "-c", script)
+	cmd.Env = append(os.Environ(), "SHIM="+shim)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return string(out)
 }
