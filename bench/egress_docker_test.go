@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,7 +76,16 @@ func newEgressBench(b *testing.B, sandboxes int) *egressBench {
 // its output.
 func (e *egressBench) probe(b *testing.B, env []string, id, key string, args ...string) float64 {
 	b.Helper()
-	out := output(b, env, e.bin, append([]string{"sandbox", "exec", id, "--", "egressprobe"}, args...)...)
+	argv := append([]string{"sandbox", "exec", id, "--", "egressprobe"}, args...)
+	c := exec.Command(e.bin, argv...)
+	c.Env = append(os.Environ(), env...)
+	var stderr strings.Builder
+	c.Stderr = &stderr
+	raw, err := c.Output()
+	out := strings.TrimSpace(string(raw))
+	if err != nil {
+		b.Fatalf("xmode %s: %v: %s %s\nthe proxy: %s", strings.Join(argv, " "), err, out, stderr.String(), e.proxyLogs(env, id))
+	}
 	f := strings.Fields(out)
 	for i := range f {
 		if f[i] == key && i+1 < len(f) {
@@ -87,6 +97,21 @@ func (e *egressBench) probe(b *testing.B, env []string, id, key string, args ...
 	}
 	b.Fatalf("egressprobe %s: no %s in %q", strings.Join(args, " "), key, out)
 	return 0
+}
+
+// proxyLogs says how the install's proxy is, for a probe that failed: its
+// restarts, the end of its log, and what it decided for the session.
+func (e *egressBench) proxyLogs(env []string, id string) string {
+	name := "xmode-egress-" + e.instance
+	ci, err := e.cli.ContainerInspect(context.Background(), name)
+	if err != nil {
+		return err.Error()
+	}
+	logs, _ := exec.Command("docker", "logs", "--tail", "30", name).CombinedOutput()
+	c := exec.Command(e.bin, "sandbox", "network", id)
+	c.Env = append(os.Environ(), env...)
+	decisions, _ := c.CombinedOutput()
+	return fmt.Sprintf("restarts %d, state %s\n%s\nxmode sandbox network %s:\n%s", ci.RestartCount, ci.State.Status, logs, id, decisions)
 }
 
 // proxyCPU is the CPU time the install's proxy container has used.
