@@ -184,6 +184,12 @@ EOF
 # only the apiserver (after translation) and replies.
 iptables -w -N "$KUBE_CHAIN-FWD"
 iptables -w -A "$KUBE_CHAIN-FWD" -i "$KUBE_BRIDGE" -o "$KUBE_BRIDGE" -j ACCEPT
+# Frames between two containers on one docker bridge pass as docker itself
+# lets them (its default, inter-container communication on): with
+# bridge-nf-call-iptables on they cross FORWARD, and a rule of docker's lost
+# to a concurrent rewrite of the table would cut them off. Only bridged
+# frames: what is routed between networks meets docker's isolation rules.
+iptables -w -A "$KUBE_CHAIN-FWD" ! -i "$KUBE_BRIDGE" -m physdev --physdev-is-bridged -j ACCEPT
 iptables -w -I FORWARD 1 -j "$KUBE_CHAIN-FWD"
 iptables -w -t mangle -N "$KUBE_CHAIN-FWD"
 iptables -w -t mangle -A "$KUBE_CHAIN-FWD" -i "$KUBE_BRIDGE" ! -o "$KUBE_BRIDGE" -j DROP
