@@ -564,26 +564,32 @@ func (p *Provider) adopt(ctx context.Context, c *client, name string, spec engin
 // pod) when it is xmode's and the session's: the garbage collector deletes
 // what it owns. Gone is success.
 func (p *Provider) removeOwner(ctx context.Context, c *client, resource, name, sessionID string) error {
+	_, err := p.ownerGone(ctx, c, resource, name, sessionID)
+	return err
+}
+
+// ownerGone is removeOwner, saying whether there was one to remove.
+func (p *Provider) ownerGone(ctx context.Context, c *client, resource, name, sessionID string) (bool, error) {
 	var meta struct {
 		metav1.ObjectMeta `json:"metadata"`
 	}
 	err := c.asGet(ctx, resource, name, &meta)
 	if notFound(err) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return p.wrap(err, "get "+resource+" "+name)
+		return false, p.wrap(err, "get "+resource+" "+name)
 	}
 	if err := checkOwned(meta.Labels, sessionID); err != nil {
-		return fail.Refusedf("will not delete %s %s in namespace %s: %v", resource, name, c.ns, err)
+		return true, fail.Refusedf("will not delete %s %s in namespace %s: %v", resource, name, c.ns, err)
 	}
 	if meta.DeletionTimestamp != nil {
-		return nil
+		return true, nil
 	}
 	if err := c.asDelete(ctx, resource, name, string(meta.UID)); err != nil && !notFound(err) {
-		return p.wrap(err, "delete "+resource+" "+name)
+		return true, p.wrap(err, "delete "+resource+" "+name)
 	}
-	return nil
+	return true, nil
 }
 
 // moveShutdown moves the shutdown time of the session's Sandbox or

@@ -223,10 +223,14 @@ func (p *Provider) RemoveObject(ctx context.Context, o engine.Object) error {
 				if err != nil {
 					return err
 				}
-				for _, res := range []string{resClaims, resSandboxes} {
-					if err := p.removeOwner(cctx, c, res, PodName(o.SessionID), o.SessionID); err != nil {
-						return err
-					}
+				// A claim's Sandbox (named by its warm pool, or like the
+				// claim when the controller made one for it) goes with it.
+				found, err := p.ownerGone(cctx, c, resClaims, PodName(o.SessionID), o.SessionID)
+				if err == nil && !found {
+					_, err = p.ownerGone(cctx, c, resSandboxes, PodName(o.SessionID), o.SessionID)
+				}
+				if err != nil {
+					return err
 				}
 			}
 		}

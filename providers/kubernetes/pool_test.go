@@ -226,6 +226,56 @@ func TestAgentSandboxPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.wantGone(t, resClaims, PodName(spec.SessionID))
+
+	// No warm pod to give: the controller makes the claim a Sandbox of its
+	// own, named like the claim. It is a pool entry's all the same, and the
+	// orphan sweep removes its claim (and so its Sandbox) before its pod.
+	e.keepWarm(t, "proj", 1)
+	if err := c.asPatch(ctx, resWarmPools, tpl.Name, []byte(`{"spec":{"replicas":0}}`)); err != nil {
+		t.Fatal(err)
+	}
+	for end := time.Now().Add(60 * time.Second); len(e.warmPods(t)) > 0; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the warm pool of 0 still has pods after 60 s")
+		}
+	}
+	cold := e.spec(t)
+	csb := e.provision(t, cold)
+	if name, _, _ := podRef(csb); name != PodName(cold.SessionID) || !pooled(csb) {
+		t.Fatalf("a claim with no warm pod to give: %q, want its own Sandbox's pod %s", csb.ContainerID, PodName(cold.SessionID))
+	}
+	objs, err := e.p.ListObjects(ctx, e.instance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.Kind == engine.KindPod && o.SessionID == cold.SessionID {
+			if err := e.p.RemoveObject(ctx, o); err != nil {
+				t.Fatalf("the sweep's removal of the pod: %v", err)
+			}
+		}
+	}
+	e.wantGone(t, resClaims, PodName(cold.SessionID))
+	if alive, err := e.p.Alive(ctx, csb); err != nil || alive {
+		t.Fatalf("after the sweep: alive %v, %v", alive, err)
+	}
+	e.keepWarm(t, "proj", 0)
+}
+
+// warmPods are the pods of the env's warm pool that no claim took.
+func (e *env) warmPods(t *testing.T) []corev1.Pod {
+	t.Helper()
+	pods, err := e.cs.CoreV1().Pods(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: LabelPool + "=" + poolLabel(e.pool) + "," + LabelManaged + "!=true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // waitWarm waits until the warm pool of the env's project has n running
@@ -233,12 +283,8 @@ func TestAgentSandboxPool(t *testing.T) {
 func (e *env) waitWarm(t *testing.T, n int, not string) []corev1.Pod {
 	t.Helper()
 	for end := time.Now().Add(90 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		pods, err := e.cs.CoreV1().Pods(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: LabelPool + "=" + poolLabel(e.pool) + "," + LabelManaged + "!=true"})
-		if err != nil {
-			t.Fatal(err)
-		}
 		var ready []corev1.Pod
-		for _, p := range pods.Items {
+		for _, p := range e.warmPods(t) {
 			if ok, _, _ := podStarted(&p); ok && p.Name != not {
 				ready = append(ready, p)
 			}
