@@ -256,18 +256,21 @@ var ErrClaimed = errors.New("claimed by another")
 // store knows (the host, docker) need nothing of the kind: the store's
 // transaction serializes their claims.
 type Claimer interface {
-	// Claim marks sb taken by session; an error wrapping ErrClaimed when
-	// someone else's mark is there (sb is then theirs: leave it alone).
-	Claim(ctx context.Context, sb Sandbox, session string) error
+	// Claim marks sb taken by session and, in the same update, moves its
+	// deadline to expires as Extend would (a claim is budgeted in
+	// milliseconds); an error wrapping ErrClaimed when someone else's mark
+	// is there (sb is then theirs: leave it alone).
+	Claim(ctx context.Context, sb Sandbox, session string, expires time.Time) error
 }
 
-// Claim marks sb taken by session where the engine keeps such a mark
-// (Claimer); for every other engine the store's claim is the whole claim.
-func Claim(ctx context.Context, a Provider, sb Sandbox, session string) error {
+// Claim is a pool claim's part in the engine: a Claimer's mark with the
+// session's deadline; for every other engine the store's claim is the
+// whole claim, and the engine-side deadline moves (Extend).
+func Claim(ctx context.Context, a Provider, sb Sandbox, session string, expires time.Time) error {
 	if c, ok := a.(Claimer); ok {
-		return c.Claim(ctx, sb, session)
+		return c.Claim(ctx, sb, session, expires)
 	}
-	return nil
+	return Extend(ctx, a, sb, expires)
 }
 
 // WarmPooler is an engine with warm pools of its own

@@ -75,11 +75,6 @@ func (p *Pools) Claim(ctx context.Context, o ClaimOptions, sess store.Session, p
 		}
 	}
 	co.Close() // a move does not need the machine: it writes the worktree's own record only
-	// The entry's sandbox was made to last the pool's maximum age: its
-	// engine's deadline (a pod's dead-man switch) becomes the session's.
-	if err == nil {
-		err = engine.Extend(ctx, provider, claimed.Sandbox(), claimed.ExpiresAt)
-	}
 	if err == nil && claimed.Status == store.StatusOpen {
 		return claimed, nil, nil
 	}
@@ -136,7 +131,10 @@ func (p *Pools) claimLive(ctx context.Context, c pick, provider engine.Provider)
 				}
 				continue // a racing create took it
 			}
-			err = engine.Claim(ctx, provider, claimed.Sandbox(), claimed.ID)
+			// The entry's sandbox was made to last the pool's maximum age:
+			// its engine's deadline (a pod's dead-man switch) becomes the
+			// session's, with the engine's own mark where it keeps one.
+			err = engine.Claim(ctx, provider, claimed.Sandbox(), claimed.ID, claimed.ExpiresAt)
 			if !errors.Is(err, engine.ErrClaimed) {
 				return entry, claimed, err
 			}

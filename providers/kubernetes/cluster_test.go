@@ -651,7 +651,7 @@ func TestRoleIsEnough(t *testing.T) {
 		if objs, err := e.p.ListObjects(ctx, e.instance); err != nil || len(objs) == 0 {
 			t.Errorf("ListObjects: %v %v", objs, err)
 		}
-		if err := e.p.Claim(ctx, sb, spec.SessionID); err != nil {
+		if err := e.p.Claim(ctx, sb, spec.SessionID, time.Now().Add(3*time.Hour)); err != nil {
 			t.Errorf("Claim: %v", err)
 		}
 		if err := e.p.Destroy(ctx, sb); err != nil {

@@ -100,6 +100,7 @@ type Provider struct {
 	copyOutOverride string
 
 	apiState apiState // XMODE_KUBE_API, resolved
+	seen     seenPods // the pods Alive read, for Claim
 
 	once   sync.Once
 	cl     *client

@@ -281,6 +281,9 @@ func (p *Provider) Alive(ctx context.Context, sb engine.Sandbox) (bool, error) {
 		return false, nil
 	}
 	ok, _, _ := podStarted(pod)
+	if ok {
+		p.seen.put(sb, pod) // a pool claim comes next
+	}
 	return ok, nil
 }
 

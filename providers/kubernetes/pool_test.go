@@ -19,8 +19,8 @@ import (
 
 // A claim of a pool entry's pod is atomic on the cluster: claimers with
 // clients of their own (as other processes or hosts would be) racing for
-// one pod — exactly one lands its mark, every other is told
-// engine.ErrClaimed, and so is anyone who comes later.
+// one pod — exactly one lands its mark, and its deadline with it; every
+// other is told engine.ErrClaimed, and so is anyone who comes later.
 func TestClaimIsAtomic(t *testing.T) {
 	eachAPI(t, func(t *testing.T, via string) {
 		e := newEnvVia(t, via, nil)
@@ -40,13 +40,17 @@ func TestClaimIsAtomic(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// Each claimer its own expiry: the pod's deadline is the
+			// winner's, set with its mark.
+			base := time.Now().Add(2 * time.Hour)
+			expiry := func(i int) time.Time { return base.Add(time.Duration(i) * time.Hour) }
 			errs := make([]error, claimers)
 			start := make(chan struct{})
 			var wg sync.WaitGroup
 			for i, p := range ps {
 				wg.Go(func() {
 					<-start
-					errs[i] = p.Claim(ctx, sb, fmt.Sprintf("claimer-%d", i))
+					errs[i] = p.Claim(ctx, sb, fmt.Sprintf("claimer-%d", i), expiry(i))
 				})
 			}
 			close(start)
@@ -72,7 +76,32 @@ func TestClaimIsAtomic(t *testing.T) {
 			if by := pod.Annotations[AnnotationClaimedBy]; !strings.HasPrefix(by, fmt.Sprintf("claimer-%d ", winner)) {
 				t.Fatalf("round %d: the pod's %s is %q, want claimer %d's", round, AnnotationClaimedBy, by, winner)
 			}
-			if err := e.p.Claim(ctx, sb, sb.SessionID); !errors.Is(err, engine.ErrClaimed) {
+			if want := strconv.FormatInt(e.p.deadline(expiry(winner)), 10); pod.Annotations[AnnotationDeadline] != want {
+				t.Fatalf("round %d: the pod's deadline %s, want claimer %d's %s", round, pod.Annotations[AnnotationDeadline], winner, want)
+			}
+			if via != viaPods {
+				var owner struct {
+					Spec struct {
+						ShutdownTime *metav1.Time `json:"shutdownTime"`
+						Lifecycle    struct {
+							ShutdownTime *metav1.Time `json:"shutdownTime"`
+						} `json:"lifecycle"`
+					} `json:"spec"`
+				}
+				c, _ := e.p.client()
+				res := map[string]string{viaSandbox: resSandboxes, viaPool: resClaims}[via]
+				if err := c.asGet(ctx, res, PodName(sb.SessionID), &owner); err != nil {
+					t.Fatal(err)
+				}
+				st := owner.Spec.ShutdownTime
+				if via == viaPool {
+					st = owner.Spec.Lifecycle.ShutdownTime
+				}
+				if st == nil || st.Unix() != e.p.deadline(expiry(winner)) {
+					t.Fatalf("round %d: the %s's shutdown time %v, want claimer %d's deadline", round, res, st, winner)
+				}
+			}
+			if err := e.p.Claim(ctx, sb, sb.SessionID, time.Now().Add(time.Hour)); !errors.Is(err, engine.ErrClaimed) {
 				t.Fatalf("round %d: a later claim: %v, want engine.ErrClaimed", round, err)
 			}
 		}
