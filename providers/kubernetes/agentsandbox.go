@@ -285,9 +285,19 @@ func (p *Provider) API(ctx context.Context) (string, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.pingTimeout())
 	defer cancel()
+	// The two groups at once: every command of auto mode pays for this.
+	var ext bool
+	var extErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ext, extErr = c.served(cctx, asExtGroup, resTemplates, resWarmPools, resClaims)
+	}()
 	ok, err := c.served(cctx, asGroup, resSandboxes)
-	if err == nil && ok {
-		ok, err = c.served(cctx, asExtGroup, resTemplates, resWarmPools, resClaims)
+	<-done
+	ok = ok && ext
+	if err == nil {
+		err = extErr
 	}
 	if err != nil {
 		return "", p.wrap(err, "ask the cluster whether it serves agent-sandbox's API (XMODE_KUBE_API="+want+")")
