@@ -21,7 +21,9 @@ import (
 
 // Exported is what `cr export` made.
 type Exported struct {
-	ID      string `json:"id"`
+	ID string `json:"id"`
+	// Version is the version exported: the approved one.
+	Version int    `json:"version"`
 	Repo    string `json:"repo"`
 	Branch  string `json:"branch"`
 	Commit  string `json:"commit"`
@@ -93,7 +95,7 @@ func (s *Service) Export(ctx context.Context, p *Package, repo, branch string) (
 	if _, err := gitcli.RunOwned(ctx, user, "cat-file", "-e", m.BaseCommit+"^{commit}"); err != nil {
 		return nil, fail.Failedf("the base commit %s is not in %s: fetch it first (git -C %s fetch %s)", m.BaseCommit, repo, repo, m.Repo)
 	}
-	st, err := openStore(s.Guard, p.RunID)
+	st, err := openStore(s.Guard, p.at.RunID)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +157,7 @@ func (s *Service) Export(ctx context.Context, p *Package, repo, branch string) (
 	if _, err := gitcli.RunOwned(ctx, user, "update-ref", ref, commit, strings.Repeat("0", 40)); err != nil {
 		return nil, fail.Refusedf("branch %s could not be created in %s (did it appear meanwhile?): %v", branch, repo, err)
 	}
-	out := &Exported{ID: p.ID, Repo: repo, Branch: branch, Commit: commit, Commits: len(chain), Tree: tree, Status: p.Status, Squashed: squashed, Warnings: []string{}}
+	out := &Exported{ID: p.ID, Version: p.at.Version, Repo: repo, Branch: branch, Commit: commit, Commits: len(chain), Tree: tree, Status: p.Status, Squashed: squashed, Warnings: []string{}}
 	switch p.Status {
 	case store.ChangeOpen:
 		out.Warnings = append(out.Warnings, fmt.Sprintf("%s is not reviewed yet: review it before you merge %s (`xmode cr review %s --approve`)", p.ID, branch, p.ID))

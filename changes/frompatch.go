@@ -63,7 +63,7 @@ func (s *Service) CreateFromPatch(ctx context.Context, sess *store.Session, patc
 	if err := diffFiles(obj, sn); err != nil {
 		return nil, err
 	}
-	return s.pack(ctx, sess, sn, o)
+	return s.pack(ctx, sess, sn, o, nil)
 }
 
 // diffFiles fills sn.Changes from the two trees in the store.

@@ -62,18 +62,51 @@ type Manifest struct {
 	Files      map[string]FileHash `json:"files"`
 	Skipped    []Skipped           `json:"skipped"`
 	Warnings   []string            `json:"warnings"`
+	// Version is the change request's version this package is (1 for
+	// the first; 0 in a manifest from before versions, which is 1), and
+	// Previous pins the version before it: its manifest's sha256.
+	Version  int              `json:"version"`
+	Previous *PreviousVersion `json:"previous"`
 }
 
-// Package is a change request: its row and its package on disk.
+// PreviousVersion is what a version's manifest records of the version
+// before it, so that the versions of a change request form a chain a
+// tampered package breaks.
+type PreviousVersion struct {
+	Version        int    `json:"version"`
+	ManifestSHA256 string `json:"manifest_sha256"`
+}
+
+// Package is one version of a change request: the change request's row
+// and that version's package on disk (at says which: the newest, unless
+// opened as another).
 type Package struct {
 	*store.Change
 	Dir      string    `json:"dir"`
 	Manifest *Manifest `json:"-"`
+	at       store.ChangeVersion
+}
+
+// At is the version the package is: its number, its run and number there,
+// its tree and manifest's sha256.
+func (p *Package) At() store.ChangeVersion { return p.at }
+
+// newestVersion is the version a change request's row describes: its
+// newest (the row keeps the newest version's tree, manifest and stat).
+func newestVersion(c *store.Change, first store.ChangeVersion) store.ChangeVersion {
+	v := first
+	v.Version, v.Tree, v.ManifestSHA256 = c.Version, c.Tree, c.ManifestSHA256
+	v.Files, v.Insertions, v.Deletions = c.Files, c.Insertions, c.Deletions
+	return v
 }
 
 // ErrEmpty is in the error of Create for a worktree with nothing to
 // package.
 var ErrEmpty = errors.New("empty change")
+
+// ErrUnchanged is in the error of NewVersion for a worktree that holds
+// exactly the change request's newest version.
+var ErrUnchanged = errors.New("unchanged since the last version")
 
 // CreateOptions are `cr create`'s inputs.
 type CreateOptions struct {
@@ -90,12 +123,14 @@ func (s *Service) Create(ctx context.Context, sess *store.Session, o CreateOptio
 		return nil, err
 	}
 	defer sn.Close()
-	return s.pack(ctx, sess, sn, o)
+	return s.pack(ctx, sess, sn, o, nil)
 }
 
 // pack writes a snapshot as a package: in a temporary directory beside the
-// packages, moved to its number in the transaction that records it.
-func (s *Service) pack(ctx context.Context, sess *store.Session, sn *Snapshot, o CreateOptions) (*Package, error) {
+// packages, moved to its number in the transaction that records it. With
+// prev (the change request's newest version, opened) it is prev's next
+// version, in the session's run.
+func (s *Service) pack(ctx context.Context, sess *store.Session, sn *Snapshot, o CreateOptions, prev *Package) (*Package, error) {
 	if sn.Empty() {
 		return nil, fail.Refusedf("nothing to package: the worktree of %s holds exactly its base commit %s (no commits, and no changed, new or deleted files outside the ignore rules): %w", sess.ID, shortHash(sn.Base), ErrEmpty)
 	}
@@ -104,6 +139,16 @@ func (s *Service) pack(ctx context.Context, sess *store.Session, sn *Snapshot, o
 	}
 	now := s.now().UTC().Truncate(time.Millisecond)
 	id := store.NewChangeID()
+	version := 1
+	if prev != nil {
+		id, version = prev.ID, prev.at.Version+1
+		if sn.Base.String() != prev.BaseCommit {
+			return nil, fail.Failedf("the worktree of %s is at base %s, and change request %s at %s: a new version must have the base of the ones before it", sess.ID, shortHash(sn.Base), prev.ID, prev.BaseCommit)
+		}
+		if sn.Tree.String() == prev.at.Tree {
+			return nil, fail.Refusedf("no new version: the worktree of %s holds exactly version %d of %s (tree %s): %w", sess.ID, prev.at.Version, prev.ID, shortHash(sn.Tree), ErrUnchanged)
+		}
+	}
 	// The evidence (the store, the step files) is gathered while the patch
 	// is written and proved.
 	var ev *Evidence
@@ -130,7 +175,7 @@ func (s *Service) pack(ctx context.Context, sess *store.Session, sn *Snapshot, o
 		return nil, err
 	}
 	defer pkgs.Close()
-	tmp := ".tmp-" + id
+	tmp := ".tmp-" + id + "-" + strconv.Itoa(version)
 	if err := pkgs.Mkdir(tmp, 0o700); err != nil {
 		return nil, fmt.Errorf("create the package: %w", err)
 	}
@@ -155,7 +200,11 @@ func (s *Service) pack(ctx context.Context, sess *store.Session, sn *Snapshot, o
 		BaseCommit: sn.Base.String(), BaseTree: sn.BaseTree.String(), Tree: sn.Tree.String(),
 		Head: hashOrEmpty(sn.Head), Commits: nonNil(sn.Commits), Title: o.Title, Message: o.Message,
 		Author: s.User, CreatedAt: now, Stat: stat, Files: map[string]FileHash{PatchFile: patchHash},
-		Skipped: nonNil(sn.Skipped), Warnings: nonNil(sn.Warnings),
+		Skipped: nonNil(sn.Skipped), Warnings: nonNil(sn.Warnings), Version: version,
+	}
+	if prev != nil {
+		m.Title = prev.Title
+		m.Previous = &PreviousVersion{Version: prev.at.Version, ManifestSHA256: prev.at.ManifestSHA256}
 	}
 	if m.Title == "" {
 		m.Title = defaultTitle(sn, stat)
@@ -174,19 +223,28 @@ func (s *Service) pack(ctx context.Context, sess *store.Session, sn *Snapshot, o
 	if err := writeFile(pkgs, tmp+"/"+ManifestFile, jsonWriter(m), &manHash); err != nil {
 		return nil, err
 	}
-	c := &store.Change{
-		ID: id, RunID: sess.RunID, SessionID: sess.ID, Title: m.Title, Author: m.Author,
-		BaseCommit: m.BaseCommit, Tree: m.Tree, ManifestSHA256: manHash.SHA256,
-		Files: stat.Files, Insertions: stat.Insertions, Deletions: stat.Deletions, CreatedAt: now,
-	}
-	err = s.Store.CreateChange(ctx, c, func(n int) error {
+	place := func(n int) error {
 		name := strconv.Itoa(n)
 		if err := pkgs.Rename(tmp, name); err != nil {
 			return fmt.Errorf("place the package: %w", err)
 		}
 		placed = name
 		return nil
-	})
+	}
+	v := store.ChangeVersion{Version: version, RunID: sess.RunID, SessionID: sess.ID, Tree: m.Tree, ManifestSHA256: manHash.SHA256,
+		Files: stat.Files, Insertions: stat.Insertions, Deletions: stat.Deletions, CreatedAt: now}
+	var c *store.Change
+	if prev == nil {
+		c = &store.Change{
+			ID: id, RunID: sess.RunID, SessionID: sess.ID, Title: m.Title, Author: m.Author,
+			BaseCommit: m.BaseCommit, Tree: m.Tree, ManifestSHA256: manHash.SHA256,
+			Files: stat.Files, Insertions: stat.Insertions, Deletions: stat.Deletions, CreatedAt: now,
+		}
+		err = s.Store.CreateChange(ctx, c, place)
+		v.Number = c.Number
+	} else {
+		err = s.Store.AddVersion(ctx, id, &v, place)
+	}
 	if err != nil {
 		if placed != "" {
 			pkgs.RemoveAll(placed)
@@ -195,8 +253,17 @@ func (s *Service) pack(ctx context.Context, sess *store.Session, sn *Snapshot, o
 		return nil, err
 	}
 	// the ref keeps the commit reachable in the store, for export
-	_ = sn.store.setRef("refs/xmode/cr/"+id, snap)
-	return &Package{Change: c, Dir: filepath.Join(runDir, PackagesDir, placed), Manifest: m}, nil
+	ref := "refs/xmode/cr/" + id
+	if version > 1 {
+		ref += "/v" + strconv.Itoa(version)
+	}
+	_ = sn.store.setRef(ref, snap)
+	if prev != nil {
+		if c, err = s.Store.GetChange(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	return &Package{Change: c, Dir: filepath.Join(runDir, PackagesDir, placed), Manifest: m, at: v}, nil
 }
 
 func nonNil[T any](s []T) []T {
@@ -422,22 +489,47 @@ func humanBytes(n int64) string {
 	return fmt.Sprintf("%d bytes", n)
 }
 
-// Open returns the change request ref names (any unique prefix of its ID)
-// with its manifest, read from its package without following a link.
+// Open returns the newest version of the change request ref names (any
+// unique prefix of its ID) with its manifest, read from its package
+// without following a link.
 func (s *Service) Open(ctx context.Context, ref string) (*Package, error) {
+	return s.OpenVersion(ctx, ref, 0)
+}
+
+// OpenVersion is Open of version n of the change request (0: the newest).
+func (s *Service) OpenVersion(ctx context.Context, ref string, n int) (*Package, error) {
 	c, err := s.Store.ResolveChange(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	return s.open(c)
+	return s.openVersion(ctx, c, n)
 }
 
-func (s *Service) open(c *store.Change) (*Package, error) {
-	dir, err := s.packageDir(c)
+func (s *Service) openVersion(ctx context.Context, c *store.Change, n int) (*Package, error) {
+	vs, err := s.Store.Versions(ctx, c.ID)
 	if err != nil {
 		return nil, err
 	}
-	p := &Package{Change: c, Dir: dir}
+	if n == 0 {
+		n = c.Version
+	}
+	if n < 1 || n > len(vs) {
+		return nil, fail.NotFoundf("change request %s has no version %d: its versions are 1 to %d", c.ID, n, len(vs))
+	}
+	return s.open(c, vs[n-1])
+}
+
+// open reads version v of change request c.
+func (s *Service) open(c *store.Change, v store.ChangeVersion) (*Package, error) {
+	if v.Version == c.Version {
+		// the row is the store's word on the newest version
+		v = newestVersion(c, v)
+	}
+	dir, err := s.packageDir(v)
+	if err != nil {
+		return nil, err
+	}
+	p := &Package{Change: c, Dir: dir, at: v}
 	b, err := s.ReadFile(p, ManifestFile)
 	if err != nil {
 		return nil, err
@@ -450,12 +542,12 @@ func (s *Service) open(c *store.Change) (*Package, error) {
 	return p, nil
 }
 
-func (s *Service) packageDir(c *store.Change) (string, error) {
-	runDir, err := s.Guard.RunDir(c.RunID)
+func (s *Service) packageDir(v store.ChangeVersion) (string, error) {
+	runDir, err := s.Guard.RunDir(v.RunID)
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(runDir, PackagesDir, strconv.Itoa(c.Number)), nil
+	return filepath.Join(runDir, PackagesDir, strconv.Itoa(v.Number)), nil
 }
 
 // ReadFile reads one file of a package whole (OpenFile's checks): the
@@ -487,12 +579,12 @@ func (s *Service) ReadFile(p *Package, name string) ([]byte, error) {
 // in cr verify's words; read to its end, it must have the recorded
 // sha256 too, else the last read fails the same way.
 func (s *Service) OpenFile(p *Package, name string) (io.ReadCloser, int64, error) {
-	root, err := s.packagesRoot(p.Change)
+	root, err := s.packagesRoot(p)
 	if err != nil {
 		return nil, 0, err
 	}
 	defer root.Close() // the open file stays usable
-	f, size, err := fsguard.OpenRegularSized(root, strconv.Itoa(p.Number)+"/"+name)
+	f, size, err := fsguard.OpenRegularSized(root, strconv.Itoa(p.at.Number)+"/"+name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, 0, fail.Failedf("change request %s: %s is missing from %s: `xmode cr verify %s` says more", p.ID, name, p.Dir, p.ID)
 	}
@@ -544,56 +636,77 @@ func (c *checkedFile) Read(b []byte) (int, error) {
 
 func (c *checkedFile) Close() error { return c.f.Close() }
 
-func (s *Service) packagesRoot(c *store.Change) (*os.Root, error) {
-	runDir, err := s.Guard.RunDir(c.RunID)
+func (s *Service) packagesRoot(p *Package) (*os.Root, error) {
+	runDir, err := s.Guard.RunDir(p.at.RunID)
 	if err != nil {
 		return nil, err
 	}
 	root, err := os.OpenRoot(filepath.Join(runDir, PackagesDir))
 	if err != nil {
-		return nil, fail.Failedf("change request %s: its packages directory is missing (%v)", c.ID, err)
+		return nil, fail.Failedf("change request %s: its packages directory is missing (%v)", p.ID, err)
 	}
 	return root, nil
 }
 
-// Review records a decision by the service's user. An approval is refused
-// for a package that fails verification.
-func (s *Service) Review(ctx context.Context, p *Package, decision, note string) error {
+// ReviewOptions are what a review records beside its decision.
+type ReviewOptions struct {
+	Note string
+	// Comments on lines of the version's diff (ParseComment); checked
+	// against it (CheckComments) before anything is recorded.
+	Comments []store.Comment
+	// CloseOthers, with an approval of an attempt, closes the other
+	// attempts of its run as superseded.
+	CloseOthers bool
+}
+
+// Review records a decision by the service's user about p, which must be
+// the change request's newest version, and returns the other attempts an
+// approval with CloseOthers closed. An approval is refused for a change
+// request that fails verification; asking for changes needs a note or a
+// comment saying which.
+func (s *Service) Review(ctx context.Context, p *Package, decision string, o ReviewOptions) ([]string, error) {
+	now, err := s.Store.GetChange(ctx, p.ID)
+	if err != nil {
+		return nil, err
+	}
+	if p.at.Version != now.Version {
+		return nil, fail.Refusedf("%s is at version %d now, not %d: review the newest (`xmode cr show %s`)", p.ID, now.Version, p.at.Version, p.ID)
+	}
+	if decision == store.ChangeChangesRequested && strings.TrimSpace(o.Note) == "" && len(o.Comments) == 0 {
+		return nil, fail.Usagef("requesting changes needs a note or comments saying which: %s TEXT, or %s \"PATH:LINE: TEXT\"", fail.Note, fail.Comment)
+	}
+	if o.CloseOthers {
+		if decision != store.ChangeApproved {
+			return nil, fail.Usagef("%s goes with an approval: it closes the other attempts as superseded by the approved one", fail.CloseOthers)
+		}
+		run, err := s.Store.ResolveRun(ctx, p.RunID)
+		if err != nil {
+			return nil, err
+		}
+		if run.Attempt == 0 {
+			return nil, fail.Usagef("%s is not an attempt of a run of several attempts: %s has no others to close", p.ID, fail.CloseOthers)
+		}
+	}
+	if err := s.CheckComments(ctx, p, o.Comments); err != nil {
+		return nil, err
+	}
 	if decision == store.ChangeApproved {
 		rep, err := s.Verify(ctx, p)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !rep.Intact {
 			pr := rep.Problems[0]
-			return fail.Failedf("change request %s fails verification (%s: %s): not approving it; `xmode cr verify %s` lists every problem", p.ID, pr.File, pr.Problem, p.ID)
+			return nil, fail.Failedf("change request %s fails verification (version %d, %s: %s): not approving it; `xmode cr verify %s` lists every problem", p.ID, pr.Version, pr.File, pr.Problem, p.ID)
 		}
 	}
-	return s.Store.ReviewChange(ctx, p.ID, store.Review{Decision: decision, Reviewer: s.User, Note: note, DecidedAt: s.now().UTC()})
+	r := store.Review{Decision: decision, Reviewer: s.User, Note: o.Note, DecidedAt: s.now().UTC(), Version: p.at.Version}
+	return s.Store.ReviewChange(ctx, p.ID, r, store.ReviewOptions{Comments: o.Comments, CloseOthers: o.CloseOthers})
 }
 
-// ChangesRequested starts the note of a review that asked for changes
-// (RequestChanges). A change request is a frozen package: the changes a
-// reviewer asks for come as a new change request of the next run, so for
-// this one "request changes" is a rejection, told apart by its note
-// (docs/reference.md, "Review decision").
-const ChangesRequested = "changes requested: "
-
-// RequestChanges records a rejection that asks for changes, saying which:
-// the note is required and is kept after ChangesRequested.
-func (s *Service) RequestChanges(ctx context.Context, p *Package, note string) error {
-	if strings.TrimSpace(note) == "" {
-		return fail.Usagef("requesting changes needs a note saying which: %s TEXT", fail.Note)
-	}
-	return s.Review(ctx, p, store.ChangeRejected, ChangesRequested+note)
-}
-
-// AsksForChanges reports a review made by RequestChanges, and what it asked.
+// AsksForChanges reports a review that asked for changes, and its note.
 func AsksForChanges(r store.Review) (string, bool) {
-	if r.Decision != store.ChangeRejected {
-		return "", false
-	}
-	return strings.CutPrefix(r.Note, ChangesRequested)
+	return r.Note, r.Decision == store.ChangeChangesRequested
 }
 
 // Evidence reads a package's evidence.json.

@@ -135,7 +135,7 @@ func TestExport(t *testing.T) {
 	if _, err := e.cr.Export(ctx, p, missing, ""); fail.KindOf(err) != fail.Usage || err.Error() != "--repo "+missing+": no such directory: give the path of your repository" {
 		t.Fatalf("a missing repository: %v", err)
 	}
-	if err := e.cr.Review(ctx, p, store.ChangeApproved, ""); err != nil {
+	if _, err := e.cr.Review(ctx, p, store.ChangeApproved, changes.ReviewOptions{Note: ""}); err != nil {
 		t.Fatal(err)
 	}
 	p, err = e.cr.Open(ctx, p.ID)
@@ -296,10 +296,10 @@ func TestReview(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, nil)
 	_, p := agentWork(t, e)
-	if err := e.cr.Review(ctx, p, store.ChangeRejected, "needs tests"); err != nil {
+	if _, err := e.cr.Review(ctx, p, store.ChangeRejected, changes.ReviewOptions{Note: "needs tests"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.cr.Review(ctx, p, store.ChangeApproved, "tests added"); err != nil {
+	if _, err := e.cr.Review(ctx, p, store.ChangeApproved, changes.ReviewOptions{Note: "tests added"}); err != nil {
 		t.Fatal(err)
 	}
 	c, err := e.st.GetChange(ctx, p.ID)
@@ -311,7 +311,7 @@ func TestReview(t *testing.T) {
 		t.Fatalf("after reject then approve: %+v", c)
 	}
 	os.WriteFile(filepath.Join(p.Dir, changes.PatchFile), []byte("x"), 0o600)
-	if err := e.cr.Review(ctx, p, store.ChangeApproved, ""); err == nil || !strings.Contains(err.Error(), "fails verification") {
+	if _, err := e.cr.Review(ctx, p, store.ChangeApproved, changes.ReviewOptions{Note: ""}); err == nil || !strings.Contains(err.Error(), "fails verification") {
 		t.Fatalf("approving a tampered package: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,11 +18,14 @@ import (
 	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/gitcli"
 	"github.com/xmode/xmode/gitread"
+	"github.com/xmode/xmode/store"
 )
 
 // Report is what `cr verify` found.
 type Report struct {
-	ID       string    `json:"id"`
+	ID string `json:"id"`
+	// Versions is how many versions were checked: every one, as a chain.
+	Versions int       `json:"versions"`
 	Intact   bool      `json:"intact"`
 	Checked  []string  `json:"checked"`
 	Problems []Problem `json:"problems"`
@@ -29,54 +33,118 @@ type Report struct {
 
 // Problem is one thing that differs from what the change request recorded.
 type Problem struct {
+	// Version is the version whose package differs.
+	Version int    `json:"version"`
 	File    string `json:"file"`
 	Problem string `json:"problem"`
 }
 
-func (r *Report) add(file, format string, args ...any) {
-	r.Problems = append(r.Problems, Problem{File: file, Problem: fmt.Sprintf(format, args...)})
+// versionReport is what the check of one version adds to a report.
+type versionReport struct {
+	*Report
+	version int
 }
 
-// Verify recomputes every hash of the package — manifest.json against the
-// store, change.patch and evidence.json against the manifest, the logs of
-// finished steps against evidence.json — and the tree: change.patch
-// applied to base_commit in the run's object store must give the
-// manifest's tree.
+func (r versionReport) add(file, format string, args ...any) {
+	r.Problems = append(r.Problems, Problem{Version: r.version, File: file, Problem: fmt.Sprintf(format, args...)})
+}
+
+// checked names a file checked: as it is for the first version, after
+// "v<n>/" for a later one.
+func (r versionReport) checked(name string) {
+	if r.version > 1 {
+		name = "v" + strconv.Itoa(r.version) + "/" + name
+	}
+	r.Checked = append(r.Checked, name)
+}
+
+// Verify checks every version of p's change request, as a chain: each
+// version's package (verifyVersion), and that each version's manifest
+// names the version before it by the sha256 the store recorded of that
+// version's manifest — so a package replaced whole, with a manifest the
+// store was then told of, still breaks the link the next version holds.
 func (s *Service) Verify(ctx context.Context, p *Package) (*Report, error) {
 	r := &Report{ID: p.ID, Checked: []string{}, Problems: []Problem{}}
 	defer func() { r.Intact = len(r.Problems) == 0 }()
-	root, err := s.packagesRoot(p.Change)
+	// what the store records now, whatever p was opened as
+	c, err := s.Store.GetChange(ctx, p.ID)
+	if err != nil {
+		return nil, err
+	}
+	vs, err := s.Store.Versions(ctx, c.ID)
+	if err != nil {
+		return nil, err
+	}
+	r.Versions = len(vs)
+	var prev *store.ChangeVersion
+	for i := range vs {
+		v := vs[i]
+		if v.Version != i+1 {
+			(versionReport{r, v.Version}).add("versions", "the store records version %d in place %d: a version is missing", v.Version, i+1)
+		}
+		if v.Version == c.Version {
+			v = newestVersion(c, v)
+		}
+		s.verifyVersion(ctx, c, v, prev, versionReport{r, v.Version})
+		prev = &v
+	}
+	if len(vs) != c.Version {
+		(versionReport{r, c.Version}).add("versions", "the store records %d version(s) of the change request, which says its newest is %d", len(vs), c.Version)
+	}
+	return r, nil
+}
+
+// verifyVersion recomputes every hash of one version's package —
+// manifest.json against the store, change.patch and evidence.json against
+// the manifest, the logs of finished steps against evidence.json — and the
+// tree: change.patch applied to base_commit in its run's object store
+// must give the manifest's tree; and its link to prev, the version before.
+func (s *Service) verifyVersion(ctx context.Context, c *store.Change, v store.ChangeVersion, prev *store.ChangeVersion, r versionReport) {
+	p := &Package{Change: c, at: v}
+	root, err := s.packagesRoot(p)
 	if err != nil {
 		r.add(PackagesDir, "%v", err)
-		return r, nil
+		return
 	}
 	defer root.Close()
-	dir := strconv.Itoa(p.Number)
+	dir := strconv.Itoa(v.Number)
 	read := func(name string, max int64) ([]byte, bool) {
 		b, err := fsguard.ReadRegular(root, dir+"/"+name, max)
 		if err != nil {
 			r.add(name, "cannot be read: %v", err)
 			return nil, false
 		}
-		r.Checked = append(r.Checked, name)
+		r.checked(name)
 		return b, true
 	}
 	mb, ok := read(ManifestFile, maxManifest)
 	if !ok {
-		return r, nil
+		return
 	}
-	if got := sha256Hex(mb); got != p.ManifestSHA256 {
-		r.add(ManifestFile, "sha256 is %s, the change request recorded %s", got, p.ManifestSHA256)
+	if got := sha256Hex(mb); got != v.ManifestSHA256 {
+		r.add(ManifestFile, "sha256 is %s, the change request recorded %s", got, v.ManifestSHA256)
 	}
 	var m Manifest
 	if err := json.Unmarshal(mb, &m); err != nil {
 		r.add(ManifestFile, "does not parse: %v", err)
-		return r, nil
+		return
 	}
-	for field, pair := range map[string][2]string{"id": {m.ID, p.ID}, "tree": {m.Tree, p.Tree}, "base_commit": {m.BaseCommit, p.BaseCommit}} {
+	for field, pair := range map[string][2]string{"id": {m.ID, c.ID}, "tree": {m.Tree, v.Tree}, "base_commit": {m.BaseCommit, c.BaseCommit}} {
 		if pair[0] != pair[1] {
 			r.add(ManifestFile, "%s is %q, the change request recorded %q", field, pair[0], pair[1])
 		}
+	}
+	if got := max(m.Version, 1); got != v.Version {
+		r.add(ManifestFile, "version is %d, the change request recorded %d", got, v.Version)
+	}
+	switch {
+	case prev == nil && m.Previous != nil:
+		r.add(ManifestFile, "names a version %d before it, and it is the first", m.Previous.Version)
+	case prev != nil && m.Previous == nil:
+		r.add(ManifestFile, "names no version before it: the chain to version %d is broken", prev.Version)
+	case prev != nil && *m.Previous != (PreviousVersion{Version: prev.Version, ManifestSHA256: prev.ManifestSHA256}):
+		r.add(ManifestFile, "names version %d's manifest as sha256 %s, the change request recorded %s: the chain is broken",
+			m.Previous.Version, m.Previous.ManifestSHA256, prev.ManifestSHA256)
 	}
 	files := map[string][]byte{}
 	for _, name := range sortedKeys(m.Files) {
@@ -103,18 +171,17 @@ func (s *Service) Verify(ctx context.Context, p *Package) (*Report, error) {
 		}
 	}
 	if patch, ok := files[PatchFile]; ok {
-		s.verifyTree(ctx, p, &m, patch, r)
+		s.verifyTree(ctx, v, &m, patch, r)
 	}
 	if evb, ok := files[EvidenceFile]; ok {
-		s.verifyLogs(ctx, p, evb, r)
+		s.verifyLogs(ctx, v, evb, r)
 	}
-	return r, nil
 }
 
 // verifyTree applies the patch to base_commit in a scratch index of the
-// run's object store and compares the resulting tree.
-func (s *Service) verifyTree(ctx context.Context, p *Package, m *Manifest, patch []byte, r *Report) {
-	st, err := openStore(s.Guard, p.RunID)
+// version's run's object store and compares the resulting tree.
+func (s *Service) verifyTree(ctx context.Context, v store.ChangeVersion, m *Manifest, patch []byte, r versionReport) {
+	st, err := openStore(s.Guard, v.RunID)
 	if err != nil {
 		r.add("tree", "the run's object store cannot be opened: %v", err)
 		return
@@ -130,7 +197,7 @@ func (s *Service) verifyTree(ctx context.Context, p *Package, m *Manifest, patch
 		r.add(PatchFile, "does not apply to base_commit %s: %v", m.BaseCommit, err)
 		return
 	}
-	r.Checked = append(r.Checked, "tree")
+	r.checked("tree")
 	if got := h.String(); got != m.Tree {
 		r.add(PatchFile, "applied to base_commit gives tree %s, the manifest says %s", got, m.Tree)
 	}
@@ -190,13 +257,13 @@ func baseFiles(st *objectStore, commit string) (map[string]TreeEntry, error) {
 }
 
 // verifyLogs checks the logs of finished steps against evidence.json.
-func (s *Service) verifyLogs(ctx context.Context, p *Package, evb []byte, r *Report) {
+func (s *Service) verifyLogs(ctx context.Context, v store.ChangeVersion, evb []byte, r versionReport) {
 	var ev Evidence
 	if err := json.Unmarshal(evb, &ev); err != nil {
 		r.add(EvidenceFile, "does not parse: %v", err)
 		return
 	}
-	runDir, err := s.Guard.RunDir(p.RunID)
+	runDir, err := s.Guard.RunDir(v.RunID)
 	if err != nil {
 		return
 	}
@@ -225,7 +292,7 @@ func (s *Service) verifyLogs(ctx context.Context, p *Package, evb []byte, r *Rep
 			case *got != *log.want:
 				r.add(name, "%s", hashProblem(*got, EvidenceFile, *log.want))
 			default:
-				r.Checked = append(r.Checked, name)
+				r.checked(name)
 			}
 		}
 	}
@@ -263,8 +330,18 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // Summary says in one line what a report found.
 func (r *Report) Summary() string {
-	if r.Intact {
-		return fmt.Sprintf("%s: intact (%s)", r.ID, strings.Join(r.Checked, ", "))
+	versions := ""
+	if r.Versions > 1 {
+		versions = fmt.Sprintf(", %d versions as a chain", r.Versions)
 	}
-	return fmt.Sprintf("%s: TAMPERED: %d problem(s)", r.ID, len(r.Problems))
+	if r.Intact {
+		return fmt.Sprintf("%s: intact (%s%s)", r.ID, strings.Join(r.Checked, ", "), versions)
+	}
+	var tampered []string
+	for _, pr := range r.Problems {
+		if v := fmt.Sprintf("version %d", pr.Version); !slices.Contains(tampered, v) {
+			tampered = append(tampered, v)
+		}
+	}
+	return fmt.Sprintf("%s: TAMPERED: %d problem(s), in %s", r.ID, len(r.Problems), strings.Join(tampered, ", "))
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xmode/xmode/changes"
+	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/sandbox"
@@ -64,7 +66,8 @@ repository's ignore rules — frozen into runs/<run>/change_requests/<n>/
 (change.patch, manifest.json, evidence.json), built without running anything
 the sandbox configured. See docs/change-requests.md.`,
 	})
-	c.AddCommand(a.newCRCreate(), a.newCRList(), a.newCRShow(), a.newCRReview(), a.newCRVerify(), a.newCRExport())
+	c.AddCommand(a.newCRCreate(), a.newCRList(), a.newCRShow(), a.newCRReview(), a.newCRVerify(), a.newCRExport(),
+		a.newCRDiff(), a.newCRCompare())
 	return c
 }
 
@@ -234,7 +237,7 @@ type crListOptions struct {
 func (a *App) newCRList() *cobra.Command {
 	var o crListOptions
 	cmd := &cobra.Command{
-		Use: "list [--run R] [--status open|approved|rejected]",
+		Use: "list [--run R] [--status STATUS]",
 		Example: `  xmode cr list --status open
   xmode cr list --run run_7k2m9q4x --json`,
 		Aliases: []string{"ls"},
@@ -244,15 +247,15 @@ func (a *App) newCRList() *cobra.Command {
 		RunE:    func(cmd *cobra.Command, _ []string) error { return a.runCRList(cmd.Context(), o) },
 	}
 	cmd.Flags().StringVar(&o.RunID, "run", "", "only this run's")
-	cmd.Flags().StringVar(&o.Status, "status", "", "only those in this state: open, approved or rejected")
+	cmd.Flags().StringVar(&o.Status, "status", "", "only those in this state: open, approved, rejected, changes_requested or superseded")
 	return cmd
 }
 
 func (a *App) runCRList(ctx context.Context, o crListOptions) error {
 	switch o.Status {
-	case "", store.ChangeOpen, store.ChangeApproved, store.ChangeRejected:
+	case "", store.ChangeOpen, store.ChangeApproved, store.ChangeRejected, store.ChangeChangesRequested, store.ChangeSuperseded:
 	default:
-		return fail.Usagef("--status %q: use open, approved or rejected", o.Status)
+		return fail.Usagef("--status %q: use open, approved, rejected, changes_requested or superseded", o.Status)
 	}
 	cs, err := a.changes(ctx)
 	if err != nil {
@@ -286,6 +289,8 @@ func (a *App) crStatus(s string) string {
 		return a.paint(color.FgGreen, s)
 	case store.ChangeRejected:
 		return a.paint(color.FgRed, s)
+	case store.ChangeChangesRequested, store.ChangeSuperseded:
+		return a.paint(color.FgYellow, s)
 	}
 	return a.paint(color.FgCyan, s)
 }
@@ -293,15 +298,20 @@ func (a *App) crStatus(s string) string {
 // --- cr show
 
 type crShowOptions struct {
-	ref   string
-	patch bool
+	ref     string
+	patch   bool
+	version int
 }
 
 // crShowView is `cr show --json`.
 type crShowView struct {
 	*changes.Package
-	Manifest *changes.Manifest `json:"manifest"`
-	Evidence *changes.Evidence `json:"evidence"`
+	// Shown is the version shown (the newest unless --version), Versions
+	// every one.
+	Shown    int                   `json:"shown_version"`
+	Versions []store.ChangeVersion `json:"versions"`
+	Manifest *changes.Manifest     `json:"manifest"`
+	Evidence *changes.Evidence     `json:"evidence"`
 	// Verify is cr verify's report: a manifest that is not intact says
 	// what its forger wants said.
 	Verify *changes.Report `json:"verify"`
@@ -312,14 +322,17 @@ type crShowView struct {
 func (a *App) newCRShow() *cobra.Command {
 	var o crShowOptions
 	cmd := &cobra.Command{
-		Use:     "show CR [--patch]",
-		Example: `  xmode cr show cr_7k2m --patch`,
-		Short:   "Show a change request: title, base, stat, the evidence's steps (and the patch)",
-		Long: `Show a change request: its title, status and reviews, base commit, the agent's
-commits, the diffstat and every step of the run with pass/fail at a glance;
+		Use: "show CR [--patch] [--version N]",
+		Example: `  xmode cr show cr_7k2m --patch
+  xmode cr show cr_7k2m --version 1`,
+		Short: "Show a change request: title, base, stat, the evidence's steps (and the patch)",
+		Long: `Show a change request's newest version (--version N: another): its title, status
+and reviews (with their comments on lines, each marked addressed once the next
+version changed its line), its versions, base commit, the agent's commits, the
+diffstat and every step of the version's evidence with pass/fail at a glance;
 --patch adds the patch. Paged on a terminal like git ($PAGER, else less -FRX).
-The package is verified as cr verify does: one that is not what was recorded is
-shown under a TAMPERED line naming each file that differs.` + exitStatusHelp,
+Every version is verified as cr verify does: one that is not what was recorded
+is shown under a TAMPERED line naming each file that differs.` + exitStatusHelp,
 		Args: exactArgs(1, "one change request"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.ref = args[0]
@@ -327,16 +340,27 @@ shown under a TAMPERED line naming each file that differs.` + exitStatusHelp,
 		},
 	}
 	cmd.Flags().BoolVarP(&o.patch, "patch", "p", false, "show the patch too")
+	cmd.Flags().IntVar(&o.version, "version", 0, "show this version (default: the newest)")
 	return cmd
 }
 
 func (a *App) runCRShow(ctx context.Context, o crShowOptions) error {
+	if o.version < 0 {
+		return fail.Usagef("--version %d: versions count from 1", o.version)
+	}
 	cs, err := a.changes(ctx)
 	if err != nil {
 		return err
 	}
-	p, err := cs.Open(ctx, o.ref)
+	p, err := cs.OpenVersion(ctx, o.ref, o.version)
 	if err != nil {
+		return err
+	}
+	versions, err := cs.Store.Versions(ctx, p.ID)
+	if err != nil {
+		return err
+	}
+	if err := cs.Annotate(ctx, p.Change); err != nil {
 		return err
 	}
 	// What the manifest says (title, message, commits) is shown only with
@@ -363,7 +387,7 @@ func (a *App) runCRShow(ctx context.Context, o crShowOptions) error {
 		defer patch.Close()
 	}
 	if a.json {
-		v := crShowView{Package: p, Manifest: p.Manifest, Evidence: ev, Verify: rep}
+		v := crShowView{Package: p, Shown: p.At().Version, Versions: versions, Manifest: p.Manifest, Evidence: ev, Verify: rep}
 		if patch != nil {
 			return a.printJSONWith(v, "patch", patch)
 		}
@@ -373,7 +397,7 @@ func (a *App) runCRShow(ctx context.Context, o crShowOptions) error {
 		a.warn([]string{fmt.Sprintf("%s is tampered with: %s", p.ID, problemFiles(rep))})
 	}
 	return a.paged(func(w io.Writer) error {
-		if err := a.writeCR(w, p, ev, rep); err != nil {
+		if err := a.writeCR(w, p, versions, ev, rep); err != nil {
 			return err
 		}
 		if patch == nil {
@@ -389,26 +413,36 @@ func (a *App) runCRShow(ctx context.Context, o crShowOptions) error {
 	})
 }
 
-// problemFiles names the files a report found differing, once each.
+// problemFiles names the files a report found differing, once each
+// (after their version, when it is not the first).
 func problemFiles(rep *changes.Report) string {
 	var files []string
 	for _, pr := range rep.Problems {
-		if !slices.Contains(files, pr.File) {
-			files = append(files, pr.File)
+		if f := problemFile(pr); !slices.Contains(files, f) {
+			files = append(files, f)
 		}
 	}
 	return strings.Join(files, ", ") + " differ(s) from what was recorded"
 }
 
+// problemFile names a problem's file: "version 2: change.patch" for a
+// later version's.
+func problemFile(pr changes.Problem) string {
+	if pr.Version > 1 {
+		return fmt.Sprintf("version %d: %s", pr.Version, pr.File)
+	}
+	return pr.File
+}
+
 // writeCR shows a change request; one that is tampered with is said to be
 // before anything its package says, each problem named.
-func (a *App) writeCR(w io.Writer, p *changes.Package, ev *changes.Evidence, rep *changes.Report) error {
+func (a *App) writeCR(w io.Writer, p *changes.Package, versions []store.ChangeVersion, ev *changes.Evidence, rep *changes.Report) error {
 	m := p.Manifest
 	now := clock()
 	if !rep.Intact {
 		fmt.Fprintf(w, "%s this package is not what was recorded: what it says below may be forged (xmode cr verify %s)\n", a.paint(color.FgRed, "TAMPERED:"), p.ID)
 		for _, pr := range rep.Problems {
-			fmt.Fprintf(w, "  %s: %s\n", clean(pr.File), clean(pr.Problem))
+			fmt.Fprintf(w, "  %s: %s\n", clean(problemFile(pr)), clean(pr.Problem))
 		}
 		fmt.Fprintln(w)
 	}
@@ -418,7 +452,18 @@ func (a *App) writeCR(w io.Writer, p *changes.Package, ev *changes.Evidence, rep
 	}
 	fmt.Fprintf(w, "%s %s  %s\n", a.paint(color.Bold, p.ID), status, clean(m.Title))
 	kv := newTable(w)
+	at := p.At()
+	if len(versions) > 1 {
+		shown := fmt.Sprintf("%d of %d", at.Version, len(versions))
+		if at.Version == p.Version {
+			shown += " (the newest)"
+		}
+		kv.row("Version:", shown)
+	}
 	kv.row("Run:", p.RunID+" (session "+p.SessionID+")")
+	if at.RunID != p.RunID || at.SessionID != p.SessionID {
+		kv.row("This version:", "run "+at.RunID+", session "+at.SessionID)
+	}
 	kv.row("Repo:", clean(m.Repo)+" @ "+clean(m.Ref))
 	kv.row("Base:", m.BaseCommit)
 	kv.row("Tree:", m.Tree)
@@ -427,13 +472,39 @@ func (a *App) writeCR(w io.Writer, p *changes.Package, ev *changes.Evidence, rep
 	kv.row("Package:", p.Dir)
 	for _, r := range p.Reviews {
 		line := r.Decision + " by " + clean(r.Reviewer) + " at " + r.DecidedAt.Local().Format(time.DateTime)
+		if len(versions) > 1 {
+			line = fmt.Sprintf("v%d: %s", r.Version, line)
+		}
 		if r.Note != "" {
 			line += ": " + clean(r.Note)
 		}
 		kv.row("Review:", line)
+		for _, c := range r.Comments {
+			mark := ""
+			if c.Addressed != nil && *c.Addressed {
+				mark = a.paint(color.FgGreen, " (addressed in v"+fmt.Sprint(c.Version+1)+")")
+			} else if c.Addressed != nil {
+				mark = a.paint(color.FgYellow, " (not addressed in v"+fmt.Sprint(c.Version+1)+")")
+			}
+			kv.row("", "  "+clean(changes.Where(c))+": "+clean(c.Text)+mark)
+		}
 	}
 	if err := kv.flush(); err != nil {
 		return err
+	}
+	if len(versions) > 1 {
+		fmt.Fprintln(w)
+		t := newTable(w, "VERSION", "SESSION", "FILES", "+/-", "CREATED")
+		for _, v := range versions {
+			label := fmt.Sprint(v.Version)
+			if v.Version == at.Version {
+				label += " *"
+			}
+			t.row(label, v.SessionID, fmt.Sprint(v.Files), fmt.Sprintf("+%d -%d", v.Insertions, v.Deletions), v.CreatedAt.Local().Format(time.DateTime))
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
 	}
 	if m.Message != "" {
 		lines := strings.Split(strings.TrimRight(m.Message, "\n"), "\n")
@@ -464,6 +535,7 @@ func (a *App) writeCR(w io.Writer, p *changes.Package, ev *changes.Evidence, rep
 		fmt.Fprintf(w, "Evidence: not shown: %s is not what was recorded.\n", changes.EvidenceFile)
 		return nil
 	}
+	a.networkEvidence(w, ev.Network)
 	if len(ev.Steps) == 0 {
 		fmt.Fprintln(w, "Evidence: no steps ran in this run.")
 		return nil
@@ -486,17 +558,40 @@ func (a *App) writeCR(w io.Writer, p *changes.Package, ev *changes.Evidence, rep
 	return t.flush()
 }
 
+// networkEvidence says what the run's proxied sandboxes reached and were
+// refused ("Network: N connections to [hosts], M denied"), with the first
+// refused attempts: what a reviewer should see the agent tried.
+func (a *App) networkEvidence(w io.Writer, n *evidence.NetworkSummary) {
+	if n == nil {
+		return
+	}
+	fmt.Fprintf(w, "Network: %s\n", clean(n.Line))
+	const shown = 10
+	for i, r := range n.Refused {
+		if i == shown {
+			fmt.Fprintf(w, "  … %d more refused (`xmode sandbox network SESSION --denied` lists them)\n", len(n.Refused)-shown)
+			break
+		}
+		dest := r.Host
+		if r.Port != 0 {
+			dest += ":" + strconv.Itoa(r.Port)
+		}
+		fmt.Fprintf(w, "  %s %s (%s, step %s): %s\n", a.paint(color.FgRed, "refused"), clean(dest), r.Kind, stepsCell(r.Steps), clean(truncate(r.Reason, 120)))
+	}
+	fmt.Fprintln(w)
+}
+
 func (a *App) stepResult(s changes.StepEvidence) string {
 	switch s.Status {
-	case "passed":
+	case changes.EvidencePassed:
 		return a.paint(color.FgGreen, "✓ passed")
-	case "running":
+	case changes.EvidenceRunning:
 		return a.paint(color.FgCyan, "… running")
-	case "timed_out":
+	case changes.EvidenceTimedOut:
 		return a.paint(color.FgRed, "✗ timed out")
-	case "oom_killed":
+	case changes.EvidenceOOMKilled:
 		return a.paint(color.FgRed, "✗ out of memory")
-	case "killed":
+	case changes.EvidenceKilled:
 		return a.paint(color.FgRed, "✗ killed ("+s.Signal+")")
 	}
 	code := -1
@@ -512,20 +607,34 @@ type crReviewOptions struct {
 	ref                             string
 	approve, reject, requestChanges bool
 	note                            string
+	comments                        []string
+	closeOthers                     bool
 }
 
 func (a *App) newCRReview() *cobra.Command {
 	var o crReviewOptions
 	cmd := &cobra.Command{
-		Use: "review CR --approve|--request-changes|--reject [--note TEXT]",
+		Use: "review CR --approve|--request-changes|--reject [--note TEXT] [--comment \"PATH:LINE: TEXT\"]... [--close-others]",
 		Example: `  xmode cr review cr_7k2m --approve -m "looks right"
-  xmode cr review cr_7k2m --request-changes --note "the test still skips on CI"`,
+  xmode cr review cr_7k2m --request-changes --note "the test still skips on CI" \
+    --comment "src/a.go:12: return the error" --comment "src/a.go:-30: keep this check"
+  xmode cr review cr_7k2m --approve --close-others`,
 		Short: "Approve, reject or ask for changes to a change request (every decision is kept)",
-		Long: `Record a review decision, with the reviewer ($XMODE_USER, else the OS user) and
-the time. A change request's status is its latest decision. An approval is
-refused for a package that fails verification. A change request is frozen,
-so --request-changes is a rejection whose note (required) starts "changes
-requested: ": the changes come as the next run's change request.` + exitStatusHelp,
+		Long: `Record a review decision about the change request's newest version, with the
+reviewer ($XMODE_USER, else the OS user) and the time. Its status is its latest
+decision. An approval is refused for a change request that fails verification.
+--request-changes asks for a new version (status changes_requested): say
+which with --note, --comment or both; ` + "`xmode run continue RUN`" + ` gives them to the
+agent, and what it makes is the next version.
+
+--comment "PATH:LINE: TEXT" (repeatable) comments on line LINE of PATH as the
+version has it (a line the diff shows: added or context); "PATH:-LINE: TEXT"
+on line LINE of the base (a line the change removed). A path the version does
+not change, or a line its diff does not show, is refused (exit 2).
+
+--close-others, with --approve on one attempt of a run of attempts (xmode run
+--attempts), closes the others still open or awaiting a new version as
+superseded.` + exitStatusHelp,
 		Args: exactArgs(1, "one change request"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.ref = args[0]
@@ -536,6 +645,8 @@ requested: ": the changes come as the next run's change request.` + exitStatusHe
 	cmd.Flags().BoolVar(&o.reject, "reject", false, "reject it")
 	cmd.Flags().BoolVar(&o.requestChanges, "request-changes", false, "reject it, asking for the changes --note names")
 	cmd.Flags().StringVarP(&o.note, "note", "m", "", "a note kept with the decision (-m as for git commit)")
+	cmd.Flags().StringArrayVar(&o.comments, "comment", nil, `a comment on a line of the diff: "PATH:LINE: TEXT" (PATH:-LINE: a line of the base) (repeatable)`)
+	cmd.Flags().BoolVar(&o.closeOthers, "close-others", false, "with --approve: close the other attempts of the run as superseded")
 	return cmd
 }
 
@@ -549,8 +660,19 @@ func (a *App) runCRReview(ctx context.Context, o crReviewOptions) error {
 	if n != 1 {
 		return fail.Usagef("give exactly one of --approve, --request-changes and --reject")
 	}
-	if o.requestChanges && strings.TrimSpace(o.note) == "" {
-		return fail.Usagef("--request-changes needs --note TEXT saying which changes")
+	if o.requestChanges && strings.TrimSpace(o.note) == "" && len(o.comments) == 0 {
+		return fail.Usagef("--request-changes needs --note TEXT or --comment \"PATH:LINE: TEXT\" saying which changes")
+	}
+	if o.closeOthers && !o.approve {
+		return fail.Usagef("--close-others goes with --approve: it closes the other attempts as superseded by the approved one")
+	}
+	ro := changes.ReviewOptions{Note: o.note, CloseOthers: o.closeOthers}
+	for _, text := range o.comments {
+		c, err := changes.ParseComment(text)
+		if err != nil {
+			return err
+		}
+		ro.Comments = append(ro.Comments, c)
 	}
 	cs, err := a.changes(ctx)
 	if err != nil {
@@ -560,16 +682,19 @@ func (a *App) runCRReview(ctx context.Context, o crReviewOptions) error {
 	if err != nil {
 		return err
 	}
+	decision := store.ChangeApproved
 	switch {
 	case o.requestChanges:
-		err = cs.RequestChanges(ctx, p, o.note)
+		decision = store.ChangeChangesRequested
 	case o.reject:
-		err = cs.Review(ctx, p, store.ChangeRejected, o.note)
-	default:
-		err = cs.Review(ctx, p, store.ChangeApproved, o.note)
+		decision = store.ChangeRejected
 	}
+	closed, err := cs.Review(ctx, p, decision, ro)
 	if err != nil {
 		return err
+	}
+	for _, id := range closed {
+		a.info("%s superseded by %s", id, p.ID)
 	}
 	c, err := cs.Store.GetChange(ctx, p.ID)
 	if err != nil {
@@ -593,11 +718,13 @@ func (a *App) newCRVerify() *cobra.Command {
 	return &cobra.Command{
 		Use:     "verify CR",
 		Example: `  xmode cr verify cr_7k2m && echo intact`,
-		Short:   "Recompute every hash of a change request and its tree",
-		Long: `Recompute every hash of the package — manifest.json against the store,
-change.patch and evidence.json against the manifest, the logs of its steps
-against evidence.json — and the tree: change.patch applied to the base commit
-must give the manifest's tree.
+		Short:   "Recompute every hash of a change request and its tree, every version's",
+		Long: `Recompute every hash of each version's package — manifest.json against the
+store, change.patch and evidence.json against the manifest, the logs of its
+steps against evidence.json — and its tree: change.patch applied to the base
+commit must give the manifest's tree. The versions are checked as a chain:
+each version's manifest must name the one before by the sha256 the store
+recorded of its manifest. Each problem names its version.
 
 EXIT STATUS
   0 intact · 1 tampered (each problem is named) · 2 bad argument · 3 no such
@@ -618,8 +745,7 @@ func (a *App) runCRVerify(ctx context.Context, o crVerifyOptions) error {
 	if err != nil {
 		return err
 	}
-	p := &changes.Package{Change: c}
-	rep, err := cs.Verify(ctx, p)
+	rep, err := cs.Verify(ctx, &changes.Package{Change: c})
 	if err != nil {
 		return err
 	}
@@ -629,7 +755,7 @@ func (a *App) runCRVerify(ctx context.Context, o crVerifyOptions) error {
 		}
 	} else {
 		for _, pr := range rep.Problems {
-			fmt.Fprintf(a.Out, "%s %s: %s\n", a.paint(color.FgRed, "tampered:"), clean(pr.File), clean(pr.Problem))
+			fmt.Fprintf(a.Out, "%s %s: %s\n", a.paint(color.FgRed, "tampered:"), clean(problemFile(pr)), clean(pr.Problem))
 		}
 		fmt.Fprintln(a.Out, rep.Summary())
 	}
@@ -651,7 +777,8 @@ func (a *App) newCRExport() *cobra.Command {
 		Use:   "export CR --repo PATH [--branch NAME]",
 		Short: "Create a branch with the change in your repository",
 		Long: `Create a branch (default xmode/<cr_id>) in the repository at PATH with the
-change on top of the base commit: the agent's commits as it made them, then one
+change — its approved version; the newest while none is approved — on top of
+the base commit: the agent's commits as it made them, then one
 commit with what it left uncommitted — or, when one of those commits holds a
 path git refuses (.GIT/hooks/..., git~1), one commit of the whole change
 instead, with a warning. Only objects and the new branch are
@@ -683,7 +810,7 @@ func (a *App) runCRExport(ctx context.Context, o crExportOptions) error {
 	if err != nil {
 		return err
 	}
-	p, err := cs.Open(ctx, o.ref)
+	p, err := cs.ExportVersion(ctx, o.ref)
 	if err != nil {
 		return err
 	}

@@ -112,7 +112,7 @@ func TestCRCommands(t *testing.T) {
 		t.Fatalf("cr create: stdout %q, stderr %q", cr, c.stderr.String())
 	}
 
-	c.fails(2, `--status "merged": use open, approved or rejected`, "cr", "list", "--status", "merged")
+	c.fails(2, `--status "merged": use open, approved, rejected, changes_requested or superseded`, "cr", "list", "--status", "merged")
 	out := c.ok("cr", "list")
 	if !regexp.MustCompile(`^ID +STATUS +RUN +FILES +\+/- +CREATED +TITLE\n` + cr + ` +open +run_\w+ +5 +\+303 -1 +\d+s ago +Grow a.txt\n$`).MatchString(out) {
 		t.Errorf("cr list:\n%s", out)

@@ -139,7 +139,7 @@ func TestStepDurationsOneWay(t *testing.T) {
 		p := &changes.Package{Change: &store.Change{ID: "cr_aaaaaaaa", Status: store.ChangeOpen}, Manifest: &changes.Manifest{Stat: &changes.Stat{}}}
 		ev := &changes.Evidence{Steps: []changes.StepEvidence{{Seq: 1, Name: "test", Argv: []string{"make", "test"}, Status: "passed",
 			ExitCode: &zero, StartedAt: start, FinishedAt: &end, DurationMS: took.Milliseconds()}}}
-		if err := a.writeCR(&out, p, ev, &changes.Report{Intact: true}); err != nil {
+		if err := a.writeCR(&out, p, nil, ev, &changes.Report{Intact: true}); err != nil {
 			t.Fatal(err)
 		}
 		if !regexp.MustCompile(`\n0001-test +make test +✓ passed +` + regexp.QuoteMeta(want) + `\n`).MatchString(out.String()) {

@@ -3,7 +3,6 @@ package cmd
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/fatih/color"
 	"github.com/spf13/cobra"
 
-	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/internal/humanize"
@@ -23,52 +21,17 @@ import (
 	"github.com/xmode/xmode/store"
 )
 
-// changeRequests builds a run's change request with the changes package
-// and tells its review state from the store.
-func changeRequests(svc *sandbox.Service) crs {
-	return crs{changesOf(svc)}
-}
-
-type crs struct{ svc *changes.Service }
-
-// Create freezes the session's worktree; a worktree the plan left as it
-// found it has no change to review, which is no failure of the loop.
-func (c crs) Create(ctx context.Context, sess *store.Session, title, message string) (string, error) {
-	p, err := c.svc.Create(ctx, sess, changes.CreateOptions{Title: title, Message: message})
-	if errors.Is(err, changes.ErrEmpty) {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	return p.ID, nil
-}
-
-// Decision is the change request's latest review: open, approved, rejected.
-func (c crs) Decision(ctx context.Context, id string) (string, error) {
-	ch, err := c.svc.Store.GetChange(ctx, id)
-	if err != nil {
-		return "", err
-	}
-	return ch.Status, nil
-}
-
-// runStatus is a run's status with its change request's review applied.
-func runStatus(ctx context.Context, svc *sandbox.Service, r *store.LoopRun) string {
-	st, _ := runview.Status(ctx, r, changeRequests(svc))
-	return st
-}
-
 // runOptions are `xmode run`'s flags.
 type runOptions struct {
 	loop.Options
+	net       networkFlags
 	overrides map[string]config.Flag // the create flags that override variables
 }
 
 func (a *App) newRunCmd() *cobra.Command {
 	var o runOptions
 	cmd := &cobra.Command{
-		Use:   "run --objective TEXT (--repo URL|PATH | --project P) [--ref REF] [--agent KIND] [-f PLAN] [--keep]",
+		Use:   "run --objective TEXT (--repo URL|PATH | --project P) [--ref REF] [--agent KIND] [-f PLAN] [--keep] [--attempts N [--parallel P]] [--iterate N --reviewer CMD]",
 		Short: "The governed loop in one command: objective → plan → sandbox → evidence → change request",
 		Long: `Create a session, run the plan in it, build a change request from what the
 sandbox ended with (whatever the checks said: the evidence shows it), and
@@ -84,24 +47,44 @@ stdout; the steps' output streams to stderr. Ctrl-C ends the running step
 ` + "`xmode run show RUN`" + ` show runs: objective, plan, status, sessions, steps,
 change requests.
 
+--attempts N runs the plan in N sandboxes from one base (claimed from the
+project's pool where it has one), --parallel at a time (default: two per
+core), and ends with up to N change requests, ranked: required
+checks passed, then checks passed, then the smaller change. N sandboxes
+beyond XMODE_SANDBOX_MAX_OPEN are refused before any starts (exit 4). Each
+attempt's agent sees XMODE_ATTEMPT (1..N) and XMODE_ATTEMPTS in its
+environment.
+
+--reviewer CMD runs CMD (sh -c, on this host) on the change request: it
+answers approve, request-changes or reject on its first line, then note:
+and comment: PATH:LINE: TEXT lines. While it asks for changes, the agent
+runs again in the same session with its review, up to --iterate N new
+versions (default: the plan's iterate:, else 0). ` + "`xmode run continue RUN`" + ` does
+one such round by hand, after ` + "`xmode cr review --request-changes`" + `.
+
 STATUS
-  running    the loop is at work
-  review     a change request awaits a reviewer (whatever the checks said:
-             its evidence shows them); approved or rejected once reviewed
-  no-change  every step passed, and the worktree has nothing to review
-  failed     the agent step failed, or a required step failed and nothing
-             changed, or xmode failed; a line says why (what a failed agent
-             changed is still kept as a change request)
+  running      the loop is at work (attempting: the attempts are)
+  review       a change request awaits a reviewer (whatever the checks
+               said: its evidence shows them); approved, rejected,
+               changes_requested (it awaits a new version: run continue)
+               or superseded once reviewed
+  no-change    every step passed, and the worktree has nothing to review
+  failed       the agent step failed, or a required step failed and nothing
+               changed, or xmode failed; a line says why (what a failed
+               agent changed is still kept as a change request)
 
 EXIT STATUS
   the first failing required step's status (0 when every one passed; 130
   after Ctrl-C), or 1 when that status is 2-5, which are xmode's own (the
-  step keeps its status in the run's steps); 1 the loop failed (the change
-  request could not be built); 2 bad flag or plan, 3 not found, 4 refused,
-  5 engine unavailable.` + stepPipeExitHelp,
+  step keeps its status in the run's steps); with --attempts, the best
+  attempt's; 1 the loop failed (the change request could not be built, the
+  reviewer command failed); 2 bad flag or plan, 3 not found, 4 refused
+  (attempts beyond the quota), 5 engine unavailable.` + stepPipeExitHelp,
 		Example: `  xmode run --repo . --objective "fix the flaky test" --agent codex
   XMODE_AGENT_COMMAND_TEMPLATE="sh '$(xmode examples)/agent.sh' {prompt_file}" \
-    xmode run --repo . --objective "add a NOTES.md" -f "$(xmode examples)/xmode.yaml"`,
+    xmode run --repo . --objective "add a NOTES.md" -f "$(xmode examples)/xmode.yaml"
+  xmode run --project web --objective "speed up the build" --attempts 4
+  xmode run --repo . --objective "fix the bug" --iterate 2 --reviewer ./ci/review.sh`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			switch {
 			case len(args) == 0:
@@ -113,18 +96,31 @@ EXIT STATUS
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Create.NetworkSet = cmd.Flags().Changed("network")
+			o.IterateSet = cmd.Flags().Changed("iterate")
+			if cmd.Flags().Changed("attempts") && o.Attempts < 1 {
+				return fail.Usagef("%s %d: at least 1", fail.Attempts, o.Attempts)
+			}
+			if cmd.Flags().Changed("parallel") && o.Parallel < 1 {
+				return fail.Usagef("%s %d: at least 1", fail.Parallel, o.Parallel)
+			}
 			o.overrides = createOverrides(cmd)
+			o.Create.Egress = o.net.sources()
 			return a.runLoop(cmd.Context(), o)
 		},
 	}
 	addCreateFlags(cmd, &o.Create)
+	addNetworkFlags(cmd, &o.net)
 	f := cmd.Flags()
 	f.StringVar(&o.Objective, "objective", "", "what the agent is to do (the prompt of the default agent step)")
 	f.StringVar(&o.Agent, "agent", "", "codex, claude or command (default codex; replaces the plan's agents when given)")
 	f.StringVarP(&o.PlanFile, "file", "f", "", "the plan (default: the repository's xmode.yaml behind an agent step)")
 	f.BoolVar(&o.Keep, "keep", false, "leave the session open when the run ends")
 	f.StringArrayVar(&o.EnvPass, "env-pass", nil, "pass this host variable to agent steps by name (repeatable)")
-	cmd.AddCommand(a.newRunList(), a.newRunShow())
+	f.IntVar(&o.Attempts, "attempts", 0, "run the plan in N sandboxes from one base (default: the plan's attempts:, else 1)")
+	f.IntVar(&o.Parallel, "parallel", 0, "with --attempts: at most this many at a time (default: two per core)")
+	f.IntVar(&o.Iterate, "iterate", 0, "with --reviewer: up to N new versions while it asks for changes (default: the plan's iterate:)")
+	f.StringVar(&o.Reviewer, "reviewer", "", "a command (sh -c) that reviews each version: approve, request-changes or reject on stdout")
+	cmd.AddCommand(a.newRunList(), a.newRunShow(), a.newRunContinue())
 	return a.setTraits(cmd, traits{exit: exitStep})
 }
 
@@ -134,14 +130,30 @@ func (a *App) runLoop(ctx context.Context, o runOptions) error {
 	if err != nil {
 		return err
 	}
-	l := &loop.Loop{Svc: svc, Plans: &plans.Runner{Svc: svc, Agents: a.agents(svc)}, CR: changeRequests(svc)}
-	if !a.json && !a.quiet {
-		l.Notes, l.LiveStdout, l.LiveStderr = termsafe.NewWriter(a.Err), a.Err, a.Err
-	}
+	l := a.loop(svc)
 	res, err := l.Run(ctx, o.Options)
 	if res == nil {
 		return err
 	}
+	a.printRunResult(res)
+	return runExit(res, err)
+}
+
+// loop is the governed loop of a storage root, its notes and the steps'
+// output on stderr unless --json or -q.
+func (a *App) loop(svc *sandbox.Service) *loop.Loop {
+	l := &loop.Loop{Svc: svc, Plans: &plans.Runner{Svc: svc, Agents: a.agents(svc)}, Changes: changesOf(svc)}
+	if !a.json && !a.quiet {
+		l.Notes, l.LiveStdout, l.LiveStderr = termsafe.NewWriter(a.Err), a.Err, a.Err
+		if a.verbose {
+			svc.Verbose = l.Notes // what each sandbox's making took
+		}
+	}
+	return l
+}
+
+// printRunResult prints what `xmode run` and `run continue` report.
+func (a *App) printRunResult(res *loop.Result) {
 	switch {
 	case a.json:
 		_ = a.printJSON(res)
@@ -150,23 +162,64 @@ func (a *App) runLoop(ctx context.Context, o runOptions) error {
 	default:
 		kv := newTable(a.Out)
 		kv.row("run:", res.RunID)
-		session := res.SessionID + " (stopped)"
-		if res.Kept {
-			session = res.SessionID + " (kept open: stop it with `xmode sandbox stop " + res.SessionID + "`)"
+		if res.SessionID != "" {
+			session := res.SessionID + " (stopped)"
+			if res.Kept {
+				session = res.SessionID + " (kept open: stop it with `xmode sandbox stop " + res.SessionID + "`)"
+			}
+			kv.row("session:", session)
 		}
-		kv.row("session:", session)
-		kv.row("cr:", orDash(res.CR))
+		if res.Ranking == nil {
+			cr := orDash(res.CR)
+			if res.Version > 1 {
+				cr += fmt.Sprintf(" (version %d)", res.Version)
+			}
+			kv.row("cr:", cr)
+		}
 		kv.row("status:", a.runStatusColor(res.Status))
 		if why := runWhy(res.Status, res.Error); why != "" {
 			kv.row("why:", clean(why))
 		}
-		kv.row("plan:", clean(res.PlanSource))
+		kv.row("plan:", clean(orDash(res.PlanSource)))
+		for _, r := range res.Reviews {
+			line := fmt.Sprintf("version %d: %s", r.Version, r.Decision)
+			if n := len(r.Comments); n > 0 {
+				line += fmt.Sprintf(" (%d comment(s))", n)
+			}
+			kv.row("reviewer:", line)
+		}
 		_ = kv.flush()
 		fmt.Fprintln(a.Out)
+		if res.Ranking != nil {
+			_ = a.attemptsTable(res.Ranking)
+			return
+		}
 		a.outcomeTable(res.Steps)
 	}
-	// The run's exit status is decided by the loop (a failing
-	// step's, or its own failure's); its error is only said.
+}
+
+// attemptsTable lists a run's attempts, best first.
+func (a *App) attemptsTable(atts []runview.Attempt) error {
+	t := newTable(a.Out, "RANK", "ATTEMPT", "RUN", "STATUS", "EXIT", "CR", "REQUIRED", "CHECKS", "CHANGE")
+	for _, at := range atts {
+		exit := "-"
+		if at.ExitCode != nil {
+			exit = fmt.Sprint(*at.ExitCode)
+		}
+		change := "-"
+		if at.CR != "" {
+			change = fmt.Sprintf("%d file(s) +%d -%d", at.Files, at.Insertions, at.Deletions)
+		}
+		t.row(fmt.Sprint(at.Rank), fmt.Sprint(at.Attempt), at.RunID, a.runStatusColor(at.Status), exit, orDash(at.CR),
+			fmt.Sprintf("%d/%d", at.RequiredPassed, at.Required), fmt.Sprintf("%d/%d", at.ChecksPassed, at.Checks), change)
+	}
+	return t.flush()
+}
+
+// runExit is the exit of `xmode run` and `run continue`: the loop decides
+// the status (a failing step's, or its own failure's); its error is only
+// said.
+func runExit(res *loop.Result, err error) error {
 	if err != nil && res.ExitCode != 0 {
 		return &statusError{err: err, code: res.ExitCode}
 	}
@@ -190,11 +243,11 @@ func (a *App) runStatusColor(s string) string {
 	switch s {
 	case store.RunReview, store.RunApproved:
 		return a.paint(color.FgGreen, s)
-	case store.RunNoChange:
+	case store.RunNoChange, store.RunChangesRequested, store.RunSuperseded:
 		return a.paint(color.FgYellow, s)
 	case store.RunFailed, store.RunRejected:
 		return a.paint(color.FgRed, s)
-	case store.RunRunning:
+	case store.RunRunning, store.RunAttempting:
 		return a.paint(color.FgCyan, s)
 	}
 	return orDash(s)
@@ -229,9 +282,6 @@ func (a *App) runListRuns(ctx context.Context, o runListOptions) error {
 	if err != nil {
 		return err
 	}
-	for _, r := range runs {
-		r.Status = runStatus(ctx, svc, r)
-	}
 	if a.json {
 		if runs == nil {
 			runs = []*store.LoopRun{}
@@ -263,6 +313,10 @@ type runView struct {
 	Sessions       []*store.Session `json:"sessions"`
 	Steps          []stepView       `json:"steps"`
 	ChangeRequests []string         `json:"change_requests"`
+	// Ranking: a run of attempts', best first; Versions: its change
+	// request's (a run's that has one).
+	Ranking  []runview.Attempt     `json:"ranking"`
+	Versions []store.ChangeVersion `json:"versions"`
 }
 
 // runShowOptions are `run show`'s run.
@@ -292,21 +346,31 @@ func (a *App) runShowRun(ctx context.Context, o runShowOptions) error {
 	if err != nil {
 		return err
 	}
-	r.Status = runStatus(ctx, svc, r)
-	sessions, err := svc.Store.RunSessions(ctx, r.ID)
+	// A run's sessions and steps are its own and its continuations' (the
+	// forks of its change request's tree that made later versions).
+	sessions, steps, err := runview.Members(ctx, svc.Store, r.ID)
 	if err != nil {
 		return err
 	}
-	steps, err := svc.Store.Steps(ctx, r.ID)
-	if err != nil {
-		return err
+	var attempts []runview.Attempt
+	if r.Attempts > 0 {
+		if attempts, err = runview.Rank(ctx, svc.Store, r.ID); err != nil {
+			return err
+		}
+	}
+	versions := []store.ChangeVersion{}
+	if r.CR != "" {
+		if versions, err = svc.Store.Versions(ctx, r.CR); err != nil {
+			return err
+		}
 	}
 	var plan plans.Plan
 	if r.Plan != "" {
 		_ = json.Unmarshal([]byte(r.Plan), &plan)
 	}
 	if a.json {
-		v := runView{LoopRun: r, Plan: json.RawMessage("null"), Sessions: sessions, Steps: []stepView{}, ChangeRequests: []string{}}
+		v := runView{LoopRun: r, Plan: json.RawMessage("null"), Sessions: sessions, Steps: []stepView{}, ChangeRequests: []string{},
+			Ranking: nonNilSlice(attempts), Versions: versions}
 		if r.Plan != "" {
 			v.Plan = json.RawMessage(r.Plan)
 		}
@@ -318,6 +382,11 @@ func (a *App) runShowRun(ctx context.Context, o runShowOptions) error {
 		}
 		if r.CR != "" {
 			v.ChangeRequests = append(v.ChangeRequests, r.CR)
+		}
+		for _, at := range attempts {
+			if at.CR != "" {
+				v.ChangeRequests = append(v.ChangeRequests, at.CR)
+			}
 		}
 		return a.printJSON(v)
 	}
@@ -351,7 +420,16 @@ func (a *App) runShowRun(ctx context.Context, o runShowOptions) error {
 		}
 		kv.row("Plan:", clean(r.PlanSource)+": "+clean(strings.Join(names, ", ")))
 	}
-	kv.row("Change request:", orDash(r.CR))
+	if r.Parent != "" && r.Attempt > 0 {
+		kv.row("Attempt:", fmt.Sprintf("%d of run %s", r.Attempt, r.Parent))
+	}
+	if r.Attempts == 0 {
+		cr := orDash(r.CR)
+		if len(versions) > 1 {
+			cr += fmt.Sprintf(" (version %d)", len(versions))
+		}
+		kv.row("Change request:", cr)
+	}
 	kv.row("Created:", r.CreatedAt.Local().Format(time.DateTime))
 	if r.FinishedAt != nil {
 		kv.row("Finished:", r.FinishedAt.Local().Format(time.DateTime))
@@ -361,6 +439,22 @@ func (a *App) runShowRun(ctx context.Context, o runShowOptions) error {
 	}
 	if err := kv.flush(); err != nil {
 		return err
+	}
+	if len(attempts) > 0 {
+		fmt.Fprintf(a.Out, "\nAttempts (%d), best first:\n", r.Attempts)
+		if err := a.attemptsTable(attempts); err != nil {
+			return err
+		}
+	}
+	if len(versions) > 1 {
+		fmt.Fprintln(a.Out)
+		t := newTable(a.Out, "VERSION", "SESSION", "RUN", "CHANGE", "CREATED")
+		for _, v := range versions {
+			t.row(fmt.Sprint(v.Version), v.SessionID, v.RunID, fmt.Sprintf("%d file(s) +%d -%d", v.Files, v.Insertions, v.Deletions), v.CreatedAt.Local().Format(time.DateTime))
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
 	}
 	if len(sessions) > 0 {
 		fmt.Fprintln(a.Out)
@@ -377,6 +471,61 @@ func (a *App) runShowRun(ctx context.Context, o runShowOptions) error {
 		return a.stepTable(steps)
 	}
 	return nil
+}
+
+// runContinueOptions are `run continue`'s flags.
+type runContinueOptions struct {
+	loop.ContinueOptions
+}
+
+func (a *App) newRunContinue() *cobra.Command {
+	var o runContinueOptions
+	cmd := &cobra.Command{
+		Use: "continue RUN [--agent KIND] [--keep]",
+		Example: `  xmode cr review cr_7k2m --request-changes -m "handle the empty case" --comment "src/a.go:12: return an error here"
+  xmode run continue run_7k2m9q4x`,
+		Short: "Run the agent again on a change request a reviewer asked to change: its next version",
+		Long: `Run the run's plan again for its change request, whose latest review asked for
+changes: in the sandbox of its newest version while that is open (xmode run
+--keep), else in a fork of that version's tree. Each agent step's prompt is
+followed by the review — the reviewer's note, and each comment on a line of
+the diff with a few lines of the diff around it — and the agent sees
+XMODE_VERSION (the version it makes) and XMODE_CHANGE_REQUEST in its
+environment. What the sandbox ends with is the change request's next
+version (` + "`xmode cr show CR`" + ` shows the newest, ` + "`xmode cr diff CR`" + ` what changed since the
+one before). A run of attempts continues the attempt that awaits a new
+version. The session is stopped at the end unless --keep.
+
+EXIT STATUS
+  as xmode run: the first failing required step's status (0 when every one
+  passed); 1 no new version (the agent changed nothing) or the loop failed;
+  2 bad argument; 3 no such run; 4 nothing awaits a new version, or another
+  xmode works on the run; 5 engine unavailable.` + stepPipeExitHelp,
+		Args: exactArgs(1, "one run"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Run = args[0]
+			return a.runContinue(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Agent, "agent", "", "codex, claude or command (replaces the plan's agents when given)")
+	f.BoolVar(&o.Keep, "keep", false, "leave the session open when the run ends")
+	f.StringArrayVar(&o.EnvPass, "env-pass", nil, "pass this host variable to agent steps by name (repeatable)")
+	return a.setTraits(cmd, traits{exit: exitStep})
+}
+
+// runContinue is `xmode run continue`.
+func (a *App) runContinue(ctx context.Context, o runContinueOptions) error {
+	svc, err := a.service(ctx, nil)
+	if err != nil {
+		return err
+	}
+	res, err := a.loop(svc).Continue(ctx, o.ContinueOptions)
+	if res == nil {
+		return err
+	}
+	a.printRunResult(res)
+	return runExit(res, err)
 }
 
 // runWhy is the line that says why a run ended as it did: its error when

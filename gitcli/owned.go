@@ -20,6 +20,10 @@ type Owned struct {
 	IndexFile string    // GIT_INDEX_FILE, when the command needs an index
 	Stdin     io.Reader // nil: no input
 	Stdout    io.Writer // nil: captured and returned, trimmed
+	// Alternates are more object directories git reads from
+	// (GIT_ALTERNATE_OBJECT_DIRECTORIES): other stores xmode owns, for a
+	// diff between trees kept in two of them.
+	Alternates []string
 }
 
 // ownedConfig is passed to every Owned run: beside hooks and the fsmonitor,
@@ -47,6 +51,9 @@ func ownedEnv(o Owned) []string {
 		"GIT_ATTR_NOSYSTEM=1", "GIT_NO_REPLACE_OBJECTS=1", "GIT_TERMINAL_PROMPT=0", "GIT_OPTIONAL_LOCKS=0")
 	if o.IndexFile != "" {
 		env = append(env, "GIT_INDEX_FILE="+o.IndexFile)
+	}
+	if len(o.Alternates) > 0 {
+		env = append(env, "GIT_ALTERNATE_OBJECT_DIRECTORIES="+strings.Join(o.Alternates, ":"))
 	}
 	return env
 }

@@ -116,17 +116,22 @@ type crCreateIn struct {
 	Session string `json:"session" jsonschema:"the sandbox's ID"`
 	Title   string `json:"title,omitempty" jsonschema:"what the change does, in one line (default: the sandbox's title, else your last commit's subject)"`
 	Message string `json:"message,omitempty" jsonschema:"for the reviewer: what you changed and why, and how you checked it"`
+	// ChangeRequest makes the change the next version of one whose
+	// review asked for changes, instead of a new change request.
+	ChangeRequest string `json:"change_request,omitempty" jsonschema:"the change request (cr_…) whose review asked for changes (cr_show says what): the sandbox's change becomes its next version, instead of a new change request"`
 }
 
 type crOut struct {
 	ID        string      `json:"id"`
 	Title     string      `json:"title"`
-	Status    string      `json:"status" jsonschema:"open until the user approves or rejects it"`
+	Status    string      `json:"status" jsonschema:"open until the user reviews it; changes_requested: answer the review, then cr_create with change_request makes its next version"`
+	Version   int         `json:"version" jsonschema:"its newest version, from 1"`
 	Session   string      `json:"session"`
 	Stat      statView    `json:"stat"`
 	Dir       string      `json:"dir" jsonschema:"its package: change.patch, manifest.json, evidence.json"`
 	Review    []string    `json:"review" jsonschema:"the commands the user reviews it with: give the user these"`
 	Reviews   []string    `json:"reviews" jsonschema:"decisions so far"`
+	Comments  []string    `json:"comments" jsonschema:"the reviewers' comments on lines of its diff: PATH:LINE (a line of the file as that version has it; PATH:-LINE, a line of the base), the version, the text, and whether the next version changed the line"`
 	Steps     []crStep    `json:"steps" jsonschema:"the evidence: every step of the sandbox's run, as the package froze it"`
 	Patch     string      `json:"patch,omitempty"`
 	PatchCut  bool        `json:"patch_cut,omitempty"`
@@ -149,7 +154,7 @@ type crStep struct {
 
 func (s *Server) addCRCreate() {
 	add(s, &mcp.Tool{Name: "cr_create", Title: "Create a change request",
-		Description: `Freeze what the sandbox changed into a change request for the user to review: the patch, the stat, and the evidence of every step. title says what it does (default: the sandbox's title, else your last commit's subject); message says what you changed and why. Returns its ID, the steps of its evidence (each command and file operation with its status) and the commands the user reviews it with — give them to the user. You cannot approve it yourself.`,
+		Description: `Freeze what the sandbox changed into a change request for the user to review: the patch, the stat, and the evidence of every step. title says what it does (default: the sandbox's title, else your last commit's subject); message says what you changed and why. Returns its ID, the steps of its evidence (each command and file operation with its status) and the commands the user reviews it with — give them to the user. You cannot approve it yourself. When the user asked for changes to one (cr_show: status changes_requested, its comments), make them in the sandbox and call cr_create with change_request: the change becomes its next version.`,
 		Annotations: additive}, s.crCreate)
 }
 
@@ -162,7 +167,12 @@ func (s *Server) crCreate(ctx context.Context, _ *mcp.CallToolRequest, in crCrea
 	if title == "" {
 		title = sess.Title
 	}
-	p, err := s.o.Changes.Create(ctx, sess, changes.CreateOptions{Title: title, Message: in.Message})
+	var p *changes.Package
+	if in.ChangeRequest != "" {
+		p, err = s.newVersion(ctx, in.ChangeRequest, sess, in.Message)
+	} else {
+		p, err = s.o.Changes.Create(ctx, sess, changes.CreateOptions{Title: title, Message: in.Message})
+	}
 	if err != nil {
 		return nil, crOut{}, err
 	}
@@ -171,6 +181,34 @@ func (s *Server) crCreate(ctx context.Context, _ *mcp.CallToolRequest, in crCrea
 		return nil, crOut{}, err
 	}
 	return nil, s.viewCR(p, sess, ev, nil), nil
+}
+
+// newVersion makes sess's change the next version of change request id,
+// one of a session in scope whose latest review asked for changes.
+func (s *Server) newVersion(ctx context.Context, id string, sess *store.Session, message string) (*changes.Package, error) {
+	prev, err := s.scopedCR(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if prev.Status != store.ChangeChangesRequested {
+		return nil, fail.Refusedf("%s is %s: a new version answers a review that asked for changes, and none does now", prev.ID, prev.Status)
+	}
+	return s.o.Changes.NewVersion(ctx, sess, prev, changes.CreateOptions{Message: message})
+}
+
+// scopedCR opens the newest version of change request id (its whole ID)
+// when it is of a session in scope; any other is not found.
+func (s *Server) scopedCR(ctx context.Context, id string) (*changes.Package, error) {
+	p, err := s.o.Changes.Open(ctx, id)
+	if err == nil {
+		if _, err = s.scoped(ctx, p.SessionID); err != nil || p.ID != id {
+			err = fail.NotFoundf("no change request %q of your sandboxes (give the whole ID cr_create returned)", id)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
 }
 
 type crShowIn struct {
@@ -188,15 +226,16 @@ func (s *Server) crShow(ctx context.Context, _ *mcp.CallToolRequest, in crShowIn
 	if in.ChangeRequest == "" {
 		return nil, crOut{}, fail.Usagef("give the change request's ID (cr_create returns it)")
 	}
-	p, err := s.o.Changes.Open(ctx, in.ChangeRequest)
-	var sess *store.Session
-	if err == nil {
-		// Only a change request of a session in scope: any other is not found.
-		if sess, err = s.scoped(ctx, p.SessionID); err != nil || p.ID != in.ChangeRequest {
-			err = fail.NotFoundf("no change request %q of your sandboxes (give the whole ID cr_create returned)", in.ChangeRequest)
-		}
-	}
+	// Only a change request of a session in scope: any other is not found.
+	p, err := s.scopedCR(ctx, in.ChangeRequest)
 	if err != nil {
+		return nil, crOut{}, err
+	}
+	sess, err := s.scoped(ctx, p.SessionID)
+	if err != nil {
+		return nil, crOut{}, err
+	}
+	if err := s.o.Changes.Annotate(ctx, p.Change); err != nil {
 		return nil, crOut{}, err
 	}
 	ev, err := s.o.Changes.Evidence(p)
@@ -226,15 +265,15 @@ func (s *Server) viewCR(p *changes.Package, sess *store.Session, ev *changes.Evi
 	x := s.xmodeCommand()
 	repo := "REPO"
 	if filepath.IsAbs(sess.Repo) {
-		repo = shellQuote(sess.Repo)
+		repo = fail.ShellWord(sess.Repo)
 	}
-	out := crOut{ID: p.ID, Title: p.Title, Status: p.Status, Session: p.SessionID, Dir: p.Dir, CreatedAt: stamp(p.CreatedAt),
+	out := crOut{ID: p.ID, Title: p.Title, Status: p.Status, Version: p.Version, Session: p.SessionID, Dir: p.Dir, CreatedAt: stamp(p.CreatedAt),
 		Review: []string{
 			x + " cr show " + p.ID + " --patch     # read it",
-			x + " cr review " + p.ID + " --approve # or --reject, with --note",
+			x + " cr review " + p.ID + " --approve # or --reject, or --request-changes with --note and --comment \"PATH:LINE: TEXT\"",
 			x + " cr export " + p.ID + " --repo " + repo + " # a branch of it in your repository",
 		},
-		Reviews: []string{}, Steps: []crStep{}}
+		Reviews: []string{}, Comments: []string{}, Steps: []crStep{}}
 	if p.Manifest != nil {
 		out.Stat = viewStat(p.Manifest.Stat)
 		out.Manifest = &manifestIn{BaseCommit: p.Manifest.BaseCommit, Tree: p.Manifest.Tree, Message: p.Manifest.Message}
@@ -242,7 +281,16 @@ func (s *Server) viewCR(p *changes.Package, sess *store.Session, ev *changes.Evi
 		out.Stat = viewStat(nil)
 	}
 	for _, r := range p.Reviews {
-		out.Reviews = append(out.Reviews, fmt.Sprintf("%s by %s at %s: %s", r.Decision, r.Reviewer, stamp(r.DecidedAt), r.Note))
+		out.Reviews = append(out.Reviews, fmt.Sprintf("%s of version %d by %s at %s: %s", r.Decision, r.Version, r.Reviewer, stamp(r.DecidedAt), r.Note))
+		for _, c := range r.Comments {
+			line := fmt.Sprintf("%s (version %d): %s", changes.Where(c), c.Version, c.Text)
+			if c.Addressed != nil && *c.Addressed {
+				line += " [addressed in version " + fmt.Sprint(c.Version+1) + "]"
+			} else if c.Addressed != nil {
+				line += " [not addressed in version " + fmt.Sprint(c.Version+1) + "]"
+			}
+			out.Comments = append(out.Comments, line)
+		}
 	}
 	if ev != nil {
 		for _, st := range ev.Steps {

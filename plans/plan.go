@@ -11,6 +11,7 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 
 	"github.com/xmode/xmode/agents"
 	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/egress"
 	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
@@ -30,9 +32,60 @@ const FileName = "xmode.yaml"
 // writing, read on the host.
 const maxPlanBytes = 1 << 20
 
-// Plan is a parsed plan.
+// Plan is a parsed plan. Attempts and Iterate are what `xmode run` does
+// with it unless its flags say otherwise (docs/agents.md, "Attempts",
+// "Iterating with a reviewer command"): run it in that many sandboxes at
+// once, and continue its change request up to that many times while a
+// reviewer command asks for changes; 0 when the plan does not say.
 type Plan struct {
-	Steps []Step `json:"steps"`
+	Steps    []Step `json:"steps"`
+	Attempts int    `json:"attempts,omitempty"`
+	Iterate  int    `json:"iterate,omitempty"`
+	// Network is what the plan's steps need of a proxied sandbox's egress
+	// policy, for the whole plan (docs/network.md, "Plans").
+	Network *Network `json:"network,omitempty"`
+}
+
+// Network is a plan's (or a step's) egress rules: they apply to a sandbox
+// whose network is proxied (--network allow or open), and are named after
+// the plan ("plan") or the step ("plan step NAME") in its policy and in the
+// decisions they make. A plan carries no credential: its file is the
+// repository's, and a credential sends a secret of the host's.
+type Network struct {
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
+}
+
+// PlanSource names a plan's rules.
+const PlanSource = "plan"
+
+// StepSource names a plan step's rules.
+func StepSource(step string) string { return "plan step " + step }
+
+// Source is the plan's rules as egress.Merge takes them (nil without any).
+func (p *Plan) Source() []egress.Source {
+	if p == nil || p.Network == nil {
+		return nil
+	}
+	return []egress.Source{{Name: PlanSource, Allow: p.Network.Allow, Deny: p.Network.Deny}}
+}
+
+// The bounds of a plan's (and `xmode run`'s) attempts and iterations.
+const (
+	MaxAttempts = 16
+	MaxIterate  = 10
+)
+
+// CheckAttempts refuses a number of attempts or iterations out of bounds;
+// what names the input (a flag, a plan's field).
+func CheckAttempts(attempts, iterate int) error {
+	if attempts < 0 || attempts > MaxAttempts {
+		return fail.Usagef("%s %d: from 1 to %d attempts", fail.Attempts, attempts, MaxAttempts)
+	}
+	if iterate < 0 || iterate > MaxIterate {
+		return fail.Usagef("%s %d: from 0 to %d new versions", fail.Iterate, iterate, MaxIterate)
+	}
+	return nil
 }
 
 // Step is one step of a plan: an agent (Agent, Prompt) or a command (Run).
@@ -47,6 +100,10 @@ type Step struct {
 	Env          []string      `json:"env,omitempty"` // KEY=VALUE, in the plan's order
 	Workdir      string        `json:"workdir,omitempty"`
 	AllowFailure bool          `json:"allow_failure,omitempty"`
+	// Network is what the step needs of a proxied sandbox's policy while
+	// it runs: added before it starts, taken out when it ends, each change
+	// a network step of the session's.
+	Network *Network `json:"network,omitempty"`
 	// Line is where the step starts in its file (0 for a step xmode made).
 	Line int `json:"-"`
 }
@@ -161,12 +218,25 @@ func Parse(src []byte, file string) (*Plan, error) {
 	if top.Kind != yaml.MappingNode {
 		return nil, planError(file, top, "plan", "must be a mapping with a list of steps under \"steps:\"")
 	}
-	var steps *yaml.Node
+	var steps, network *yaml.Node
+	p := &Plan{}
 	if err := eachKey(file, top, "plan", func(key string, k, v *yaml.Node) error {
-		if key != "steps" {
-			return planError(file, k, key, "unknown field: a plan has only \"steps\"")
+		switch key {
+		case "steps":
+			steps = v
+		case "network":
+			network = v
+		case "attempts":
+			n, err := count(file, v, key, 1, MaxAttempts)
+			p.Attempts = n
+			return err
+		case "iterate":
+			n, err := count(file, v, key, 0, MaxIterate)
+			p.Iterate = n
+			return err
+		default:
+			return planError(file, k, key, "unknown field: a plan has \"steps\", and may say \"attempts\", \"iterate\" and \"network\"")
 		}
-		steps = v
 		return nil
 	}); err != nil {
 		return nil, err
@@ -177,7 +247,6 @@ func Parse(src []byte, file string) (*Plan, error) {
 	if steps.Kind != yaml.SequenceNode || len(steps.Content) == 0 {
 		return nil, planError(file, steps, "steps", "must be a non-empty list of steps")
 	}
-	p := &Plan{}
 	names := map[string]int{}
 	for i, n := range steps.Content {
 		field := fmt.Sprintf("steps[%d]", i)
@@ -191,7 +260,61 @@ func Parse(src []byte, file string) (*Plan, error) {
 		names[strings.ToLower(s.Name)] = n.Line
 		p.Steps = append(p.Steps, s)
 	}
+	if network != nil {
+		var err error
+		if p.Network, err = parseNetwork(file, "network", PlanSource, network); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
+}
+
+// parseNetwork reads a network: mapping of allow and deny lists, each rule
+// checked as the egress proxy reads it.
+func parseNetwork(file, field, source string, v *yaml.Node) (*Network, error) {
+	if v.Kind != yaml.MappingNode {
+		return nil, planError(file, v, field, "must be a mapping with allow and deny lists of rules (host, *.host, host:port, CIDR)")
+	}
+	n := &Network{}
+	err := eachKey(file, v, field, func(key string, k, val *yaml.Node) error {
+		f := field + "." + key
+		var list *[]string
+		switch key {
+		case "allow":
+			list = &n.Allow
+		case "deny":
+			list = &n.Deny
+		default:
+			if key == "credential" || key == "credentials" {
+				return planError(file, k, f, "a plan carries no credential (its file is the repository's, and a credential sends a secret of this machine's): give it with sandbox create --credential")
+			}
+			return planError(file, k, f, "unknown field: network has allow and deny")
+		}
+		if val.Kind != yaml.SequenceNode {
+			return planError(file, val, f, "must be a list of rules, e.g. [pypi.org, \"*.pythonhosted.org\"]")
+		}
+		for i, r := range val.Content {
+			rf := fmt.Sprintf("%s[%d]", f, i)
+			text, err := scalar(file, r, rf)
+			if err != nil {
+				return err
+			}
+			if _, err := egress.ParseRule(text, source, key == "deny"); err != nil {
+				var re *egress.RuleError
+				if errors.As(err, &re) {
+					msg := re.Problem
+					if re.Example != "" {
+						msg += "; write e.g. " + re.Example
+					}
+					return planError(file, r, rf, "%q: %s", text, msg)
+				}
+				return planError(file, r, rf, "%v", err)
+			}
+			*list = append(*list, text)
+		}
+		return nil
+	})
+	return n, err
 }
 
 // eachKey walks a mapping, refusing duplicate and non-string keys.
@@ -211,6 +334,19 @@ func eachKey(file string, m *yaml.Node, field string, fn func(key string, k, v *
 		}
 	}
 	return nil
+}
+
+// count reads a whole number from lo to hi.
+func count(file string, n *yaml.Node, field string, lo, hi int) (int, error) {
+	s, err := scalar(file, n, field)
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < lo || v > hi {
+		return 0, planError(file, n, field, "%q must be a whole number from %d to %d", s, lo, hi)
+	}
+	return v, nil
 }
 
 func scalar(file string, n *yaml.Node, field string) (string, error) {
@@ -260,6 +396,8 @@ func parseStep(file, field string, n *yaml.Node) (Step, error) {
 			if s.Workdir, err = scalar(file, v, f); err == nil && filepath.IsAbs(s.Workdir) {
 				err = planError(file, v, f, "%q must be relative to the worktree", s.Workdir)
 			}
+		case "network":
+			s.Network, err = parseNetwork(file, f, StepSource("step"), v)
 		case "allow_failure":
 			var b string
 			if b, err = scalar(file, v, f); err == nil {
@@ -272,7 +410,7 @@ func parseStep(file, field string, n *yaml.Node) (Step, error) {
 				}
 			}
 		default:
-			err = planError(file, k, f, "unknown field: a step has name, agent, prompt, model, run, timeout, env, workdir and allow_failure")
+			err = planError(file, k, f, "unknown field: a step has name, agent, prompt, model, run, timeout, env, workdir, network and allow_failure")
 		}
 		return err
 	})

@@ -21,6 +21,9 @@ type ClaimOptions struct {
 	// with any of them the wanted commit is resolved in the machine.
 	Repo, Ref string
 	Refresh   bool
+	// Loop makes the claimed run a run of the loop (xmode run), in the
+	// transaction that claims it.
+	Loop *store.NewLoop
 }
 
 // Claim gives the session a ready entry of the project's pool, when one of
@@ -63,7 +66,7 @@ func (p *Pools) Claim(ctx context.Context, o ClaimOptions, sess store.Session, p
 		also = commits[0].Commit
 	}
 	entry, claimed, err := p.claimLive(ctx, pick{
-		Project: o.Project, Shape: shape, Want: want, Also: also, Session: sess, MaxOpen: p.Cfg.MaxOpen,
+		Project: o.Project, Shape: shape, Want: want, Also: also, Session: sess, MaxOpen: p.Cfg.MaxOpen, Loop: o.Loop,
 	}, provider)
 	if claimed == nil {
 		if err != nil {

@@ -19,42 +19,6 @@ import (
 	"github.com/xmode/xmode/store"
 )
 
-// Reviews tells the latest review decision on a change request: "open",
-// "approved" or "rejected".
-type Reviews interface {
-	Decision(ctx context.Context, crID string) (string, error)
-}
-
-// StoreReviews reads the decisions from the store.
-type StoreReviews struct{ Store *store.Store }
-
-// Decision is the change request's status.
-func (r StoreReviews) Decision(ctx context.Context, id string) (string, error) {
-	c, err := r.Store.GetChange(ctx, id)
-	if err != nil {
-		return "", err
-	}
-	return c.Status, nil
-}
-
-// Status is a run's status as users see it: a run in review whose change
-// request has been approved or rejected is approved or rejected, so a
-// review moves the run without the run being written to.
-func Status(ctx context.Context, r *store.LoopRun, rev Reviews) (string, error) {
-	if r.Status != store.RunReview || r.CR == "" || rev == nil {
-		return r.Status, nil
-	}
-	d, err := rev.Decision(ctx, r.CR)
-	if err != nil {
-		return r.Status, fmt.Errorf("review state of %s: %w", r.CR, err)
-	}
-	switch d {
-	case store.RunApproved, store.RunRejected:
-		return d, nil
-	}
-	return r.Status, nil
-}
-
 // NoChange is why a run ends no-change, as `xmode run`, `run show` and the
 // UI say it.
 const NoChange = "every step passed, and the worktree has no change against its base commit: there is nothing to review"
@@ -162,7 +126,8 @@ func Plan(r *store.LoopRun) []PlanStep {
 // Run is a run as its page shows it.
 type Run struct {
 	*store.LoopRun
-	// Status as users see it (Status), and why it failed or changed nothing.
+	// Status as users see it (the store's: its change request's review
+	// shows through), and why it failed or changed nothing.
 	Status, Why string
 	// Title: the objective, else what its first session was for (an MCP
 	// client's title), else "".
@@ -171,6 +136,38 @@ type Run struct {
 	Sessions []*store.Session
 	Steps    []Step
 	CRs      []*store.Change
+	// Ranking is a run of attempts' attempts, best first (Rank); Versions
+	// its change request's versions (none without one).
+	Ranking  []Attempt
+	Versions []store.ChangeVersion
+}
+
+// Members are a run's sessions and steps, and those of the forks of its
+// change request's tree that `run continue` made (its continuations: the
+// later versions' sandboxes), in that order.
+func Members(ctx context.Context, st *store.Store, runID string) ([]*store.Session, []store.StepRow, error) {
+	conts, err := st.Continuations(ctx, runID)
+	if err != nil {
+		return nil, nil, err
+	}
+	ids := []string{runID}
+	for _, c := range conts {
+		ids = append(ids, c.ID)
+	}
+	var sessions []*store.Session
+	var steps []store.StepRow
+	for _, id := range ids {
+		ss, err := st.RunSessions(ctx, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		rows, err := st.Steps(ctx, id)
+		if err != nil {
+			return nil, nil, err
+		}
+		sessions, steps = append(sessions, ss...), append(steps, rows...)
+	}
+	return sessions, steps, nil
 }
 
 // LoadRun reads run id (an exact, well-formed ID, else not found) with its
@@ -187,16 +184,18 @@ func LoadRun(ctx context.Context, st *store.Store, id string, now time.Time) (*R
 		return nil, fail.NotFoundf("no run %s", id)
 	}
 	r := &Run{LoopRun: lr, Title: lr.Objective, Plan: Plan(lr)}
-	r.Status, _ = Status(ctx, lr, StoreReviews{st})
+	r.Status = lr.Status
 	switch r.Status {
 	case store.RunNoChange:
 		r.Why = NoChange
 	case store.RunFailed:
 		r.Why = lr.Error
 	}
-	if r.Sessions, err = st.RunSessions(ctx, lr.ID); err != nil {
+	sessions, rows, err := Members(ctx, st, lr.ID)
+	if err != nil {
 		return nil, err
 	}
+	r.Sessions = sessions
 	if r.Title == "" {
 		for _, s := range r.Sessions {
 			if s.Title != "" {
@@ -205,15 +204,21 @@ func LoadRun(ctx context.Context, st *store.Store, id string, now time.Time) (*R
 			}
 		}
 	}
-	rows, err := st.Steps(ctx, lr.ID)
-	if err != nil {
-		return nil, err
-	}
 	for _, row := range rows {
 		r.Steps = append(r.Steps, ViewStep(row, now))
 	}
 	if r.CRs, err = st.ListChanges(ctx, store.ChangeFilter{RunID: lr.ID}); err != nil {
 		return nil, err
+	}
+	if lr.Attempts > 0 {
+		if r.Ranking, err = Rank(ctx, st, lr.ID); err != nil {
+			return nil, err
+		}
+	}
+	if lr.CR != "" {
+		if r.Versions, err = st.Versions(ctx, lr.CR); err != nil {
+			return nil, err
+		}
 	}
 	return r, nil
 }

@@ -1,36 +1,12 @@
 package runview
 
 import (
-	"context"
 	"strings"
 	"testing"
 
 	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/store"
 )
-
-// decisions answers as the store does: the latest decision on each
-// change request.
-type decisions map[string]string
-
-func (d decisions) Decision(_ context.Context, cr string) (string, error) { return d[cr], nil }
-
-func TestAReviewMovesTheRunsStatus(t *testing.T) {
-	rev := decisions{"cr_a": "approved", "cr_b": "rejected", "cr_c": "open"}
-	for _, c := range []struct{ status, cr, want string }{
-		{store.RunReview, "cr_a", store.RunApproved},
-		{store.RunReview, "cr_b", store.RunRejected},
-		{store.RunReview, "cr_c", store.RunReview},
-		{store.RunReview, "", store.RunReview},
-		{store.RunFailed, "cr_a", store.RunFailed}, // a failed loop stays failed
-		{store.RunRunning, "cr_a", store.RunRunning},
-	} {
-		got, err := Status(context.Background(), &store.LoopRun{Status: c.status, CR: c.cr}, rev)
-		if err != nil || got != c.want {
-			t.Errorf("%s with %s: %q, %v; want %q", c.status, c.cr, got, err, c.want)
-		}
-	}
-}
 
 func step(seq int, name, status string, argv ...string) changes.StepEvidence {
 	s := changes.StepEvidence{Seq: seq, Name: name, Status: status, Argv: argv}

@@ -86,15 +86,15 @@ func TestResolveReviewListChanges(t *testing.T) {
 		}
 	}
 	at := time.Now().UTC().Truncate(time.Millisecond)
-	for _, r := range []Review{{ChangeRejected, "ann", "no", at}, {ChangeApproved, "bob", "yes", at.Add(time.Second)}} {
-		if err := s.ReviewChange(ctx, a.ID, r); err != nil {
+	for _, r := range []Review{{Decision: ChangeRejected, Reviewer: "ann", Note: "no", DecidedAt: at}, {Decision: ChangeApproved, Reviewer: "bob", Note: "yes", DecidedAt: at.Add(time.Second)}} {
+		if _, err := s.ReviewChange(ctx, a.ID, r, ReviewOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.ReviewChange(ctx, a.ID, Review{Decision: "merged"}); fail.KindOf(err) != fail.Usage {
+	if _, err := s.ReviewChange(ctx, a.ID, Review{Decision: "merged"}, ReviewOptions{}); fail.KindOf(err) != fail.Usage {
 		t.Fatalf("bad decision: %v", err)
 	}
-	if err := s.ReviewChange(ctx, "cr_zzzzzzzz", Review{Decision: ChangeApproved}); fail.KindOf(err) != fail.NotFound {
+	if _, err := s.ReviewChange(ctx, "cr_zzzzzzzz", Review{Decision: ChangeApproved}, ReviewOptions{}); fail.KindOf(err) != fail.NotFound {
 		t.Fatalf("unknown change request: %v", err)
 	}
 	got, err := s.GetChange(ctx, a.ID)

@@ -239,11 +239,16 @@ func TestRunOutcomesMigration(t *testing.T) {
 
 	s := open(t, root)
 	after := schemaOf(t, s.db, "runs")
-	if !reflect.DeepEqual(before.columns, after.columns) {
+	// Later migrations may add columns and indexes (0018: attempts), never
+	// drop one.
+	if len(after.columns) < len(before.columns) || !reflect.DeepEqual(before.columns, after.columns[:len(before.columns)]) {
 		t.Fatalf("runs columns changed:\nbefore %q\nafter  %q", before.columns, after.columns)
 	}
-	if !reflect.DeepEqual(before.indexes, after.indexes) {
-		t.Fatalf("runs indexes changed:\nbefore %q\nafter  %q", before.indexes, after.indexes)
+	// Every index survives (later migrations may add some).
+	for _, idx := range before.indexes {
+		if !contains(after.indexes, idx) {
+			t.Fatalf("runs index lost:\nbefore %q\nafter  %q", before.indexes, after.indexes)
+		}
 	}
 	for _, fk := range before.fks {
 		if !contains(after.fks, fk) {
@@ -327,5 +332,89 @@ func TestSessionOriginMigration(t *testing.T) {
 	}
 	if others, _ := s.List(ctx, Filter{User: "bob", Origin: OriginMCP}); len(others) != 0 {
 		t.Fatalf("another user's sessions listed: %v", others)
+	}
+}
+
+// Change requests from before versions get their one package as version
+// 1; a rejection that asked for changes becomes a changes_requested
+// decision (and status, when it was the latest), its note without the
+// old prefix; every row and index of change_requests, its reviews and
+// runs is kept.
+func TestVersionsMigration(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	db := openAt(t, root, "_cr_versions.sql")
+	crBefore, revBefore := schemaOf(t, db, "change_requests"), schemaOf(t, db, "change_request_reviews")
+	runsBefore := schemaOf(t, db, "runs")
+	now := time.Now().UnixMilli()
+	for _, q := range []string{
+		fmt.Sprintf(`INSERT INTO runs (id, created_at, repo, objective, status, cr_id) VALUES ('run_aaaaaaaa', %d, 'r', 'x', 'review', 'cr_aaaaaaaa')`, now),
+		fmt.Sprintf(`INSERT INTO change_requests (id, run_id, session_id, number, title, author, base_commit, tree, manifest_sha256, files, insertions, deletions, status, created_at) VALUES
+			('cr_aaaaaaaa', 'run_aaaaaaaa', 'sbx_aaaaaaaa', 1, 'asked', 'ann', 'b1', 't1', 'm1', 1, 2, 3, 'rejected', %d),
+			('cr_bbbbbbbb', 'run_aaaaaaaa', 'sbx_aaaaaaaa', 2, 'rejected', 'ann', 'b1', 't2', 'm2', 1, 0, 0, 'rejected', %d),
+			('cr_cccccccc', 'run_aaaaaaaa', 'sbx_aaaaaaaa', 3, 'asked, then approved', 'ann', 'b1', 't3', 'm3', 0, 0, 0, 'approved', %d)`, now, now+1, now+2),
+		fmt.Sprintf(`INSERT INTO change_request_reviews (cr_id, seq, decision, reviewer, note, decided_at) VALUES
+			('cr_aaaaaaaa', 1, 'rejected', 'bob', 'changes requested: add a test', %d),
+			('cr_bbbbbbbb', 1, 'rejected', 'bob', 'no', %d),
+			('cr_cccccccc', 1, 'rejected', 'bob', 'changes requested: x', %d),
+			('cr_cccccccc', 2, 'approved', 'bob', '', %d)`, now, now, now, now+1),
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	s := open(t, root)
+	for table, before := range map[string]schemaInfo{"change_requests": crBefore, "change_request_reviews": revBefore, "runs": runsBefore} {
+		after := schemaOf(t, s.db, table)
+		if len(after.columns) < len(before.columns) || !reflect.DeepEqual(before.columns, after.columns[:len(before.columns)]) {
+			t.Errorf("%s columns changed:\nbefore %q\nafter  %q", table, before.columns, after.columns)
+		}
+		for _, ix := range before.indexes {
+			if !contains(after.indexes, ix) {
+				t.Errorf("%s index lost: %s", table, ix)
+			}
+		}
+		for _, fk := range before.fks {
+			if !contains(after.fks, fk) {
+				t.Errorf("foreign key %s lost: %q", fk, after.fks)
+			}
+		}
+	}
+	want := map[string]struct {
+		status, decision, note string
+	}{
+		"cr_aaaaaaaa": {ChangeChangesRequested, ChangeChangesRequested, "add a test"},
+		"cr_bbbbbbbb": {ChangeRejected, ChangeRejected, "no"},
+		"cr_cccccccc": {ChangeApproved, ChangeChangesRequested, "x"},
+	}
+	for id, w := range want {
+		c, err := s.GetChange(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Status != w.status || c.Version != 1 || c.Reviews[0].Decision != w.decision || c.Reviews[0].Note != w.note || c.Reviews[0].Version != 1 {
+			t.Errorf("%s: %+v; want %+v", id, c, w)
+		}
+		vs, err := s.Versions(ctx, id)
+		if err != nil || len(vs) != 1 || vs[0].Version != 1 || vs[0].RunID != c.RunID || vs[0].Number != c.Number ||
+			vs[0].Tree != c.Tree || vs[0].ManifestSHA256 != c.ManifestSHA256 || !vs[0].CreatedAt.Equal(c.CreatedAt) {
+			t.Errorf("%s: versions %+v, %v", id, vs, err)
+		}
+	}
+	r, err := s.ResolveRun(ctx, "run_aaaaaaaa")
+	if err != nil || r.Status != RunChangesRequested || r.Stored != RunReview || r.Parent != "" || r.Attempt != 0 || r.Attempts != 0 {
+		t.Fatalf("run: %+v, %v", r, err)
+	}
+	if _, err := s.db.Exec(`UPDATE runs SET status = 'attempting' WHERE id = 'run_aaaaaaaa'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec(`UPDATE change_requests SET status = 'merged' WHERE id = 'cr_aaaaaaaa'`); err == nil {
+		t.Fatal("status 'merged' accepted")
+	}
+	var integrity string
+	s.db.QueryRow("PRAGMA integrity_check").Scan(&integrity)
+	if integrity != "ok" {
+		t.Fatalf("integrity %s", integrity)
 	}
 }

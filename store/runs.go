@@ -13,40 +13,116 @@ import (
 )
 
 // Statuses of a run of the governed loop (docs/agents.md, "The loop"):
-// running; then review (a change request awaits a reviewer), no-change
-// (every step passed and the worktree had nothing to review) or failed (a
-// required step, or xmode, failed without a change to review, or the agent
-// step failed); a review moves review to approved or rejected.
+// running (attempting for a run of several attempts); then review (a
+// change request awaits a reviewer), no-change (every step passed and the
+// worktree had nothing to review) or failed (a required step, or xmode,
+// failed without a change to review, or the agent step failed). A review
+// shows through as approved, rejected, changes_requested (the change
+// request awaits a new version: `run continue`) or superseded (another
+// attempt was approved); the run row itself is not rewritten (shownStatus).
 const (
-	RunRunning  = "running"
-	RunReview   = "review"
-	RunNoChange = "no-change"
-	RunFailed   = "failed"
-	RunApproved = "approved"
-	RunRejected = "rejected"
+	RunRunning          = "running"
+	RunAttempting       = "attempting"
+	RunReview           = "review"
+	RunNoChange         = "no-change"
+	RunFailed           = "failed"
+	RunApproved         = "approved"
+	RunRejected         = "rejected"
+	RunChangesRequested = "changes_requested"
+	RunSuperseded       = "superseded"
 )
 
 // NewLoop is what `xmode run` records with the run it creates.
 type NewLoop struct {
 	Objective string
+	// Parent and Attempt make the run attempt number Attempt of the run
+	// of attempts Parent.
+	Parent  string
+	Attempt int
 }
 
 func startLoop(ctx context.Context, tx *sql.Tx, runID string, l NewLoop) error {
 	if strings.TrimSpace(l.Objective) == "" {
 		return fail.Usagef("%s is required: say what the agent is to do", fail.Objective)
 	}
-	_, err := tx.ExecContext(ctx, `UPDATE runs SET objective = ?, status = ?, owner = ? WHERE id = ?`,
-		l.Objective, RunRunning, proc.Self(), runID)
+	_, err := tx.ExecContext(ctx, `UPDATE runs SET objective = ?, status = ?, owner = ?, parent_run = ?, attempt = ? WHERE id = ?`,
+		l.Objective, RunRunning, proc.Self(), l.Parent, l.Attempt, runID)
 	if err != nil {
 		return fmt.Errorf("record the objective of %s: %w", runID, err)
 	}
 	return nil
 }
 
+// NewAttempts records a run of n attempts: a run of the loop with no
+// session of its own, status attempting, owned by this process. Its
+// repository and base are its first attempt's (SetRunBase).
+func (s *Store) NewAttempts(ctx context.Context, runID, objective string, n int, now time.Time) error {
+	if strings.TrimSpace(objective) == "" {
+		return fail.Usagef("%s is required: say what the agent is to do", fail.Objective)
+	}
+	_, err := s.exec(ctx, `INSERT INTO runs (id, created_at, objective, status, owner, attempts) VALUES (?, ?, ?, ?, ?, ?)`,
+		runID, millis(now), objective, RunAttempting, proc.Self(), n)
+	if err != nil {
+		return fmt.Errorf("record the run of attempts %s: %w", runID, err)
+	}
+	return nil
+}
+
+// SetRunBase records where a run of attempts starts from: its first
+// attempt's repository, ref, project and base commit.
+func (s *Store) SetRunBase(ctx context.Context, runID, repo, ref, project, base string) error {
+	if _, err := s.exec(ctx, `UPDATE runs SET repo = ?, ref = ?, project = ?, base_commit = ? WHERE id = ?`,
+		repo, ref, project, base, runID); err != nil {
+		return fmt.Errorf("record the base of %s: %w", runID, err)
+	}
+	return nil
+}
+
+// MarkContinuation records that the run of a fork of a change request's tree
+// made to continue run parent (its sandbox had ended): a plain run, whose
+// parent_run names the run it works for.
+func (s *Store) MarkContinuation(ctx context.Context, runID, parent string) error {
+	if _, err := s.exec(ctx, `UPDATE runs SET parent_run = ? WHERE id = ? AND attempt = 0`, parent, runID); err != nil {
+		return fmt.Errorf("record that %s continues %s: %w", runID, parent, err)
+	}
+	return nil
+}
+
+// Attempts lists the attempts of a run of attempts, by number.
+func (s *Store) Attempts(ctx context.Context, runID string) ([]*LoopRun, error) {
+	return s.runs(ctx, `SELECT `+runCols+` FROM runs r WHERE r.parent_run = ? AND r.attempt > 0 ORDER BY r.attempt, r.id`, runID)
+}
+
+// Continuations lists the runs made to continue run runID in forks of its
+// change request's tree, oldest first.
+func (s *Store) Continuations(ctx context.Context, runID string) ([]*LoopRun, error) {
+	return s.runs(ctx, `SELECT `+runCols+` FROM runs r WHERE r.parent_run = ? AND r.attempt = 0 ORDER BY r.created_at, r.id`, runID)
+}
+
+// BeginContinue marks a run of the loop running again, owned by this
+// process, for `run continue`; refused while another xmode works on it.
+func (s *Store) BeginContinue(ctx context.Context, runID string) error {
+	return s.tx(ctx, func(tx *sql.Tx) error {
+		var status, owner string
+		if err := tx.QueryRowContext(ctx, `SELECT status, owner FROM runs WHERE id = ?`, runID).Scan(&status, &owner); err != nil {
+			return errNoRows(err, "no run %s", runID)
+		}
+		if (status == RunRunning || status == RunAttempting) && owner != "" && !proc.Gone(owner) {
+			pid, _, _ := strings.Cut(owner, ":")
+			return fail.Refusedf("run %s is %s in another xmode (pid %s): wait for it to end", runID, status, pid)
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE runs SET status = ?, owner = ?, exit_code = NULL, error = '', finished_at = NULL WHERE id = ?`,
+			RunRunning, proc.Self(), runID)
+		return err
+	})
+}
+
 // LoopRun is a run as `xmode run list/show` shows it.
 type LoopRun struct {
-	ID         string     `json:"id"`
-	Objective  string     `json:"objective"`
+	ID        string `json:"id"`
+	Objective string `json:"objective"`
+	// Status is as users see it (shownStatus): its change request's
+	// review shows through.
 	Status     string     `json:"status"`
 	ExitCode   *int       `json:"exit_code"`
 	CR         string     `json:"cr_id"`
@@ -61,17 +137,46 @@ type LoopRun struct {
 	// PlanSource where it came from.
 	Plan       string `json:"-"`
 	PlanSource string `json:"plan_source"`
-	owner      string
+	// Parent is the run of attempts an attempt belongs to, or the run a
+	// continuation continues; "" otherwise. Attempt is an attempt's number
+	// (0 otherwise), Attempts a run of attempts' N (0 otherwise).
+	Parent   string `json:"parent_run"`
+	Attempt  int    `json:"attempt"`
+	Attempts int    `json:"attempts"`
+	// Stored is the status the run row records, before a review shows
+	// through it.
+	Stored string `json:"-"`
+	owner  string
 }
 
-const runCols = `id, objective, status, exit_code, cr_id, error, repo, ref, project, base_commit, created_at, finished_at, plan, plan_source, owner`
+// shownStatus is, in SQL, the status users see of the run r: the stored
+// one, except that a run in review shows its change request's review
+// (approved, rejected, changes_requested, superseded; open stays review),
+// and a run of attempts in review shows the best of its attempts': one
+// approved, else one awaiting review, else one awaiting a new version,
+// else rejected (every attempt rejected or superseded). RunsPage filters
+// on it; scanRun then applies the one rule SQL cannot know (a running run
+// whose xmode is gone has failed).
+const shownStatus = `CASE
+	WHEN r.status = 'review' AND r.attempts > 0 THEN coalesce((SELECT CASE
+			WHEN sum(ac.status = 'approved') > 0 THEN 'approved'
+			WHEN sum(ac.status = 'open') > 0 THEN 'review'
+			WHEN sum(ac.status = 'changes_requested') > 0 THEN 'changes_requested'
+			WHEN count(*) > 0 THEN 'rejected' END
+		FROM runs a JOIN change_requests ac ON ac.id = a.cr_id WHERE a.parent_run = r.id AND a.attempt > 0), 'review')
+	WHEN r.status = 'review' AND r.cr_id != '' THEN coalesce((SELECT CASE rc.status WHEN 'open' THEN 'review' ELSE rc.status END
+		FROM change_requests rc WHERE rc.id = r.cr_id), 'review')
+	ELSE r.status END`
+
+const runCols = `r.id, r.objective, r.status, ` + shownStatus + `, r.exit_code, r.cr_id, r.error, r.repo, r.ref, r.project, r.base_commit,
+	r.created_at, r.finished_at, r.plan, r.plan_source, r.owner, r.parent_run, r.attempt, r.attempts`
 
 func scanRun(row scanner) (*LoopRun, error) {
 	var r LoopRun
 	var created int64
 	var code, finished sql.NullInt64
-	if err := row.Scan(&r.ID, &r.Objective, &r.Status, &code, &r.CR, &r.Error, &r.Repo, &r.Ref, &r.Project,
-		&r.BaseCommit, &created, &finished, &r.Plan, &r.PlanSource, &r.owner); err != nil {
+	if err := row.Scan(&r.ID, &r.Objective, &r.Stored, &r.Status, &code, &r.CR, &r.Error, &r.Repo, &r.Ref, &r.Project,
+		&r.BaseCommit, &created, &finished, &r.Plan, &r.PlanSource, &r.owner, &r.Parent, &r.Attempt, &r.Attempts); err != nil {
 		return nil, err
 	}
 	r.CreatedAt = fromMillis(created)
@@ -84,7 +189,7 @@ func scanRun(row scanner) (*LoopRun, error) {
 		r.FinishedAt = &t
 	}
 	// A run whose xmode died mid-loop (SIGKILL, a crash) is over.
-	if r.Status == RunRunning && r.owner != "" && proc.Gone(r.owner) {
+	if (r.Status == RunRunning || r.Status == RunAttempting) && r.owner != "" && proc.Gone(r.owner) {
 		r.Status = RunFailed
 		if r.Error == "" {
 			r.Error = "the xmode running this run ended before it finished"
@@ -123,11 +228,16 @@ func (s *Store) FinishLoopRun(ctx context.Context, runID string, e LoopEnd) erro
 // ListRuns lists the runs of the loop, newest first; all adds the runs of
 // plain sandboxes (no objective).
 func (s *Store) ListRuns(ctx context.Context, all bool) ([]*LoopRun, error) {
-	q := `SELECT ` + runCols + ` FROM runs`
+	q := `SELECT ` + runCols + ` FROM runs r`
 	if !all {
-		q += ` WHERE status != ''`
+		// an attempt is listed under its run (run show)
+		q += ` WHERE r.status != '' AND r.parent_run = ''`
 	}
-	rows, err := s.db.QueryContext(ctx, q+` ORDER BY created_at DESC, id`)
+	return s.runs(ctx, q+` ORDER BY r.created_at DESC, r.id`)
+}
+
+func (s *Store) runs(ctx context.Context, q string, args ...any) ([]*LoopRun, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
@@ -156,7 +266,7 @@ func (s *Store) ResolveRun(ctx context.Context, ref string) (*LoopRun, error) {
 		}
 	}
 	prefix := "run_" + rest
-	rows, err := s.db.QueryContext(ctx, `SELECT `+runCols+` FROM runs WHERE id >= ? AND id < ? ORDER BY id LIMIT 11`, prefix, prefix+"~")
+	rows, err := s.db.QueryContext(ctx, `SELECT `+runCols+` FROM runs r WHERE r.id >= ? AND r.id < ? ORDER BY r.id LIMIT 11`, prefix, prefix+"~")
 	if err != nil {
 		return nil, fmt.Errorf("look up run %s: %w", ref, err)
 	}
@@ -237,66 +347,22 @@ type RunSummary struct {
 
 // RunsPage returns up to q.Limit runs and, when more follow, the cursor of
 // the next page. One query per page: the page's runs are chosen first (the
-// filters, the order, the limit: no runs table index serves every run a
-// session made, so they are sorted), and only then are their sessions,
-// user, title and change request read, from subqueries on their indexes,
-// for the page's runs alone.
+// filters, the order, the limit: read off runs_by_creation, the page's
+// order), and only then are their sessions, user, title and change
+// request read, from subqueries on their indexes, for the page's runs
+// alone.
 func (s *Store) RunsPage(ctx context.Context, q RunQuery) ([]*RunSummary, *RunCursor, error) {
 	if q.Limit <= 0 {
 		q.Limit = 50
 	}
-	// The status users see, in SQL, for the filter; scanRun then applies
-	// the one rule SQL cannot know (a running run whose xmode is gone).
-	const shown = `CASE WHEN r.status = 'review' AND c.status IN ('approved', 'rejected') THEN c.status ELSE r.status END`
-	const crOf = `LEFT JOIN change_requests c ON c.id = coalesce(nullif(r.cr_id, ''),
-			(SELECT id FROM change_requests WHERE run_id = r.id ORDER BY number DESC LIMIT 1))`
-	const firstSession = `FROM sessions WHERE run_id = r.id ORDER BY created_at, id LIMIT 1`
-	outer := `SELECT ` + prefixed("r.", runCols) + `,
-		coalesce((SELECT group_concat(id, ' ') FROM (SELECT id FROM sessions WHERE run_id = r.id ORDER BY created_at, id)), ''),
-		coalesce((SELECT json_array(user, title, origin) ` + firstSession + `), '[]'),
-		coalesce(c.id, ''), coalesce(c.status, '')
-		FROM (%s) page JOIN runs r ON r.id = page.id ` + crOf + `
-		ORDER BY r.created_at DESC, r.id`
-	base := `SELECT r.id FROM runs r`
-	if q.Status != "" {
-		base += ` ` + crOf
-	}
-	base += ` WHERE 1=1`
-	var args []any
-	if !q.All {
-		// Runs of the loop, and the runs sessions made (the CLI's, an MCP
-		// client's); not a warm pool's, which are nobody's yet.
-		base += ` AND (r.status != '' OR r.id IN (SELECT run_id FROM sessions))`
-	}
-	switch q.Status {
-	case "":
-	case RunFailed:
-		// A running run whose xmode died is failed: fetch the running too.
-		base += ` AND ` + shown + ` IN ('failed', 'running')`
-	default:
-		base += ` AND ` + shown + ` = ?`
-		args = append(args, q.Status)
-	}
-	if q.User != "" {
-		// Not a correlated EXISTS: SQLite would search sessions_by_user
-		// for every run (O(runs × the user's sessions)); this is one pass.
-		base += ` AND r.id IN (SELECT run_id FROM sessions WHERE user = ?)`
-		args = append(args, q.User)
-	}
+	outer, base, args := runsPageSQL(q)
 	var out []*RunSummary
 	cur := q.Before
 	for {
 		// Fetch a little more than asked: rows the Go-side rule drops
 		// are replaced without another round trip, most of the time.
 		batch := q.Limit + 1 - len(out)
-		qa := append([]any(nil), args...)
-		qs := base
-		if cur != nil {
-			qs += ` AND (r.created_at < ? OR (r.created_at = ? AND r.id > ?))`
-			qa = append(qa, millis(cur.CreatedAt), millis(cur.CreatedAt), cur.ID)
-		}
-		qs += ` ORDER BY r.created_at DESC, r.id LIMIT ?`
-		qa = append(qa, batch)
+		qs, qa := runsPageOf(base, args, cur, batch)
 		got, last, err := s.runSummaries(ctx, fmt.Sprintf(outer, qs), qa...)
 		if err != nil {
 			return nil, nil, err
@@ -316,6 +382,58 @@ func (s *Store) RunsPage(ctx context.Context, q RunQuery) ([]*RunSummary, *RunCu
 		}
 		cur = last
 	}
+}
+
+// runsPageSQL is RunsPage's query for q: outer reads the page's runs,
+// whose IDs the query base (with args) chooses, in outer's %s.
+func runsPageSQL(q RunQuery) (outer, base string, args []any) {
+	const crOf = `LEFT JOIN change_requests c ON c.id = coalesce(nullif(r.cr_id, ''),
+			(SELECT id FROM change_requests WHERE run_id = r.id ORDER BY number DESC LIMIT 1))`
+	const firstSession = `FROM sessions WHERE run_id = r.id ORDER BY created_at, id LIMIT 1`
+	outer = `SELECT ` + runCols + `,
+		coalesce((SELECT group_concat(id, ' ') FROM (SELECT id FROM sessions WHERE run_id = r.id ORDER BY created_at, id)), ''),
+		coalesce((SELECT json_array(user, title, origin) ` + firstSession + `), '[]'),
+		coalesce(c.id, ''), coalesce(c.status, '')
+		FROM (%s) page JOIN runs r ON r.id = page.id ` + crOf + `
+		ORDER BY r.created_at DESC, r.id`
+	// The status users see is shownStatus, in SQL, for the filter; scanRun
+	// then applies the one rule SQL cannot know (a running run whose xmode
+	// is gone).
+	base = `SELECT r.id FROM runs r WHERE 1=1`
+	if !q.All {
+		// Runs of the loop, and the runs sessions made (the CLI's, an MCP
+		// client's); not a warm pool's, which are nobody's yet; not an
+		// attempt's or a continuation's, listed under their run.
+		base += ` AND (r.status != '' OR r.id IN (SELECT run_id FROM sessions)) AND r.parent_run = ''`
+	}
+	switch q.Status {
+	case "":
+	case RunFailed:
+		// A running run whose xmode died is failed: fetch the running too.
+		base += ` AND (` + shownStatus + `) IN ('failed', 'running', 'attempting')`
+	default:
+		base += ` AND (` + shownStatus + `) = ?`
+		args = append(args, q.Status)
+	}
+	if q.User != "" {
+		// Not a correlated EXISTS: SQLite would search sessions_by_user
+		// for every run (O(runs × the user's sessions)); this is one pass.
+		base += ` AND r.id IN (SELECT run_id FROM sessions WHERE user = ?)`
+		args = append(args, q.User)
+	}
+	return outer, base, args
+}
+
+// runsPageOf is base choosing up to batch runs after the cursor (nil: from
+// the newest), newest first.
+func runsPageOf(base string, args []any, cur *RunCursor, batch int) (string, []any) {
+	qa := append([]any(nil), args...)
+	qs := base
+	if cur != nil {
+		qs += ` AND (r.created_at < ? OR (r.created_at = ? AND r.id > ?))`
+		qa = append(qa, millis(cur.CreatedAt), millis(cur.CreatedAt), cur.ID)
+	}
+	return qs + ` ORDER BY r.created_at DESC, r.id LIMIT ?`, append(qa, batch)
 }
 
 // runSummaries runs a RunsPage query; last is the cursor of its last row.
@@ -344,9 +462,6 @@ func (s *Store) runSummaries(ctx context.Context, q string, args ...any) ([]*Run
 		if r.CR == "" {
 			r.CR = crID
 		}
-		if r.Status == RunReview && (rs.CRStatus == RunApproved || rs.CRStatus == RunRejected) {
-			r.Status = rs.CRStatus
-		}
 		if sessions != "" {
 			rs.Sessions = strings.Split(sessions, " ")
 		}
@@ -363,12 +478,3 @@ type rowWith struct {
 }
 
 func (r rowWith) Scan(dest ...any) error { return r.row.Scan(append(dest, r.extra...)...) }
-
-// prefixed qualifies each column of a column list with p ("r.").
-func prefixed(p, cols string) string {
-	parts := strings.Split(cols, ",")
-	for i, c := range parts {
-		parts[i] = p + strings.TrimSpace(c)
-	}
-	return strings.Join(parts, ", ")
-}

@@ -88,6 +88,12 @@ func (t *Tx) InsertSessionOnRun(ctx context.Context, s Session) error {
 	return nil
 }
 
+// StartLoop makes a run a run of the loop, as CreateSession does for a
+// new run: a pool claim's run becomes `xmode run`'s this way.
+func (t *Tx) StartLoop(ctx context.Context, runID string, l NewLoop) error {
+	return startLoop(ctx, t.tx, runID, l)
+}
+
 // MarkRunReclaimed marks a run's worktree as reclaimed (or being), so that
 // the reaper's run sweep finds it should its removal not follow.
 func (t *Tx) MarkRunReclaimed(ctx context.Context, runID string, now time.Time) error {

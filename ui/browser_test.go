@@ -2,7 +2,6 @@ package ui
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -19,7 +18,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/xmode/xmode/agents"
-	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/internal/testenv"
 	"github.com/xmode/xmode/loop"
 	"github.com/xmode/xmode/plans"
@@ -176,26 +174,11 @@ func (b *browser) keepScreenshot() {
 	}
 }
 
-// crMaker builds the loop's change requests with the changes service, as
-// cmd does.
-type crMaker struct{ cs *changes.Service }
-
-func (c crMaker) Create(ctx context.Context, sess *store.Session, title, message string) (string, error) {
-	p, err := c.cs.Create(ctx, sess, changes.CreateOptions{Title: title, Message: message})
-	if errors.Is(err, changes.ErrEmpty) {
-		return "", nil
-	}
-	if err != nil {
-		return "", err
-	}
-	return p.ID, nil
-}
-
 // runLoop runs `xmode run` with a plan file in the background.
 func (f *fixture) runLoop(objective, plan string) <-chan *loop.Result {
 	planFile := filepath.Join(f.dir, fmt.Sprintf("plan-%d.yaml", time.Now().UnixNano()))
 	write(f.t, planFile, plan)
-	l := &loop.Loop{Svc: f.svc, Plans: &plans.Runner{Svc: f.svc, Agents: &agents.Runner{Svc: f.svc}}, CR: crMaker{f.cs}}
+	l := &loop.Loop{Svc: f.svc, Plans: &plans.Runner{Svc: f.svc, Agents: &agents.Runner{Svc: f.svc}}, Changes: f.cs}
 	done := make(chan *loop.Result, 1)
 	go func() {
 		res, err := l.Run(context.Background(), loop.Options{Create: sandbox.CreateOptions{Repo: f.repo}, Objective: objective, PlanFile: planFile})

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/xmode/xmode/changes"
+	"github.com/xmode/xmode/internal/udiff"
 )
 
 // A change request's patch, read as a stream and shown a page at a time
@@ -157,7 +158,7 @@ func readPage(r io.Reader, from pagePos, per []changes.FileStat) (*diffPage, err
 			if idx < len(per) {
 				cur.Stat = &per[idx]
 			}
-			cur.OldPath, cur.NewPath = gitDiffPaths(string(line))
+			cur.OldPath, cur.NewPath = udiff.HeaderPaths(string(line))
 			if idx == from.File {
 				cur.Skipped = from.Skip
 			}
@@ -224,7 +225,7 @@ func readPage(r io.Reader, from pagePos, per []changes.FileStat) (*diffPage, err
 		s := string(line)
 		switch {
 		case strings.HasPrefix(s, "@@ "):
-			a, b, c, d, section, ok := parseHunkHeader(s)
+			a, b, c, d, section, ok := udiff.HunkHeader(s)
 			if !ok {
 				continue
 			}
@@ -251,23 +252,23 @@ func readPage(r io.Reader, from pagePos, per []changes.FileStat) (*diffPage, err
 		case strings.HasPrefix(s, "similarity index "):
 			cur.Similarity, _ = strconv.Atoi(strings.TrimSuffix(s[len("similarity index "):], "%"))
 		case strings.HasPrefix(s, "rename from "):
-			cur.Renamed, cur.OldPath = true, unquoteGit(s[len("rename from "):])
+			cur.Renamed, cur.OldPath = true, udiff.Unquote(s[len("rename from "):])
 		case strings.HasPrefix(s, "rename to "):
-			cur.Renamed, cur.NewPath = true, unquoteGit(s[len("rename to "):])
+			cur.Renamed, cur.NewPath = true, udiff.Unquote(s[len("rename to "):])
 		case strings.HasPrefix(s, "copy from "):
-			cur.Copied, cur.OldPath = true, unquoteGit(s[len("copy from "):])
+			cur.Copied, cur.OldPath = true, udiff.Unquote(s[len("copy from "):])
 		case strings.HasPrefix(s, "copy to "):
-			cur.Copied, cur.NewPath = true, unquoteGit(s[len("copy to "):])
+			cur.Copied, cur.NewPath = true, udiff.Unquote(s[len("copy to "):])
 		case strings.HasPrefix(s, "Binary files "):
 			cur.Binary = true
 		case s == "GIT binary patch":
 			cur.Binary, inBinary = true, true
 		case strings.HasPrefix(s, "--- "):
-			if p := stripPrefix(unquoteGit(s[4:]), "a/"); p != "" {
+			if p := udiff.StripPrefix(udiff.Unquote(s[4:]), "a/"); p != "" {
 				cur.OldPath = p
 			}
 		case strings.HasPrefix(s, "+++ "):
-			if p := stripPrefix(unquoteGit(s[4:]), "b/"); p != "" {
+			if p := udiff.StripPrefix(udiff.Unquote(s[4:]), "b/"); p != "" {
 				cur.NewPath = p
 			}
 		}
@@ -314,134 +315,6 @@ func readLine(br *bufio.Reader) (line []byte, cut int, err error) {
 		}
 		return line, cut, err
 	}
-}
-
-// parseHunkHeader reads "@@ -a[,b] +c[,d] @@ section".
-func parseHunkHeader(s string) (a, b, c, d int, section string, ok bool) {
-	rest, found := strings.CutPrefix(s, "@@ -")
-	if !found {
-		return
-	}
-	i := strings.Index(rest, " @@")
-	if i < 0 {
-		return
-	}
-	ranges, section := rest[:i], rest[i+3:]
-	oldR, newR, found := strings.Cut(ranges, " +")
-	if !found {
-		return
-	}
-	var err1, err2 error
-	a, b, err1 = hunkRange(oldR)
-	c, d, err2 = hunkRange(newR)
-	if err1 != nil || err2 != nil || b > 1<<30 || d > 1<<30 {
-		return
-	}
-	return a, b, c, d, section, true
-}
-
-func hunkRange(s string) (start, n int, err error) {
-	first, count, has := strings.Cut(s, ",")
-	if start, err = strconv.Atoi(first); err != nil || start < 0 {
-		return 0, 0, errors.New("bad range")
-	}
-	n = 1
-	if has {
-		if n, err = strconv.Atoi(count); err != nil || n < 0 {
-			return 0, 0, errors.New("bad range")
-		}
-	}
-	return start, n, nil
-}
-
-// gitDiffPaths reads the paths of "diff --git a/X b/Y" where it can: both
-// quoted, or the same unquoted path on both sides (a mode change, a binary
-// file); "" where it cannot tell (spaces, a rename: its own lines say).
-func gitDiffPaths(line string) (string, string) {
-	rest := strings.TrimPrefix(line, "diff --git ")
-	if strings.HasPrefix(rest, `"`) {
-		a, tail, ok := cutQuoted(rest)
-		if !ok {
-			return "", ""
-		}
-		b := strings.TrimPrefix(tail, " ")
-		return stripPrefix(a, "a/"), stripPrefix(unquoteGit(b), "b/")
-	}
-	if n := len(rest); n%2 == 1 && strings.HasPrefix(rest, "a/") {
-		half := (n - 1) / 2
-		a, b := rest[:half], rest[half+1:]
-		if rest[half] == ' ' && strings.HasPrefix(b, "b/") && a[2:] == b[2:] {
-			return a[2:], b[2:]
-		}
-	}
-	return "", ""
-}
-
-func stripPrefix(p, prefix string) string {
-	if p == "/dev/null" {
-		return ""
-	}
-	return strings.TrimPrefix(p, prefix)
-}
-
-// unquoteGit undoes git's quoting of a path ("a\tb", octal bytes).
-func unquoteGit(s string) string {
-	if !strings.HasPrefix(s, `"`) {
-		return s
-	}
-	q, _, ok := cutQuoted(s)
-	if !ok {
-		return s
-	}
-	return q
-}
-
-// cutQuoted reads the C-quoted string s starts with and returns it
-// unquoted, with what follows it.
-func cutQuoted(s string) (string, string, bool) {
-	var b []byte
-	for i := 1; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c == '"':
-			return string(b), s[i+1:], true
-		case c != '\\':
-			b = append(b, c)
-		case i+1 >= len(s):
-			return "", "", false
-		default:
-			i++
-			switch e := s[i]; e {
-			case 'a':
-				b = append(b, '\a')
-			case 'b':
-				b = append(b, '\b')
-			case 't':
-				b = append(b, '\t')
-			case 'n':
-				b = append(b, '\n')
-			case 'v':
-				b = append(b, '\v')
-			case 'f':
-				b = append(b, '\f')
-			case 'r':
-				b = append(b, '\r')
-			case '0', '1', '2', '3':
-				if i+2 >= len(s) {
-					return "", "", false
-				}
-				v, err := strconv.ParseUint(s[i:i+3], 8, 8)
-				if err != nil {
-					return "", "", false
-				}
-				b = append(b, byte(v))
-				i += 2
-			default:
-				b = append(b, e)
-			}
-		}
-	}
-	return "", "", false
 }
 
 // splitRow is one row of the side-by-side view.

@@ -146,20 +146,6 @@ func TestReadPagePaging(t *testing.T) {
 	}
 }
 
-func TestUnquoteGit(t *testing.T) {
-	for in, want := range map[string]string{
-		`plain`:                 "plain",
-		`"a\tb"`:                "a\tb",
-		`"caf\303\251"`:         "café",
-		`"q\"uote\\"`:           `q"uote\`,
-		`"\342\200\256evil.go"`: "\u202eevil.go",
-	} {
-		if got := unquoteGit(in); got != want {
-			t.Errorf("unquoteGit(%s) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 // Highlighting keeps the hunk's lines and escapes what they hold.
 func TestHighlight(t *testing.T) {
 	patch := []byte("diff --git a/x.go b/x.go\n--- a/x.go\n+++ b/x.go\n@@ -1,2 +1,3 @@\n package x\n-/* old\n+/* <script>alert(1)</script> \u202e\n+still comment */\n")

@@ -44,10 +44,20 @@ type fixture struct {
 
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
+	return newFixtureWith(t, nil)
+}
+
+// newFixtureWith is newFixture with more configuration (an agent's
+// template).
+func newFixtureWith(t testing.TB, more map[string]string) *fixture {
+	t.Helper()
 	dir := t.TempDir()
 	f := &fixture{t: t, dir: dir, root: filepath.Join(dir, "root"), repo: filepath.Join(dir, "repo")}
 	vars := map[string]string{"XMODE_STORAGE_ROOT": f.root, "XMODE_USER": "tester", "XMODE_SANDBOX_MAX_OPEN": "0",
 		"XMODE_SANDBOX_ENGINE": "host", "HOME": dir, "PATH": os.Getenv("PATH")}
+	for k, v := range more {
+		vars[k] = v
+	}
 	cfg, err := config.Load(func(k string) string { return vars[k] }, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xmode/xmode/changes"
 	"github.com/xmode/xmode/sandbox"
 	"github.com/xmode/xmode/store"
 )
@@ -47,7 +48,7 @@ func TestChangeRequestLeadsWithReviewsAndChecks(t *testing.T) {
 	}
 	<-server
 	p := f.changeRequest(s, "a change", map[string]string{"main.go": "package main\n\nfunc main() { println(1) }\n"})
-	if err := f.cs.Review(ctx, p, store.ChangeRejected, "needs a test"); err != nil {
+	if _, err := f.cs.Review(ctx, p, store.ChangeRejected, changes.ReviewOptions{Note: "needs a test"}); err != nil {
 		t.Fatal(err)
 	}
 	code, body := get(t, f.client(), f.base+"/crs/"+p.ID)

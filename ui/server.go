@@ -30,6 +30,7 @@ import (
 	"github.com/xmode/xmode/internal/httpserve"
 	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/sandbox"
+	"github.com/xmode/xmode/store"
 )
 
 //go:embed assets templates
@@ -60,6 +61,7 @@ type Server struct {
 	name   string          // the host:port the server answers to
 	alias  map[string]bool // hosts sent to name (loopback spellings of it)
 	logins *logins
+	ports  *portLogins // the logins of published ports' own names (ports.go)
 	mux    *http.ServeMux
 	hl     highlighter
 
@@ -70,7 +72,7 @@ type Server struct {
 
 // New makes a server for o.
 func New(o Options) (*Server, error) {
-	s := &Server{o: o, token: o.Token, logins: newLogins()}
+	s := &Server{o: o, token: o.Token, logins: newLogins(), ports: newPortLogins()}
 	if s.token == "" {
 		s.token = randomHex(24)
 	}
@@ -121,6 +123,12 @@ const csp = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 's
 // cookie, and for a POST its origin and the login's CSRF token — before
 // any handler sees it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// A published port's own name: its server, behind a login of that
+	// name (ports.go), none of the UI's headers or pages.
+	if k, ok := s.portOf(r.Host); ok {
+		s.servePort(w, r, k)
+		return
+	}
 	h := w.Header()
 	h.Set("Content-Security-Policy", csp)
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -234,6 +242,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/runs", http.StatusSeeOther) })
 	m.HandleFunc("GET /runs", s.page(s.runsPage))
 	m.HandleFunc("GET /runs/{run}", s.page(s.runPage))
+	m.HandleFunc("GET /runs/{run}/compare", s.page(s.comparePage))
 	m.HandleFunc("GET /runs/{run}/steps/{seq}", s.page(s.stepPage))
 	m.HandleFunc("GET /runs/{run}/steps/{seq}/live", s.live)
 	m.HandleFunc("GET /crs", s.page(s.crsPage))
@@ -245,6 +254,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /sessions/{session}", s.page(s.sessionPage))
 	m.HandleFunc("POST /sessions/{session}/stop", s.page(s.stopSession))
 	m.HandleFunc("POST /sessions/{session}/extend", s.page(s.extendSession))
+	m.HandleFunc("GET /sessions/{session}/ports/{port}", s.openPort)
 	m.HandleFunc("GET /machines", s.page(s.machinesPage))
 	m.HandleFunc("GET /machines/{project}", s.page(s.machinePage))
 	m.HandleFunc("GET /cloud", s.page(s.cloudPage))
@@ -260,7 +270,7 @@ func Routes() []string {
 		"GET /", "GET /static/app.css", "GET /static/app.js", "GET /runs", "GET /runs/{run}",
 		"GET /runs/{run}/steps/{seq}", "GET /runs/{run}/steps/{seq}/live", "GET /crs", "GET /crs/{cr}",
 		"GET /crs/{cr}/patch", "POST /crs/{cr}/review", "POST /crs/{cr}/export", "GET /sessions",
-		"GET /sessions/{session}", "POST /sessions/{session}/stop", "POST /sessions/{session}/extend",
+		"GET /sessions/{session}", "POST /sessions/{session}/stop", "POST /sessions/{session}/extend", "GET /sessions/{session}/ports/{port}",
 		"GET /machines", "GET /machines/{project}", "GET /cloud", "GET /cloud/{session}", "POST /logout",
 	}
 }
@@ -356,11 +366,13 @@ type errorPart struct {
 // the id of the field that gives it on the page the error leads back to,
 // and what the field is called there.
 var formFields = map[fail.Input]struct{ id, label string }{
-	fail.Repo:   {"export-repo", "the export's repository"},
-	fail.Branch: {"export-branch", "the export's branch"},
-	fail.Note:   {"note", "the review's note"},
-	fail.TTL:    {"ttl", "the session's \"expires in\""},
-	fail.Force:  {"force", "\"even while a step runs\""},
+	fail.Repo:        {"export-repo", "the export's repository"},
+	fail.Branch:      {"export-branch", "the export's branch"},
+	fail.Note:        {"note", "the review's note"},
+	fail.Comment:     {"comments", "the review's comments on lines"},
+	fail.CloseOthers: {"close-others", "\"close the run's other attempts\""},
+	fail.TTL:         {"ttl", "the session's \"expires in\""},
+	fail.Force:       {"force", "\"even while a step runs\""},
 }
 
 // errorParts is err's message in the UI's words: an input the page has a
@@ -435,6 +447,7 @@ func (s *Server) template(name string) (*template.Template, error) {
 // funcs are the templates' functions: hostile text, times, numbers.
 var funcs = template.FuncMap{
 	"hostile":     hostile,
+	"tryWords":    kindWords,
 	"hostileText": hostileText,
 	"first":       func(s string) template.HTML { return hostile(truncate(firstLine(s), 120)) },
 	"when":        func(t time.Time) string { return t.Local().Format(time.DateTime) },
@@ -452,6 +465,41 @@ var funcs = template.FuncMap{
 	},
 	"dur": humanize.Duration,
 	"add": func(a, b int) int { return a + b },
+	// diffOf and commentsOf hand the shared diff templates (layout.html)
+	// what they show.
+	"diffOf": func(files []*diffFile, c commenter, split bool) diffView {
+		return diffView{Files: files, C: c, Split: split}
+	},
+	"commentsOf": func(c commenter, path string, old, new, span int) lineComments {
+		return lineComments{Comments: c.CommentsAt(path, old, new), Span: span}
+	},
+	"deref": func(b *bool) bool { return b != nil && *b },
+}
+
+// commenter is what a page's diff asks of its page: whether its lines take
+// comments, and the comments that stand under a line.
+type commenter interface {
+	Commentable() bool
+	CommentsAt(path string, old, new int) []store.Comment
+}
+
+// noComments: a diff whose lines take no comments (the compare page).
+type noComments struct{}
+
+func (noComments) Commentable() bool                           { return false }
+func (noComments) CommentsAt(string, int, int) []store.Comment { return nil }
+
+// diffView is the files of a page of a diff, for the "difffiles" template.
+type diffView struct {
+	Files []*diffFile
+	C     commenter
+	Split bool
+}
+
+// lineComments are the comments under one line, across span columns.
+type lineComments struct {
+	Comments []store.Comment
+	Span     int
 }
 
 // ago says how long ago t was: 5s, 3m, 2h, 4d.

@@ -213,4 +213,5 @@ type poolEntry = struct {
 	Commit      string `json:"commit"`
 	ContainerID string `json:"container_id"`
 	Worktree    string `json:"worktree_path"`
+	User        string `json:"user"`
 }

@@ -273,7 +273,8 @@ func str(v map[string]any, path ...string) string {
 }
 
 var mcpTools = []string{"cr_create", "cr_show", "file_delete", "file_edit", "file_list", "file_read", "file_write",
-	"sandbox_create", "sandbox_diff", "sandbox_exec", "sandbox_extend", "sandbox_fork", "sandbox_list", "sandbox_show", "sandbox_stop", "step_kill", "step_logs", "step_status"}
+	"network_log", "network_policy", "sandbox_create", "sandbox_diff", "sandbox_exec", "sandbox_extend", "sandbox_fork", "sandbox_list",
+	"sandbox_port", "sandbox_show", "sandbox_stop", "step_kill", "step_logs", "step_status"}
 
 // Every tool, over stdio and over HTTP: a session from create to change
 // request, recorded as MCP's, whose change request verifies and applies.
@@ -316,7 +317,7 @@ func everyTool(t *testing.T, r *mcpRig, cs *mcp.ClientSession) {
 			t.Errorf("a review tool: %s", tool.Name)
 		}
 		ro := tool.Annotations.ReadOnlyHint
-		wantRO := slices.Contains([]string{"sandbox_list", "sandbox_show", "step_status", "step_logs", "file_read", "file_list", "sandbox_diff", "cr_show"}, tool.Name)
+		wantRO := slices.Contains([]string{"sandbox_list", "sandbox_show", "step_status", "step_logs", "file_read", "file_list", "sandbox_diff", "cr_show", "network_log"}, tool.Name)
 		if ro != wantRO {
 			t.Errorf("%s: readOnlyHint %v", tool.Name, ro)
 		}
@@ -465,6 +466,27 @@ func everyTool(t *testing.T, r *mcpRig, cs *mcp.ClientSession) {
 		t.Fatalf("the change request's evidence of the edit: %s", edit)
 	}
 	verifyAndApply(t, r, crID, "README", "version three\n")
+
+	// The user asks for changes with a comment on a line; the agent reads
+	// it (cr_show), answers in the sandbox, and makes the next version.
+	toolErr(t, cs, "cr_create", map[string]any{"session": id, "change_request": crID}, "none does now")
+	r.cliOut(nil, "cr", "review", crID, "--request-changes", "--comment", "README:1: say <b>which</b> three")
+	crs = ok(t, cs, "cr_show", map[string]any{"change_request": crID})
+	if str(crs, "status") != "changes_requested" || !strings.Contains(str(crs, "comments"), `README:1 (version 1): say \u003cb\u003ewhich\u003c/b\u003e three`) {
+		t.Fatalf("cr_show of a change request awaiting a new version: %v", crs)
+	}
+	ok(t, cs, "file_edit", map[string]any{"session": id, "path": "README", "old_string": "version three", "new_string": "version three, the third"})
+	v2 := ok(t, cs, "cr_create", map[string]any{"session": id, "change_request": crID, "message": "says which"})
+	if str(v2, "id") != crID || str(v2, "version") != "2" || str(v2, "status") != "open" {
+		t.Fatalf("cr_create of the next version: %v", v2)
+	}
+	crs = ok(t, cs, "cr_show", map[string]any{"change_request": crID})
+	if !strings.Contains(str(crs, "comments"), "[addressed in version 2]") {
+		t.Fatalf("cr_show after version 2: %v", crs)
+	}
+	if out := r.cliOut(nil, "cr", "verify", crID); !strings.Contains(out, "2 versions as a chain") {
+		t.Fatalf("cr verify after version 2: %s", out)
+	}
 
 	// Stop.
 	stop := ok(t, cs, "sandbox_stop", map[string]any{"session": id})

@@ -64,6 +64,7 @@ type refField struct {
 	kinds       map[string]bool // string, integer, boolean, null, array, object
 	timestamp   bool            // a string in RFC 3339
 	elemString  bool            // array of string
+	elemInteger bool            // array of integer
 	container   string          // "", "array" (each element) or "map" (each value)
 	ref         string          // the shape of the value, of each element or each value
 	status      string          // the list of values it takes
@@ -252,13 +253,14 @@ func (d *refDoc) parseType(owner, name, typ string) (*refField, error) {
 	case strings.Contains(plain, "array of"):
 		f.container = "array"
 		f.elemString = strings.Contains(plain, "array of string")
+		f.elemInteger = strings.Contains(plain, "array of integer")
 	case strings.Contains(plain, "map of"):
 		f.container = "map"
 	case f.ref != "":
 		f.kinds["object"] = true
 	}
-	if f.container != "" && f.ref == "" && !f.elemString {
-		return nil, fmt.Errorf("type %q: say what an array or map holds (array of string, array of [Shape](#shape))", typ)
+	if f.container != "" && f.ref == "" && !f.elemString && !f.elemInteger {
+		return nil, fmt.Errorf("type %q: say what an array or map holds (array of string, array of integer, array of [Shape](#shape))", typ)
 	}
 	if len(f.kinds) == 0 {
 		return nil, fmt.Errorf("type %q names no JSON type (string, integer, boolean, timestamp, array of …, a shape)", typ)
@@ -369,7 +371,7 @@ func (c *refCheck) value(where string, f *refField, v any) {
 			switch {
 			case f.ref != "":
 				c.observe(fmt.Sprintf("%s[%d]", where, i), f.ref, e)
-			case f.elemString && refKind(e) != "string":
+			case f.elemString && refKind(e) != "string", f.elemInteger && refKind(e) != "integer":
 				c.errorf(f.owner+"."+f.name+"[]", "%s[%d] is %s, but docs/reference.md says %q", where, i, refKind(e), f.typ)
 			}
 		}
@@ -756,8 +758,8 @@ echo uncommitted > notes.txt`)
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r.j(3, "Pipeline report", "pipeline", "run", e, "-f", plan)
-	r.j(3, "Pipeline report", "pipeline", "run", e, "-f", plan, "--from", "bad", "--keep-going")
+	r.j(1, "Pipeline report", "pipeline", "run", e, "-f", plan)
+	r.j(1, "Pipeline report", "pipeline", "run", e, "-f", plan, "--from", "bad", "--keep-going")
 	wait := filepath.Join(dir, "wait.yaml")
 	if err := os.WriteFile(wait, []byte("steps:\n  - name: wait\n    run: [sh, -c, \"touch waiting; exec sleep 60\"]\n  - name: never\n    run: [true]\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -804,6 +806,42 @@ echo uncommitted > notes.txt`)
 		}
 	}
 	r.j(0, "Change request shown", "cr", "show", refStr(t, res1, "cr_id")) // its evidence has an agent step
+
+	// Attempts, comments on lines, versions, the interdiff, the
+	// comparison, a reviewer command.
+	attemptsPlan, plan1, reviewer := filepath.Join(dir, "attempts.yaml"), filepath.Join(dir, "plan1.yaml"), filepath.Join(dir, "reviewer.sh")
+	for name, body := range map[string]string{
+		attemptsPlan: "attempts: 2\niterate: 1\nsteps:\n  - name: implement\n    agent: command\n    prompt: \"{objective}\"\n  - name: check\n    run: [test, -s, AGENT_NOTES.md]\n",
+		plan1:        "steps:\n  - name: implement\n    agent: command\n    prompt: \"{objective}\"\n",
+		reviewer:     "if [ \"$XMODE_CR_VERSION\" = 1 ]; then echo request-changes; echo 'comment: AGENT_NOTES.md:1: (ok)'; else echo approve; fi\n",
+	} {
+		if err := os.WriteFile(name, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	atts := r.j(0, "Run result", "run", "--repo", repo, "--objective", "write notes", "-f", attemptsPlan)[0]
+	attempts := r.j(0, "Run shown", "run", "show", refStr(t, atts, "id"))[0].(map[string]any)["ranking"].([]any)
+	if len(attempts) != 2 {
+		t.Fatalf("a run of 2 attempts shows %d", len(attempts))
+	}
+	cra, crb := refStr(t, attempts[0], "cr_id"), refStr(t, attempts[1], "cr_id")
+	r.j(0, "Comparison", "cr", "compare", cra, crb)
+	kept := r.j(0, "Run result", "run", "--repo", repo, "--objective", "write notes", "-f", plan1, "--keep")[0]
+	crk := refStr(t, kept, "cr_id")
+	r.j(4, "Error", "run", "continue", refStr(t, kept, "id"))
+	r.j(0, "Change request", "cr", "review", crk, "--request-changes", "-m", "mark it", "--comment", "AGENT_NOTES.md:1: (seen)")
+	r.j(0, "Run result", "run", "continue", refStr(t, kept, "id"))
+	r.j(0, "Change request shown", "cr", "show", crk)
+	r.j(0, "Change request shown", "cr", "show", crk, "--version", "1")
+	r.j(0, "Interdiff", "cr", "diff", crk, "--from", "1", "--to", "2")
+	r.j(0, "Run shown", "run", "show", refStr(t, kept, "id"))
+	r.j(0, "Verify report", "cr", "verify", crk)
+	r.j(0, "Change request", "cr", "review", crk, "--approve")
+	r.j(0, "Export", "cr", "export", crk, "--repo", repo, "--branch", "reviewed")
+	r.j(0, "Run result", "run", "--repo", repo, "--objective", "write notes", "-f", plan1, "--reviewer", "sh "+reviewer, "--iterate", "1")
+	r.j(0, "Change request", "cr", "review", cra, "--approve", "--close-others")
+	r.j(0, "[]Run", "run", "list", "--all")
+	r.j(0, "[]Change request", "cr", "list")
 
 	// Project machines and their pools.
 	pm := []string{"XMODE_PROJECT_MACHINES=1"}
@@ -856,6 +894,7 @@ echo uncommitted > notes.txt`)
 	r.run(dk, 0, "Change request shown", "cr", "show", crx)
 	r.run(dk, -1, "[]Doctor check", "doctor")
 	r.run(dk, 0, "Session", "sandbox", "stop", x)
+	refNetwork(t, r, repo)
 
 	// A session an MCP client made (origin, client, title) and its file
 	// steps, whose command.json and result.json say what they did.
@@ -964,6 +1003,7 @@ func TestReferenceStatuses(t *testing.T) {
 		"Run status":             "runs.status",
 		"Change request status":  "change_requests.status",
 		"Review decision":        "change_request_reviews.decision",
+		"Comment side":           "change_request_comments.side",
 		"Cloud task state":       "cloud_tasks.state",
 		"Cloud task error class": "cloud_tasks.error_class",
 		"Pool entry state":       "pool_entries.state",
@@ -1158,4 +1198,58 @@ func TestDocsCiteTheRepository(t *testing.T) {
 			t.Errorf("%s reads %s, which docs/configuration.md does not list", strings.Join(slices.Compact(files), ", "), v)
 		}
 	}
+}
+
+// refNetwork prints what only a sandbox whose network is proxied has: its
+// policy (with a credential and names the proxy resolves), the proxy's
+// decisions of every kind (a plain request, a tunnel, a request a
+// credential was added to, a DNS question, a refusal), network steps (a
+// change from the CLI, a plan step's rules added and taken out), a
+// published port, and the network in a change request's evidence. Its
+// test hosts are containers on a network the test made.
+func refNetwork(t *testing.T, r *refRig, repo string) {
+	t.Helper()
+	cli := dockertest.Require(t)
+	if !strings.HasPrefix(dockertest.Host(), "unix://") {
+		testenv.Skip(t, "a proxied sandbox in bind mode needs the daemon on this machine, and it is at %s", dockertest.Host())
+	}
+	inst, err := os.ReadFile(filepath.Join(r.root, store.InstanceFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	instance := strings.TrimSpace(string(inst))
+	t.Cleanup(func() { dockertest.CleanupInstance(t, cli, instance) })
+	up := dockertest.NewUpstream(t, cli, instance)
+	allowed, denied := up.Host(t, "allowed.test").String(), up.Host(t, "denied.test").String()
+	nx := []string{"XMODE_SANDBOX_ENGINE=docker", "XMODE_RUNNER_MODE=cloud_worker", "XMODE_SANDBOX_DOCKER_HOST=" + dockertest.Host(),
+		"XMODE_SANDBOX_IMAGE=" + dockertest.ProbeImage(t), "XMODE_SANDBOX_EGRESS_BINARY=" + dockertest.XmodeBinary(t),
+		"XMODE_SANDBOX_EGRESS_NETWORK=" + up.Name, "XMODE_SANDBOX_EGRESS_CA=" + dockertest.TestPKI(t).CAFile,
+		"XMODE_SANDBOX_ALLOW=" + up.Subnet.String(), "XMODE_SANDBOX_RESOLVE=allowed.test=" + allowed + ",denied.test=" + denied,
+		"XMODE_REF_SECRET=sk-ref-3f1c0a9e7b5d2c4a6e8f0b1d3c5a7e9f"}
+	n := refStr(t, r.run(nx, 0, "Session", "sandbox", "create", "--repo", repo, "--network", "allow",
+		"--allow", "allowed.test", "--deny", "denied.test", "--credential", "allowed.test=x-api-key:XMODE_REF_SECRET")[0], "id")
+	r.run(nx, 0, "Step result", "sandbox", "exec", n, "--", "egressprobe", "get", "http://allowed.test/")
+	r.run(nx, 0, "Step result", "sandbox", "exec", n, "--", "sh", "-c", `egressprobe get -H "X-Api-Key: $XMODE_REF_SECRET" https://allowed.test/`)
+	r.run(nx, 3, "Step result", "sandbox", "exec", n, "--", "egressprobe", "get", "http://denied.test/")
+	r.run(nx, 0, "Step result", "sandbox", "exec", n, "--", "nslookup", "allowed.test")
+	r.run(nx, 0, "Network change", "sandbox", "network", n, "--mode", "allow", "--allow", "other.test", "--remove", "denied.test",
+		"--deny", "denied.test:80", "--credential", "other.test=authorization:XMODE_REF_SECRET")
+	r.run(nx, 0, "Network change", "sandbox", "network", n, "--allow", "other.test") // nothing new: no step
+	plan := filepath.Join(t.TempDir(), "plan.yaml")
+	if err := os.WriteFile(plan, []byte("steps:\n  - name: fetch\n    run: [egressprobe, get, \"http://allowed.test/\"]\n    network:\n      allow: [allowed.test:80]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.run(nx, 0, "Pipeline report", "pipeline", "run", n, "-f", plan)
+	r.run(nx, 0, "Network view", "sandbox", "network", n)
+	r.run(nx, 0, "Network view", "sandbox", "network", n, "--denied")
+	r.run(nx, 0, "[]Network decision", "sandbox", "logs", n, "--network")
+	r.run(nx, 0, "[]Network decision", "sandbox", "logs", n, "2", "--network")
+	r.run(nx, 0, "Step", "sandbox", "exec", n, "--detach", "--", "busybox", "httpd", "-f", "-p", "8080")
+	r.run(nx, 0, "Port", "sandbox", "port", n, "8080")
+	r.run(nx, 0, "[]Port", "sandbox", "port", n)
+	r.run(nx, 0, "Session with steps", "sandbox", "show", n)
+	r.run(nx, 0, "Step result", "sandbox", "exec", n, "--", "sh", "-c", "echo n > n.txt")
+	crn := refStr(t, r.run(nx, 0, "Change request package", "cr", "create", n)[0], "id")
+	r.run(nx, 0, "Change request shown", "cr", "show", crn)
+	r.run(nx, 0, "Session", "sandbox", "stop", n)
 }

@@ -1,5 +1,8 @@
-// xmode ui: the one script of the pages (docs/ui.md). It streams the
-// output of running steps: each <pre data-live="URL"> listens to its
+// xmode ui: the one script of the pages (docs/ui.md). On a change
+// request's page, a click on a line's number opens a comment form under
+// the line; what it adds goes into the review form as fields, shown in its
+// list, and is sent with the review (without this script, the review's
+// comments field takes them typed). It streams the output of running steps: each <pre data-live="URL"> listens to its
 // step's server-sent events and appends what they carry as text nodes in
 // spans whose class the server chose, following the log's end as long as
 // the reader is there; the step's counters (duration, bytes, the badge,
@@ -104,7 +107,61 @@ function follow(pre) {
   });
 }
 
+// openComment puts a comment form under the line whose number button was
+// clicked: a copy of the page's <template>, its fields set as text.
+function openComment(btn) {
+  var tpl = document.getElementById('comment-form');
+  var review = document.getElementById('review-form');
+  var row = btn.closest('tr');
+  if (!tpl || !review || !row) {
+    return;
+  }
+  var next = row.nextElementSibling;
+  if (next && next.classList.contains('cform')) {
+    next.querySelector('textarea').focus();
+    return;
+  }
+  var path = btn.dataset.path, side = btn.dataset.side, line = btn.dataset.line;
+  var form = tpl.content.firstElementChild.cloneNode(true);
+  form.querySelector('td').colSpan = row.children.length;
+  form.querySelector('.where').textContent = path + ':' + (side === 'old' ? '-' : '') + line;
+  row.parentNode.insertBefore(form, row.nextSibling);
+  var text = form.querySelector('textarea');
+  form.querySelector('button.cancel').addEventListener('click', function () {
+    form.remove();
+  });
+  form.querySelector('form').addEventListener('submit', function (e) {
+    e.preventDefault();
+    if (!text.value.trim()) {
+      return;
+    }
+    var fields = {comment_path: path, comment_side: side, comment_line: line, comment_text: text.value};
+    var li = document.createElement('li');
+    li.className = 'pending';
+    for (var k in fields) {
+      var input = document.createElement('input');
+      input.type = 'hidden';
+      input.name = k;
+      input.value = fields[k];
+      li.appendChild(input);
+    }
+    var where = document.createElement('code');
+    where.textContent = path + ':' + (side === 'old' ? '-' : '') + line;
+    li.appendChild(where);
+    li.appendChild(document.createTextNode(' ' + text.value));
+    document.getElementById('pending').appendChild(li);
+    form.remove();
+  });
+  text.focus();
+}
+
 document.addEventListener('DOMContentLoaded', function () {
+  var lines = document.querySelectorAll('button.cl');
+  for (var j = 0; j < lines.length; j++) {
+    lines[j].addEventListener('click', function (e) {
+      openComment(e.currentTarget);
+    });
+  }
   var logs = document.querySelectorAll('pre.log');
   for (var i = 0; i < logs.length; i++) {
     if (logs[i].dataset.live) {
