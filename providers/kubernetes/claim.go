@@ -32,8 +32,8 @@ const claimTries = 8
 // Conflict otherwise), so of two claimers — two processes, two hosts, two
 // stores — exactly one lands its mark and the other reads it and gets
 // engine.ErrClaimed. A pod already marked, by anyone, is engine.ErrClaimed.
-// With agent-sandbox the pod's Sandbox or SandboxClaim then gets the same
-// shutdown time. The pod as Alive just read it is where a claim starts (a
+// The deadline only grows, as with Extend; when it moves on agent-sandbox,
+// the pod's Sandbox or SandboxClaim then gets the same shutdown time. The pod as Alive just read it is where a claim starts (a
 // stale one costs a conflict and a read, never a wrong claim).
 func (p *Provider) Claim(ctx context.Context, sb engine.Sandbox, session string, expires time.Time) error {
 	c, err := p.client()
@@ -42,6 +42,7 @@ func (p *Provider) Claim(ctx context.Context, sb engine.Sandbox, session string,
 	}
 	want := p.deadline(expires)
 	pod := p.seen.take(sb)
+	var moved bool
 	for try := 0; ; try++ {
 		if try == claimTries {
 			return fmt.Errorf("claim the pod of %s: it changed under every one of %d tries", sb.SessionID, claimTries)
@@ -55,7 +56,8 @@ func (p *Provider) Claim(ctx context.Context, sb engine.Sandbox, session string,
 			return fmt.Errorf("pod %s: %w (%s)", pod.Name, engine.ErrClaimed, by)
 		}
 		ann := map[string]string{AnnotationClaimedBy: session + " " + time.Now().UTC().Format(time.RFC3339)}
-		if have, err := strconv.ParseInt(pod.Annotations[AnnotationDeadline], 10, 64); want > 0 && (err != nil || have < want) {
+		have, err := strconv.ParseInt(pod.Annotations[AnnotationDeadline], 10, 64)
+		if moved = want > 0 && (err != nil || have < want); moved {
 			ann[AnnotationDeadline] = strconv.FormatInt(want, 10)
 		}
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": pod.ResourceVersion, "annotations": ann}})
@@ -71,8 +73,8 @@ func (p *Provider) Claim(ctx context.Context, sb engine.Sandbox, session string,
 		}
 		break
 	}
-	if metav1.GetControllerOf(pod) == nil {
-		return nil
+	if !moved || metav1.GetControllerOf(pod) == nil {
+		return nil // the owner's shutdown time moves with the pod's deadline only
 	}
 	cctx, cancel := p.call(ctx)
 	defer cancel()

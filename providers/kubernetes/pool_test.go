@@ -79,33 +79,60 @@ func TestClaimIsAtomic(t *testing.T) {
 			if want := strconv.FormatInt(e.p.deadline(expiry(winner)), 10); pod.Annotations[AnnotationDeadline] != want {
 				t.Fatalf("round %d: the pod's deadline %s, want claimer %d's %s", round, pod.Annotations[AnnotationDeadline], winner, want)
 			}
-			if via != viaPods {
-				var owner struct {
-					Spec struct {
-						ShutdownTime *metav1.Time `json:"shutdownTime"`
-						Lifecycle    struct {
-							ShutdownTime *metav1.Time `json:"shutdownTime"`
-						} `json:"lifecycle"`
-					} `json:"spec"`
-				}
-				c, _ := e.p.client()
-				res := map[string]string{viaSandbox: resSandboxes, viaPool: resClaims}[via]
-				if err := c.asGet(ctx, res, PodName(sb.SessionID), &owner); err != nil {
-					t.Fatal(err)
-				}
-				st := owner.Spec.ShutdownTime
-				if via == viaPool {
-					st = owner.Spec.Lifecycle.ShutdownTime
-				}
-				if st == nil || st.Unix() != e.p.deadline(expiry(winner)) {
-					t.Fatalf("round %d: the %s's shutdown time %v, want claimer %d's deadline", round, res, st, winner)
-				}
+			if st := e.ownerShutdown(t, via, sb); via != viaPods && (st == nil || st.Unix() != e.p.deadline(expiry(winner))) {
+				t.Fatalf("round %d: the %s's shutdown time %v, want claimer %d's deadline", round, via, st, winner)
 			}
 			if err := e.p.Claim(ctx, sb, sb.SessionID, time.Now().Add(time.Hour)); !errors.Is(err, engine.ErrClaimed) {
 				t.Fatalf("round %d: a later claim: %v, want engine.ErrClaimed", round, err)
 			}
 		}
+
+		// A claim for a session that ends before the entry would have
+		// leaves the deadline where it is, as Extend does: the pod's and
+		// its owner's, which then costs no second PATCH.
+		spec := e.spec(t)
+		sb := e.provision(t, spec)
+		before := e.ownerShutdown(t, via, sb)
+		if err := e.p.Claim(ctx, sb, "shorter", time.Now().Add(10*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		pod, err := e.cs.CoreV1().Pods(e.ns).Get(ctx, e.podName(t, sb), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := strconv.FormatInt(e.p.deadline(spec.Expires), 10); pod.Annotations[AnnotationDeadline] != want || !strings.HasPrefix(pod.Annotations[AnnotationClaimedBy], "shorter ") {
+			t.Fatalf("a claim for an earlier expiry: deadline %s (want the entry's %s), claimed by %q", pod.Annotations[AnnotationDeadline], want, pod.Annotations[AnnotationClaimedBy])
+		}
+		if after := e.ownerShutdown(t, via, sb); via != viaPods && (after == nil || !after.Equal(before)) {
+			t.Fatalf("a claim for an earlier expiry moved the %s's shutdown time from %v to %v", via, before, after)
+		}
 	})
+}
+
+// ownerShutdown is the shutdown time of sb's Sandbox (viaSandbox) or
+// SandboxClaim (viaPool); nil for a pod of xmode's own.
+func (e *env) ownerShutdown(t *testing.T, via string, sb engine.Sandbox) *metav1.Time {
+	t.Helper()
+	if via == viaPods {
+		return nil
+	}
+	var owner struct {
+		Spec struct {
+			ShutdownTime *metav1.Time `json:"shutdownTime"`
+			Lifecycle    struct {
+				ShutdownTime *metav1.Time `json:"shutdownTime"`
+			} `json:"lifecycle"`
+		} `json:"spec"`
+	}
+	c, _ := e.p.client()
+	res := map[string]string{viaSandbox: resSandboxes, viaPool: resClaims}[via]
+	if err := c.asGet(context.Background(), res, PodName(sb.SessionID), &owner); err != nil {
+		t.Fatal(err)
+	}
+	if via == viaPool {
+		return owner.Spec.Lifecycle.ShutdownTime
+	}
+	return owner.Spec.ShutdownTime
 }
 
 // agent-sandbox's objects for a session of its own: a Sandbox named like
