@@ -159,8 +159,27 @@ func kubernetesEngineCLI(t *testing.T, api string) {
 func killedMidExec(t *testing.T, cs kubernetes.Interface, ns, repo string, env []string, pod func(string) (*corev1.Pod, bool), as bool) {
 	root := filepath.Join(t.TempDir(), "root")
 	var s dkSession
-	dkJSON(t, dkWant(t, dkXmode(t, root, env, "sandbox", "create", "--repo", repo, "--ttl", "25s", "--json"), 0), &s)
-	expires := time.Now().Add(25 * time.Second)
+	// The TTL outlasts a create on a loaded machine (30 s seen on a shared
+	// one): the pod ends at its deadline, counted from the create's start.
+	created := dkWant(t, dkXmode(t, root, env, "sandbox", "create", "--repo", repo, "--ttl", "45s", "--json"), 0)
+	dkJSON(t, created, &s)
+	var rec struct {
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	dkJSON(t, created, &rec)
+	expires := rec.ExpiresAt
+	// When the pod ends by itself: its deadline, from the TTL as the create
+	// began (the session's recorded expiry counts from its end: a slow
+	// create puts it later, within XMODE_KUBE_DEADLINE_GRACE).
+	var podDeadline time.Time
+	if p, _ := pod(s.ID); p != nil {
+		if d, err := strconv.ParseInt(p.Annotations["xmode.deadline"], 10, 64); err == nil {
+			podDeadline = time.Unix(d, 0)
+		}
+	}
+	if podDeadline.IsZero() || expires.IsZero() {
+		t.Fatalf("the session's pod has no xmode.deadline, or the create no expires_at:\n%s", created)
+	}
 	c := xmode(t, root, "sandbox", "exec", s.ID, "--name", "long", "--", "sh", "-c", "touch up; sleep 600 & exec sleep 601")
 	var keep []string
 	for _, kv := range c.Env {
@@ -205,8 +224,8 @@ func killedMidExec(t *testing.T, cs kubernetes.Interface, ns, repo string, env [
 			t.Logf("the pod ended by itself %s after the session's expiry", time.Since(expires).Round(100*time.Millisecond))
 			break
 		}
-		if !live && as && time.Now().After(expires) {
-			t.Logf("the Sandbox's controller deleted the pod %s after the session's expiry", time.Since(expires).Round(100*time.Millisecond))
+		if !live && as && !time.Now().Before(podDeadline) {
+			t.Logf("the Sandbox's controller deleted the pod %s after its deadline", time.Since(podDeadline).Round(100*time.Millisecond))
 			break
 		}
 		if !live {
@@ -217,6 +236,7 @@ func killedMidExec(t *testing.T, cs kubernetes.Interface, ns, repo string, env [
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+	time.Sleep(time.Until(expires) + time.Second) // the reaper ends a session once it expired
 	dkWant(t, dkXmode(t, root, env, "reap"), 0)
 	if _, live := pod(s.ID); live {
 		t.Fatal("the reaper left the ended pod")
