@@ -25,6 +25,17 @@ import (
 	kube "github.com/xmode/xmode/providers/kubernetes"
 )
 
+// The kubernetes figures, each API side by side with its yardstick in the
+// same rounds (docs/kubernetes.md, "Figures": the full table and the
+// load), measured 2026-12-06 on the test cluster (one node on this shared
+// 2-core VM), medians of 10 rounds, pods / agent-sandbox:
+//
+//	sandbox exec -- true        305 / 289 ms   kubectl exec 351 / 413 ms (×0.87 / ×0.70; CPU ×0.35)
+//	create to first step end    1.80 / 1.92 s
+//	pool claim (CLI)            162 / 238 ms   in-process 88 / 134 ms; SandboxClaim bound 268 ms (×0.89)
+//	  under load average 25–30  269 / 392 ms   kubectl annotate 548 / 504 ms (×0.49 / ×0.78)
+//	reap of 100 orphans (1x)    10.2 / 20.1 s
+//
 // kubeAPIs runs f for each XMODE_KUBE_API the kubernetes figures are
 // measured with: bare pods, and agent-sandbox (its controller on the test
 // cluster), as sub-benchmarks of one run.
