@@ -33,8 +33,9 @@ const claimTries = 8
 // stores — exactly one lands its mark and the other reads it and gets
 // engine.ErrClaimed. A pod already marked, by anyone, is engine.ErrClaimed.
 // The deadline only grows, as with Extend; when it moves on agent-sandbox,
-// the pod's Sandbox or SandboxClaim then gets the same shutdown time. The pod as Alive just read it is where a claim starts (a
-// stale one costs a conflict and a read, never a wrong claim).
+// the pod's Sandbox or SandboxClaim then gets the same shutdown time. The
+// pod as Alive just read it is where a claim starts (a stale one costs a
+// conflict and a read, never a wrong claim).
 func (p *Provider) Claim(ctx context.Context, sb engine.Sandbox, session string, expires time.Time) error {
 	c, err := p.client()
 	if err != nil {
@@ -56,8 +57,8 @@ func (p *Provider) Claim(ctx context.Context, sb engine.Sandbox, session string,
 			return fmt.Errorf("pod %s: %w (%s)", pod.Name, engine.ErrClaimed, by)
 		}
 		ann := map[string]string{AnnotationClaimedBy: session + " " + time.Now().UTC().Format(time.RFC3339)}
-		have, err := strconv.ParseInt(pod.Annotations[AnnotationDeadline], 10, 64)
-		if moved = want > 0 && (err != nil || have < want); moved {
+		have, perr := strconv.ParseInt(pod.Annotations[AnnotationDeadline], 10, 64)
+		if moved = want > 0 && (perr != nil || have < want); moved {
 			ann[AnnotationDeadline] = strconv.FormatInt(want, 10)
 		}
 		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": pod.ResourceVersion, "annotations": ann}})
