@@ -31,9 +31,12 @@ import (
 // 2-core VM), medians of 10 rounds, pods / agent-sandbox:
 //
 //	sandbox exec -- true        305 / 289 ms   kubectl exec 351 / 413 ms (×0.87 / ×0.70; CPU ×0.35)
-//	create to first step end    1.80 / 1.92 s
-//	pool claim (CLI)            162 / 238 ms   in-process 88 / 134 ms; SandboxClaim bound 268 ms (×0.89)
-//	  under load average 25–30  269 / 392 ms   kubectl annotate 548 / 504 ms (×0.49 / ×0.78)
+//	  a quieter run             219 / 196 ms   kubectl exec 375 / 251 ms (×0.58 / ×0.78; CPU ×0.35)
+//	create to first step end    1.80 / 1.92 s; a later run 2.04 / 1.89 s
+//	pool claim, load 8–10       33 / 40 ms     in-process 12 / 14 ms; kubectl annotate 93 / 89 ms (×0.36 / ×0.44);
+//	                                           SandboxClaim bound 89 ms (×0.45)
+//	  load average 14           162 / 238 ms   in-process 88 / 134 ms; SandboxClaim bound 268 ms (×0.89)
+//	  load average 25–30        269 / 392 ms   kubectl annotate 548 / 504 ms (×0.49 / ×0.78)
 //	reap of 100 orphans (1x)    10.2 / 20.1 s
 //
 // kubeAPIs runs f for each XMODE_KUBE_API the kubernetes figures are
