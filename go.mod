@@ -125,7 +125,7 @@ require (
 // third_party/distribution-reference.patch (third_party/update.sh makes
 // it): its regular expressions compiled on first use instead of at
 // start-up, where they cost every command ~400 KB: see
-// docs/architecture.md, "Dependencies".
+// docs/dependencies.md, "Patched dependencies".
 replace github.com/distribution/reference => ./third_party/distribution-reference
 
 // go-digest likewise (the Docker SDK and distribution/reference link it).

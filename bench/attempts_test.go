@@ -17,7 +17,7 @@ import (
 // Target: the four attempts at most 1.5× the single run's wall time on 2
 // cores (median). Reported with the default --parallel and with
 // --parallel 1 and 4, wall and CPU, so the default's rule can be read off.
-// Measured (docs/agents.md, "Attempts"): 1.5–2.4× wall, 3.3–3.9× CPU at
+// Measured (docs/performance.md, "Attempts"): 1.5–2.4× wall, 3.3–3.9× CPU at
 // load 14–25 on the shared 2-core VM.
 func BenchmarkRunAttempts(b *testing.B) {
 	bin := xmodeBin(b)

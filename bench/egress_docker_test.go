@@ -2,7 +2,10 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
+	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +16,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 
 	"github.com/xmode/xmode/providers/docker/dockertest"
@@ -75,7 +79,16 @@ func newEgressBench(b *testing.B, sandboxes int) *egressBench {
 // its output.
 func (e *egressBench) probe(b *testing.B, env []string, id, key string, args ...string) float64 {
 	b.Helper()
-	out := output(b, env, e.bin, append([]string{"sandbox", "exec", id, "--", "egressprobe"}, args...)...)
+	argv := append([]string{"sandbox", "exec", id, "--", "egressprobe"}, args...)
+	c := exec.Command(e.bin, argv...)
+	c.Env = append(os.Environ(), env...)
+	var stderr strings.Builder
+	c.Stderr = &stderr
+	raw, err := c.Output()
+	out := strings.TrimSpace(string(raw))
+	if err != nil {
+		b.Fatalf("xmode %s: %v: %s %s\nthe proxy: %s", strings.Join(argv, " "), err, out, stderr.String(), e.proxyLogs(env, id))
+	}
 	f := strings.Fields(out)
 	for i := range f {
 		if f[i] == key && i+1 < len(f) {
@@ -87,6 +100,21 @@ func (e *egressBench) probe(b *testing.B, env []string, id, key string, args ...
 	}
 	b.Fatalf("egressprobe %s: no %s in %q", strings.Join(args, " "), key, out)
 	return 0
+}
+
+// proxyLogs says how the install's proxy is, for a probe that failed: its
+// restarts, the end of its log, and what it decided for the session.
+func (e *egressBench) proxyLogs(env []string, id string) string {
+	name := "xmode-egress-" + e.instance
+	ci, err := e.cli.ContainerInspect(context.Background(), name)
+	if err != nil {
+		return err.Error()
+	}
+	logs, _ := exec.Command("docker", "logs", "--tail", "30", name).CombinedOutput()
+	c := exec.Command(e.bin, "sandbox", "network", id)
+	c.Env = append(os.Environ(), env...)
+	decisions, _ := c.CombinedOutput()
+	return fmt.Sprintf("restarts %d, state %s\n%s\nxmode sandbox network %s:\n%s", ci.RestartCount, ci.State.Status, logs, id, decisions)
 }
 
 // proxyCPU is the CPU time the install's proxy container has used.
@@ -315,4 +343,107 @@ func proxyConnections(b *testing.B, e *egressBench) int {
 		}
 	}
 	return 0
+}
+
+// BenchmarkDockerEgressCreateFloor: what the daemon alone charges for a
+// container's network, side by side, without xmode: create and start a
+// probe container with network none; on an internal network made for it
+// in the round (a proxied sandbox's create today); on an internal network
+// that already exists (a network made ahead of time: the endpoint alone);
+// and in the network namespace of a container that already exists
+// (container:<holder>, a namespace made ahead of time). Each is removed
+// after its round (not timed). The floor of `sandbox create --network
+// allow` against none is the ratio of its way here (docs/network.md,
+// "Figures").
+func BenchmarkDockerEgressCreateFloor(b *testing.B) {
+	cli := dockertest.Require(b)
+	img := dockertest.ProbeImage(b)
+	instance := dockertest.NewInstance(b, cli)
+	ctx := context.Background()
+	labels := map[string]string{dockertest.LabelTest: "true", "xmode.instance": instance}
+	internal := func() (string, netip.Prefix) {
+		no := false
+		name := "xmode-test-floor-" + strings.TrimPrefix(dockertest.NewID("n_"), "n_")
+		for range 64 {
+			var r [2]byte
+			_, _ = rand.Read(r[:])
+			subnet := netip.MustParsePrefix(fmt.Sprintf("10.214.%d.%d/29", r[0], r[1]&^7))
+			_, err := cli.NetworkCreate(ctx, name, network.CreateOptions{
+				Driver: "bridge", Internal: true, EnableIPv6: &no, Labels: labels,
+				IPAM: &network.IPAM{Config: []network.IPAMConfig{{Subnet: subnet.String()}}},
+				Options: map[string]string{"com.docker.network.bridge.inhibit_ipv4": "true",
+					"com.docker.network.bridge.enable_ip_masquerade": "false"},
+			})
+			if err == nil {
+				return name, subnet
+			}
+			if !strings.Contains(err.Error(), "overlap") {
+				b.Fatalf("create network: %v", err)
+			}
+		}
+		b.Fatal("no free /29 in 10.214.0.0/16")
+		return "", netip.Prefix{}
+	}
+	seq := 0
+	// run creates and starts a container; addr, if valid, is its address on
+	// the network it joins.
+	run := func(mode string, addr netip.Addr) string {
+		seq++
+		yes := true
+		cc := &container.Config{Image: img, Cmd: []string{"sleep", "3600"}, Labels: labels}
+		hc := &container.HostConfig{NetworkMode: container.NetworkMode(mode), Init: &yes}
+		var nc *network.NetworkingConfig
+		if addr.IsValid() {
+			nc = &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
+				mode: {IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: addr.String()}}}}
+		}
+		c, err := cli.ContainerCreate(ctx, cc, hc, nc, nil, fmt.Sprintf("xmode-test-floor-%s-%d", instance, seq))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := cli.ContainerStart(ctx, c.ID, container.StartOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		return c.ID
+	}
+	remove := func(id string) {
+		if err := cli.ContainerRemove(ctx, id, container.RemoveOptions{Force: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	made, madeSubnet := internal()
+	holder := run(made, madeSubnet.Addr().Next().Next())
+	ways := []struct {
+		name string
+		run  func() (string, func())
+	}{
+		{"none", func() (string, func()) { return run("none", netip.Addr{}), nil }},
+		{"fresh", func() (string, func()) {
+			name, subnet := internal()
+			return run(name, subnet.Addr().Next().Next()), func() { _ = cli.NetworkRemove(ctx, name) }
+		}},
+		{"made", func() (string, func()) { return run(made, madeSubnet.Addr().Next().Next().Next()), nil }},
+		{"holder", func() (string, func()) { return run("container:"+holder, netip.Addr{}), nil }},
+	}
+	walls := make([][]time.Duration, len(ways))
+	b.ResetTimer()
+	for range rounds(b) {
+		for i, w := range ways {
+			start := time.Now()
+			id, after := w.run()
+			walls[i] = append(walls[i], time.Since(start))
+			remove(id)
+			if after != nil {
+				after()
+			}
+		}
+	}
+	b.StopTimer()
+	none := median(walls[0])
+	for i, w := range ways {
+		b.ReportMetric(ms(median(walls[i])), w.name+"-ms")
+		if i > 0 {
+			b.ReportMetric(float64(median(walls[i]))/float64(none), w.name+"/none")
+		}
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,21 +147,88 @@ func firstByte(b *testing.B, c *http.Client, u string) time.Duration {
 }
 
 // BenchmarkEgressFirstByte: a fresh HTTPS request's time to first byte
-// through the proxy and direct. Target: ≤ 1.5× direct.
+// through the proxy and direct, and through a bare CONNECT relay (the
+// floor of any proxy: the hop alone). Target: ≤ 1.5× direct.
 func BenchmarkEgressFirstByte(b *testing.B) {
 	port, roots := egressUpstream(b)
 	cmd, addrs := egressProcess(b, 1)
+	relay, relayAddr := startBareRelay(b)
 	u := "https://up.test:" + strconv.Itoa(port) + "/"
-	via, direct := egressClient(addrs[0], roots), egressClient("", roots)
+	via, direct, bare := egressClient(addrs[0], roots), egressClient("", roots), egressClient(relayAddr, roots)
 	firstByte(b, via, u)
 	firstByte(b, direct, u)
-	cpu0 := procCPU(b, cmd.Process.Pid)
+	firstByte(b, bare, u)
+	cpu0, rcpu0 := procCPU(b, cmd.Process.Pid), procCPU(b, relay.Process.Pid)
 	b.ResetTimer()
-	med := sideBySide(rounds(b), func() { firstByte(b, direct, u) }, func() { firstByte(b, via, u) })
+	med := sideBySide(rounds(b), func() { firstByte(b, direct, u) }, func() { firstByte(b, via, u) }, func() { firstByte(b, bare, u) })
 	b.ReportMetric(ms(procCPU(b, cmd.Process.Pid)-cpu0)/float64(rounds(b)), "proxy-cpu-ms/req")
+	b.ReportMetric(ms(procCPU(b, relay.Process.Pid)-rcpu0)/float64(rounds(b)), "relay-cpu-ms/req")
 	b.ReportMetric(ms(med[0]), "direct-ms")
 	b.ReportMetric(ms(med[1]), "proxy-ms")
+	b.ReportMetric(ms(med[2]), "relay-ms")
 	b.ReportMetric(float64(med[1])/float64(med[0]), "proxy/direct")
+	b.ReportMetric(float64(med[2])/float64(med[0]), "relay/direct")
+}
+
+// bareRelayEnv makes the test binary a bare CONNECT relay (TestMain): a
+// helper process of the test, not a setting of xmode.
+const bareRelayEnv = "GO_WANT_BARE_RELAY"
+
+// startBareRelay runs the bare relay in a process of its own, as the proxy
+// is, and returns it and its address.
+func startBareRelay(b *testing.B) (*exec.Cmd, string) {
+	b.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), bareRelayEnv+"=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		b.Fatalf("the bare relay did not start: %v", err)
+	}
+	return cmd, strings.TrimSpace(addr)
+}
+
+// bareRelay is the least a CONNECT proxy does, and nothing else: read the
+// CONNECT, dial its port on loopback (where up.test is), say 200, copy
+// both ways — no policy, no name check, no TLS peek, no log. It prints its
+// address and serves until killed.
+func bareRelay() {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(ln.Addr())
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			os.Exit(1)
+		}
+		go func() {
+			defer c.Close()
+			req, err := http.ReadRequest(bufio.NewReader(c)) // the client sends nothing more before the 200
+			if err != nil || req.Method != http.MethodConnect {
+				return
+			}
+			_, port, _ := net.SplitHostPort(req.Host)
+			up, err := net.Dial("tcp", "127.0.0.1:"+port)
+			if err != nil {
+				return
+			}
+			defer up.Close()
+			io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n")
+			go func() { io.Copy(up, c); up.(*net.TCPConn).CloseWrite() }()
+			io.Copy(c, up)
+		}()
+	}
 }
 
 // BenchmarkEgressThroughput: a 100 MB HTTPS download through the proxy

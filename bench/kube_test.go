@@ -26,7 +26,7 @@ import (
 )
 
 // The kubernetes figures, each API side by side with its yardstick in the
-// same rounds (docs/kubernetes.md, "Figures": the full table and the
+// same rounds (docs/performance.md, "Kubernetes": the full table and the
 // load), measured 2026-12-06 on the test cluster (one node on this shared
 // 2-core VM), medians of 10 rounds, pods / agent-sandbox:
 //

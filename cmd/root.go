@@ -166,8 +166,8 @@ func (a *App) Run(ctx context.Context, args []string) int {
 	return code
 }
 
-// exitCode is the one place that decides xmode's exit code (docs/architecture.md,
-// "The CLI's conventions"): from the command's outcome and its exit rule.
+// exitCode is the one place that decides xmode's exit code (docs/conventions.md,
+// "Exit codes"): from the command's outcome and its exit rule.
 // report is what to say on stderr (and as JSON), nil for nothing.
 func (a *App) exitCode(ctx context.Context, cmd *cobra.Command, err error) (code int, report error) {
 	rule := a.traitsOf(cmd).exit

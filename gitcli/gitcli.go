@@ -2,7 +2,7 @@
 // run clones of package sandbox and the project machines of package
 // machines. xmode does not link a Go git implementation: its package init
 // alone would cost every xmode command milliseconds of page faults, and the
-// local transports need git installed anyway (docs/architecture.md, "git:
+// local transports need git installed anyway (docs/dependencies.md, "git:
 // the git binary").
 package gitcli
 

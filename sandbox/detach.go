@@ -31,7 +31,7 @@ import (
 // (fd 4) and ExecDetached returns it. The step's row names the supervisor
 // as its owner process: a supervisor killed with -9 is a step whose xmode
 // is gone, ended by its cgroup's watcher (host) or by the reaper
-// (docs/architecture.md, "Background steps").
+// (docs/flows.md, "Background steps").
 
 // SupervisorCommand is the hidden command that makes xmode a background
 // step's supervisor; cmd registers it and calls Supervise.

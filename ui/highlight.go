@@ -13,8 +13,8 @@ import (
 	"github.com/alecthomas/chroma/v2"
 )
 
-// Syntax highlighting of a diff with chroma (docs/architecture.md,
-// "Dependencies"): its engine, and the lexers of lexers/ built the first
+// Syntax highlighting of a diff with chroma (docs/dependencies.md,
+// "The libraries"): its engine, and the lexers of lexers/ built the first
 // time a diff is shown, never when the binary starts.
 
 //go:embed lexers/*.xml

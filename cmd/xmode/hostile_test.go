@@ -47,7 +47,7 @@ func checkInert(t *testing.T, what, s string, visible ...string) {
 // file names, commit subjects and messages, change-request titles, a
 // command's argv, an objective, cloud task titles, transcripts and errors —
 // shows it escaped: no control character, C1 control or bidi override
-// reaches stdout or stderr (docs/architecture.md, "Hostile text on the
+// reaches stdout or stderr (docs/conventions.md, "Hostile text on the
 // terminal"). JSON stays exact.
 func TestHostileTextIsInert(t *testing.T) {
 	t.Parallel()

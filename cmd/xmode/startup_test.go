@@ -22,8 +22,8 @@ var initLine = regexp.MustCompile(`(?m)^init (\S+) @\S+ ms, \S+ ms clock, (\d+) 
 // VMs xmode runs on than here) stays within a budget, per package and in
 // all: a dependency's regular expressions compiled at start-up took 404 KB
 // of it (distribution/reference, patched to compile them on first use: see
-// docs/architecture.md, "Start-up" and "Dependencies"), xmode's own 16 KB in
-// one package.
+// docs/performance.md, "Start-up", and docs/dependencies.md, "Patched
+// dependencies"), xmode's own 16 KB in one package.
 func TestPackageInitBudget(t *testing.T) {
 	// xmode's own packages build nothing at start-up (a regexp, a table:
 	// on first use), a dependency's packages little. Smaller savings no
@@ -44,8 +44,8 @@ func TestPackageInitBudget(t *testing.T) {
 	// client-go and what it links, for the kubernetes engine, have a budget
 	// of their own, just above what they were measured to take when the
 	// engine came in (525 KB, k8s.io/api/core/v1 the largest at 98 KB: its
-	// API documentation maps and its scheme; docs/architecture.md,
-	// "Dependencies"): every module is upstream's, unpatched.
+	// API documentation maps and its scheme; docs/performance.md,
+	// "k8s.io/client-go"): every module is upstream's, unpatched.
 	const clientGoPerPackage, clientGoTotal = 100 << 10, 544 << 10
 	clientGo := []string{"k8s.io/", "sigs.k8s.io/", "github.com/json-iterator/", "github.com/modern-go/", "github.com/davecgh/go-spew/",
 		"go.yaml.in/yaml/v2", "gopkg.in/inf", "github.com/fxamacker/cbor/", "github.com/x448/", "github.com/gorilla/websocket", "github.com/moby/spdystream"}

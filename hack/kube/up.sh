@@ -355,8 +355,10 @@ wait_for "node $KUBE_NODE" 120 node_ready
 # --- add-ons, out of cluster, once the node exists -----------------------
 # kube-router's firewall controller only: it enforces NetworkPolicy with
 # iptables and ipsets (a test-only component; see build.sh). Its chains
-# appear once it has synced.
-run kube-router "$bin/kube-router" --kubeconfig="$pki/kube-router.kubeconfig" --hostname-override="$KUBE_NODE" \
+# appear once it has synced. Its iptables-restore rewrites its own chains
+# only, so its syncs never undo the docker daemon's edits of the filter
+# table (kube-router-path/iptables-restore says how).
+run kube-router env PATH="$here/kube-router-path:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" "$bin/kube-router" --kubeconfig="$pki/kube-router.kubeconfig" --hostname-override="$KUBE_NODE" \
 	--run-firewall=true --run-router=false --run-service-proxy=false --enable-cni=false \
 	--service-cluster-ip-range="$KUBE_SVC_CIDR" --metrics-port=0 --health-port=0
 wait_for "kube-router's firewall" 60 iptables -w -n -L KUBE-ROUTER-FORWARD

@@ -2,7 +2,7 @@
 // commit messages and change-request titles out of a sandbox, task titles
 // and transcripts out of the Codex cloud, a plan's step names — inert on a
 // terminal: every character a terminal would act on instead of show is
-// printed as a visible escape (docs/architecture.md, "Hostile text on the
+// printed as a visible escape (docs/conventions.md, "Hostile text on the
 // terminal").
 //
 // What is escaped: the C0 controls and DEL (ESC starts every CSI and OSC

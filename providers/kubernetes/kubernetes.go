@@ -15,7 +15,7 @@
 // It links only the API groups it uses (core, networking, authorization)
 // through client-go's REST client rather than the generated clientset,
 // whose scheme registers every group of the API when xmode starts
-// (docs/architecture.md, "Dependencies").
+// (docs/dependencies.md, "The libraries").
 package kubernetes
 
 import (

@@ -23,7 +23,7 @@ import (
 )
 
 // A host step runs in a cgroup v2 of its own where the machine allows it
-// (docs/architecture.md, "Host steps end whole"): every process the step
+// (docs/host.md, "Host steps end whole"): every process the step
 // starts stays in it, whatever it does to its session, process group or
 // environment, so the step's end (and a kill -9 of xmode, through a
 // watcher) ends all of them. Where no cgroup can be made, steps keep the
