@@ -50,6 +50,7 @@ type Config struct {
 	KubeStartTimeout   time.Duration
 	KubeEphemeral      int64         // ephemeral-storage limit of a sandbox pod
 	KubeDeadlineGrace  time.Duration // how long after its session's expiry a pod ends by itself
+	KubeAPI            string        // "auto", "pods" or "agent-sandbox": what a sandbox is on the cluster
 	Image              string
 	StorageVolume      string // "" means bind mode
 	StorageMount       string
@@ -260,6 +261,14 @@ var settings = []setting{
 		d, err := ParseDuration(v)
 		c.KubeDeadlineGrace = d
 		return err
+	}},
+	{name: "XMODE_KUBE_API", def: lit("auto"), apply: func(c *Config, v string) error {
+		switch v {
+		case "auto", "pods", "agent-sandbox":
+			c.KubeAPI = v
+			return nil
+		}
+		return fmt.Errorf("%q is not a kubernetes API: use auto (agent-sandbox where the cluster serves it, else pods), pods or agent-sandbox", v)
 	}},
 	{name: "XMODE_SANDBOX_IMAGE", fallback: "CODEX_DOCKER_IMAGE", def: lit("ruby:3.4-bookworm"), apply: func(c *Config, v string) error {
 		if v == "" || strings.ContainsAny(v, " \t\n") {

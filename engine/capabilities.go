@@ -245,6 +245,53 @@ func SignalStep(ctx context.Context, a Provider, sb Sandbox, tag string, sig sys
 	return fail.Refusedf("the %s engine ends steps with TERM only, not %s: leave out %s", a.Name(), sig, fail.Signal)
 }
 
+// ErrClaimed is what Claimer.Claim says when another claimer took the
+// sandbox first.
+var ErrClaimed = errors.New("claimed by another")
+
+// Claimer is an engine whose sandboxes more than one xmode can reach (pods
+// of a cluster that several hosts share): a pool claim also marks the
+// entry's sandbox taken in the engine itself, by an update that fails when
+// anyone marked it first, so that two claimers never share a sandbox,
+// whatever store each keeps its pool in. Engines whose sandboxes only one
+// store knows (the host, docker) need nothing of the kind: the store's
+// transaction serializes their claims.
+type Claimer interface {
+	// Claim marks sb taken by session and, in the same update, moves its
+	// deadline to expires as Extend would (a claim is budgeted in
+	// milliseconds); an error wrapping ErrClaimed when someone else's mark
+	// is there (sb is then theirs: leave it alone).
+	Claim(ctx context.Context, sb Sandbox, session string, expires time.Time) error
+}
+
+// Claim is a pool claim's part in the engine: a Claimer's mark with the
+// session's deadline; for every other engine the store's claim is the
+// whole claim, and the engine-side deadline moves (Extend).
+func Claim(ctx context.Context, a Provider, sb Sandbox, session string, expires time.Time) error {
+	if c, ok := a.(Claimer); ok {
+		return c.Claim(ctx, sb, session, expires)
+	}
+	return Extend(ctx, a, sb, expires)
+}
+
+// WarmPooler is an engine with warm pools of its own
+// (kubernetes-sigs/agent-sandbox's SandboxWarmPool): the engine keeps
+// sandboxes of a shape running, and a pool entry's sandbox (Spec.Pool) is
+// taken from there instead of being started. KeepWarm makes the engine's
+// pool for spec's project hold size sandboxes shaped as spec (a pool
+// entry's spec; its session fields are not used) and removes the project's
+// pools of other shapes; size 0 removes them all. An engine whose
+// configuration does not use such pools does nothing.
+type WarmPooler interface {
+	KeepWarm(ctx context.Context, spec Spec, size int) error
+}
+
+// WarmPools returns the provider's warm pools, if it has pools of its own.
+func WarmPools(a Provider) (WarmPooler, bool) {
+	w, ok := a.(WarmPooler)
+	return w, ok
+}
+
 // Extender is an engine whose sandboxes carry a deadline of their own, so
 // that the engine ends a sandbox whose xmode (and its reaper) died: a dead-man
 // switch (kubernetes: docs/kubernetes.md, "The dead-man switch"). Extend

@@ -31,6 +31,10 @@ type Spec struct {
 	// (Extender) that ends the sandbox should xmode die.
 	User    string
 	Expires time.Time
+	// Pool is the project whose warm pool the sandbox is made for (a pool
+	// entry: package pool), "" for a session's own: an engine with pools
+	// of its own (WarmPooler) takes the sandbox from the project's.
+	Pool string
 
 	// Project machines (docs/project-machines.md); empty for a clone per run.
 	// MachineGitDir is the machine's .git directory: the worktree's .git file

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -67,17 +68,16 @@ func (p *Pools) Claim(ctx context.Context, o ClaimOptions, sess store.Session, p
 	entry, claimed, err := p.claimLive(ctx, pick{
 		Project: o.Project, Shape: shape, Want: want, Also: also, Session: sess, MaxOpen: p.Cfg.MaxOpen, Loop: o.Loop,
 	}, provider)
-	if err != nil {
-		co.Close()
-		return nil, nil, err
-	}
-	if entry == nil {
-		return nil, co, nil // taken by racing creates meanwhile
+	if claimed == nil {
+		if err != nil {
+			co.Close()
+			return nil, nil, err
+		}
+		if entry == nil {
+			return nil, co, nil // taken by racing creates meanwhile
+		}
 	}
 	co.Close() // a move does not need the machine: it writes the worktree's own record only
-	// The entry's sandbox was made to last the pool's maximum age: its
-	// engine's deadline (a pod's dead-man switch) becomes the session's.
-	err = engine.Extend(ctx, provider, claimed.Sandbox(), claimed.ExpiresAt)
 	if err == nil && claimed.Status == store.StatusOpen {
 		return claimed, nil, nil
 	}
@@ -107,6 +107,12 @@ const maxClaimTries = 16
 // dead sandbox. A dead one (its container removed or stopped behind
 // xmode's back) is retired through TeardownEntry and the next entry is
 // tried; with none left it returns nil, and the create makes a sandbox.
+//
+// Where the engine keeps a mark of its own (engine.Claimer: a pod on a
+// cluster other xmodes share), the store's claim is followed by the
+// engine's: one that finds another claimer's mark leaves that sandbox to
+// it (disown) and tries the next entry. An error with a session returned
+// came after the store's claim: the caller tears the session down.
 func (p *Pools) claimLive(ctx context.Context, c pick, provider engine.Provider) (*Entry, *store.Session, error) {
 	var r *reaper.Reaper
 	for range maxClaimTries {
@@ -122,10 +128,26 @@ func (p *Pools) claimLive(ctx context.Context, c pick, provider engine.Provider)
 		if why == "" {
 			c.Entry = e.SessionID
 			entry, claimed, err := p.takeEntry(ctx, c)
-			if err != nil || entry != nil {
+			if err != nil || entry == nil {
+				if err != nil {
+					return nil, nil, err
+				}
+				continue // a racing create took it
+			}
+			// The entry's sandbox was made to last the pool's maximum age:
+			// its engine's deadline (a pod's dead-man switch) becomes the
+			// session's, with the engine's own mark where it keeps one.
+			err = engine.Claim(ctx, provider, claimed.Sandbox(), claimed.ID, claimed.ExpiresAt)
+			if !errors.Is(err, engine.ErrClaimed) {
 				return entry, claimed, err
 			}
-			continue // a racing create took it
+			if err := p.disown(ctx, claimed, err); err != nil {
+				return nil, nil, err
+			}
+			if p.Notices != nil {
+				fmt.Fprintf(p.Notices, "xmode: note: pool entry %s of %s was claimed by another xmode first (%v): left its sandbox to it\n", e.SessionID, e.Project, err)
+			}
+			continue
 		}
 		if r == nil {
 			r = p.reaper()
@@ -139,6 +161,23 @@ func (p *Pools) claimLive(ctx context.Context, c pick, provider engine.Provider)
 		}
 	}
 	return nil, nil, nil
+}
+
+// disown ends a session whose entry's sandbox another claimer marked
+// first in the engine (engine.ErrClaimed): that sandbox is theirs, so the
+// session forgets it before its teardown, which then ends the session
+// (failed) and reclaims only its worktree.
+func (p *Pools) disown(ctx context.Context, sess *store.Session, why error) error {
+	if err := p.Store.RecordEngine(ctx, sess.ID, "", sess.MountMode, sess.Image, nil); err != nil {
+		return err
+	}
+	s := *sess
+	s.ContainerID, s.Volumes = "", nil
+	r := p.reaper()
+	defer r.Close()
+	_, err := r.Teardown(context.WithoutCancel(ctx), &s, store.StatusFailed, store.ReasonProvisionFailed,
+		"its pool entry's sandbox was claimed by another xmode first: "+why.Error())
+	return err
 }
 
 // deadEntry says why an entry's sandbox cannot be handed out ("" when it

@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/machines"
 	"github.com/xmode/xmode/reaper"
 	"github.com/xmode/xmode/store"
@@ -55,6 +56,9 @@ func (p *Pools) TeardownEntry(ctx context.Context, r *reaper.Reaper, e *Entry, w
 // ready ones and those whose maker died. An entry being made by a live
 // process stays; machines.Remove then refuses, and says so.
 func (p *Pools) Drain(ctx context.Context, project string, log io.Writer) (int, error) {
+	if err := p.dropWarm(ctx, project); err != nil {
+		return 0, err
+	}
 	entries, err := p.Entries(ctx, project)
 	if err != nil || len(entries) == 0 {
 		return 0, err
@@ -73,6 +77,35 @@ func (p *Pools) Drain(ctx context.Context, project string, log io.Writer) (int, 
 		}
 	}
 	return n, nil
+}
+
+// dropWarm removes the engine's own pools of the project (engine.WarmPooler)
+// under this configuration's engine, when it has them.
+func (p *Pools) dropWarm(ctx context.Context, project string) error {
+	if !p.Cfg.ProjectMachines {
+		return nil
+	}
+	name, err := engine.Choose(p.Cfg.RunnerMode, p.Cfg.Engine)
+	if err != nil {
+		return nil // the cloud's: no engine here
+	}
+	provider, err := engine.Open(name, p.Cfg)
+	if err != nil {
+		return err
+	}
+	defer engine.Close(provider)
+	w, ok := engine.WarmPools(provider)
+	if !ok {
+		return nil
+	}
+	spec, err := p.warmSpec(ctx, provider, project, 0)
+	if err == nil {
+		err = w.KeepWarm(ctx, spec, 0)
+	}
+	if err != nil {
+		return fmt.Errorf("remove the warm pool of %s: %w", project, err)
+	}
+	return nil
 }
 
 // now is the Reaper's clock.

@@ -154,6 +154,7 @@ func (p *Pools) Maintain(ctx context.Context, o Options) (*Report, error) {
 		if ctx.Err() != nil {
 			break
 		}
+		p.keepWarm(ctx, provider, m, o, rep)
 		users, err := p.Users(ctx, provider, m.Project)
 		if err != nil {
 			rep.fail("", err)
@@ -247,6 +248,49 @@ func (p *Pools) retire(ctx context.Context, r *reaper.Reaper, e *Entry, why stri
 	}
 }
 
+// keepWarm sizes the engine's own pool behind the machine's, where the
+// engine has one (engine.WarmPooler: agent-sandbox's SandboxWarmPool),
+// before fill takes the entries' sandboxes from it. One per project: such
+// an engine mounts no user's cache (engine.Volumes), so its entries are
+// every user's (Users).
+func (p *Pools) keepWarm(ctx context.Context, provider engine.Provider, m *store.Machine, o Options, rep *Report) {
+	w, ok := engine.WarmPools(provider)
+	if !ok || o.DryRun {
+		return
+	}
+	size := Size(m, p.Cfg.PoolSize)
+	spec, err := p.warmSpec(ctx, provider, m.Project, size)
+	if err == nil {
+		err = w.KeepWarm(ctx, spec, size)
+	}
+	if err != nil {
+		rep.fail("", fmt.Errorf("keep the warm pool of %s: %w", m.Project, err))
+	}
+}
+
+// warmSpec is the spec of the project's entries, which an engine with pools
+// of its own makes its pool of: what fillOne gives Provision, but for the
+// session of no entry in particular. With size 0 only the project and the
+// install matter (the engine removes the project's pools).
+func (p *Pools) warmSpec(ctx context.Context, provider engine.Provider, project string, size int) (engine.Spec, error) {
+	if size <= 0 {
+		instance, err := p.Store.InstanceID(ctx)
+		return engine.Spec{Project: project, Pool: project, Labels: map[string]string{"xmode.instance": instance}}, err
+	}
+	if p.Spec == nil {
+		return engine.Spec{}, errors.New("pool: no Spec to make entries with (use sandbox.Service.Pools)")
+	}
+	co, err := p.machines().Checkout(ctx, project, "", "", false)
+	if err != nil {
+		return engine.Spec{}, err
+	}
+	defer co.Close()
+	image, _ := engine.Image(provider)
+	spec, err := p.Spec(ctx, &Entry{Project: project, Engine: provider.Name(), Image: image}, co)
+	spec.Pool = project
+	return spec, err
+}
+
 // fill makes what user's pool of the machine lacks: reserve counts and
 // reserves in one transaction, so fills running at once never overshoot.
 func (p *Pools) fill(ctx context.Context, r *reaper.Reaper, provider engine.Provider, user string, m *store.Machine, entries []*Entry, o Options, rep *Report) {
@@ -336,6 +380,7 @@ func (p *Pools) fillOne(ctx context.Context, r *reaper.Reaper, provider engine.P
 	if err != nil {
 		return err
 	}
+	spec.Pool = e.Project // an engine with pools of its own takes it from there
 	sb, err := provider.Provision(ctx, spec)
 	e.ContainerID, e.MountMode, e.Volumes = sb.ContainerID, sb.MountMode, sb.Volumes
 	if sb.Image != "" {

@@ -26,6 +26,19 @@ import (
 // deadline, doctor, a pod that cannot start (exit 5), and a killed xmode
 // mid-exec, whose step the reaper ends and whose pod ends at its deadline.
 func TestKubernetesEngineCLI(t *testing.T) {
+	// XMODE_KUBE_API: bare pods, and (auto on the test cluster, which runs
+	// its controller) agent-sandbox's Sandboxes.
+	for _, api := range []string{"pods", "auto"} {
+		t.Run(api, func(t *testing.T) {
+			if api == "auto" {
+				kubetest.RequireAgentSandbox(t)
+			}
+			kubernetesEngineCLI(t, api)
+		})
+	}
+}
+
+func kubernetesEngineCLI(t *testing.T, api string) {
 	_, cs := kubetest.Require(t)
 	img := kubetest.Image(t)
 	ns := kubetest.Namespace(t, cs)
@@ -35,7 +48,7 @@ func TestKubernetesEngineCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	kubeEnv := []string{
-		"XMODE_SANDBOX_ENGINE=kubernetes", "XMODE_RUNNER_MODE=cloud_worker",
+		"XMODE_SANDBOX_ENGINE=kubernetes", "XMODE_RUNNER_MODE=cloud_worker", "XMODE_KUBE_API=" + api,
 		"KUBECONFIG=" + kubetest.Kubeconfig(t), "XMODE_KUBE_NAMESPACE=" + ns,
 		"XMODE_SANDBOX_IMAGE=" + img, "XMODE_KUBE_IMAGE_PULL_POLICY=Never",
 		"XMODE_SANDBOX_CPUS=0.1", "XMODE_SANDBOX_MEMORY=128m", "XMODE_KUBE_EPHEMERAL_STORAGE=1g",
@@ -61,6 +74,16 @@ func TestKubernetesEngineCLI(t *testing.T) {
 		p, live := pod(s.ID)
 		if s.Engine != "kubernetes" || s.MountMode != "sync" || !live || s.ContainerID != string(p.UID) || s.Image != img {
 			t.Fatalf("a kubernetes session: %+v (pod %v)", s, live)
+		}
+		if api == "auto" {
+			// agent-sandbox's: the pod is its Sandbox's, named alike.
+			sbx, err := cs.Discovery().RESTClient().Get().AbsPath("/apis/agents.x-k8s.io/v1beta1/namespaces/" + ns + "/sandboxes/" + p.Name).DoRaw(context.Background())
+			if err != nil || !strings.Contains(string(sbx), `"xmode.session":"`+s.ID+`"`) {
+				t.Fatalf("the session's Sandbox: %v %s", err, sbx)
+			}
+			if ref := metav1.GetControllerOf(p); ref == nil || ref.Kind != "Sandbox" || ref.Name != p.Name {
+				t.Fatalf("the pod's controller: %+v, want Sandbox %s", ref, p.Name)
+			}
 		}
 		if r := dkWant(t, dkXmode(t, root, kubeEnv, "sandbox", "exec", s.ID, "--", "cat", "README"), 0); r.stdout != "version two\n" {
 			t.Fatalf("README in the pod: %q", r.stdout)
@@ -124,18 +147,39 @@ func TestKubernetesEngineCLI(t *testing.T) {
 
 	t.Run("killed-mid-exec", func(t *testing.T) {
 		t.Parallel()
-		killedMidExec(t, cs, ns, repo, with("XMODE_KUBE_DEADLINE_GRACE=1s"), pod)
+		killedMidExec(t, cs, ns, repo, with("XMODE_KUBE_DEADLINE_GRACE=1s"), pod, api != "pods")
 	})
 }
 
 // killedMidExec: xmode killed while its step runs leaves the step's
 // processes in the pod; `xmode reap` ends them (the step is lost); and with
-// no reaper after that, the pod ends by itself at its deadline.
-func killedMidExec(t *testing.T, cs kubernetes.Interface, ns, repo string, env []string, pod func(string) (*corev1.Pod, bool)) {
+// no reaper after that, the pod ends by itself at its deadline — or, on
+// agent-sandbox (as), its controller deletes it at the same time, the
+// Sandbox's shutdown time.
+func killedMidExec(t *testing.T, cs kubernetes.Interface, ns, repo string, env []string, pod func(string) (*corev1.Pod, bool), as bool) {
 	root := filepath.Join(t.TempDir(), "root")
 	var s dkSession
-	dkJSON(t, dkWant(t, dkXmode(t, root, env, "sandbox", "create", "--repo", repo, "--ttl", "25s", "--json"), 0), &s)
-	expires := time.Now().Add(25 * time.Second)
+	// The TTL outlasts a create on a loaded machine (30 s seen on a shared
+	// one): the pod ends at its deadline, counted from the create's start.
+	created := dkWant(t, dkXmode(t, root, env, "sandbox", "create", "--repo", repo, "--ttl", "45s", "--json"), 0)
+	dkJSON(t, created, &s)
+	var rec struct {
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	dkJSON(t, created, &rec)
+	expires := rec.ExpiresAt
+	// When the pod ends by itself: its deadline, from the TTL as the create
+	// began (the session's recorded expiry counts from its end: a slow
+	// create puts it later, within XMODE_KUBE_DEADLINE_GRACE).
+	var podDeadline time.Time
+	if p, _ := pod(s.ID); p != nil {
+		if d, err := strconv.ParseInt(p.Annotations["xmode.deadline"], 10, 64); err == nil {
+			podDeadline = time.Unix(d, 0)
+		}
+	}
+	if podDeadline.IsZero() || expires.IsZero() {
+		t.Fatalf("the session's pod has no xmode.deadline, or the create no expires_at:\n%s", created)
+	}
 	c := xmode(t, root, "sandbox", "exec", s.ID, "--name", "long", "--", "sh", "-c", "touch up; sleep 600 & exec sleep 601")
 	var keep []string
 	for _, kv := range c.Env {
@@ -180,6 +224,10 @@ func killedMidExec(t *testing.T, cs kubernetes.Interface, ns, repo string, env [
 			t.Logf("the pod ended by itself %s after the session's expiry", time.Since(expires).Round(100*time.Millisecond))
 			break
 		}
+		if !live && as && !time.Now().Before(podDeadline) {
+			t.Logf("the Sandbox's controller deleted the pod %s after its deadline", time.Since(podDeadline).Round(100*time.Millisecond))
+			break
+		}
 		if !live {
 			t.Fatalf("the pod was deleted, not ended by its deadline: %+v", p)
 		}
@@ -188,6 +236,7 @@ func killedMidExec(t *testing.T, cs kubernetes.Interface, ns, repo string, env [
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+	time.Sleep(time.Until(expires) + time.Second) // the reaper ends a session once it expired
 	dkWant(t, dkXmode(t, root, env, "reap"), 0)
 	if _, live := pod(s.ID); live {
 		t.Fatal("the reaper left the ended pod")

@@ -126,6 +126,30 @@ func TestScripts(t *testing.T) {
 	})
 }
 
+// TestScriptsAgentSandbox runs the kube_ scripts again with
+// XMODE_KUBE_API=agent-sandbox (docs/kubernetes.md, "agent-sandbox"): the
+// same CLI, the same results, each session a Sandbox of the test cluster's
+// agent-sandbox controller and each pool entry a SandboxClaim's pod.
+func TestScriptsAgentSandbox(t *testing.T) {
+	kubetest.RequireAgentSandbox(t)
+	files, err := filepath.Glob(filepath.Join("testdata", "script", "kube_*.txt"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no kube_ scripts: %v", err)
+	}
+	testscript.Run(t, testscript.Params{
+		Files: files,
+		Setup: func(env *testscript.Env) error {
+			if err := setupScript(env); err != nil {
+				return err
+			}
+			env.Setenv("XMODE_KUBE_API", "agent-sandbox")
+			return nil
+		},
+		Cmds:                map[string]func(*testscript.TestScript, bool, []string){"capture": capture, "exits": exits, "advance": advance, "await": await},
+		RequireExplicitExec: true,
+	})
+}
+
 // setupScript gives every script its own storage root, HOME and a real git
 // repository ($WORK/repo: branch main with two commits, tag v1, branch
 // feature) made by the git binary.
@@ -155,6 +179,7 @@ func setupScript(env *testscript.Env) error {
 			"KUBECONFIG": kubetest.Kubeconfig(tb), "XMODE_KUBE_NAMESPACE": kubetest.Namespace(tb, cs),
 			"XMODE_SANDBOX_IMAGE": kubetest.Image(tb), "XMODE_KUBE_IMAGE_PULL_POLICY": "Never",
 			"XMODE_SANDBOX_CPUS": "0.1", "XMODE_SANDBOX_MEMORY": "128m", "XMODE_KUBE_EPHEMERAL_STORAGE": "1g",
+			"XMODE_KUBE_API": "pods", // TestScriptsAgentSandbox runs them again on agent-sandbox
 		} {
 			env.Setenv(k, v)
 		}

@@ -670,11 +670,14 @@ func (p *Provider) ownedPod(ctx context.Context, sb engine.Sandbox) (*corev1.Pod
 	if !fsguard.ValidID("sbx_", sb.SessionID) {
 		return nil, fail.Refusedf("session id %q is malformed: refusing to derive a pod name from it", sb.SessionID)
 	}
+	name, uid, err := podRef(sb)
+	if err != nil {
+		return nil, err
+	}
 	c, err := p.client()
 	if err != nil {
 		return nil, err
 	}
-	name := PodName(sb.SessionID)
 	cctx, cancel := p.call(ctx)
 	defer cancel()
 	pod, err := c.getPod(cctx, name)
@@ -684,11 +687,11 @@ func (p *Provider) ownedPod(ctx context.Context, sb engine.Sandbox) (*corev1.Pod
 	if err != nil {
 		return nil, p.wrap(err, "get pod "+name)
 	}
+	if uid != "" && string(pod.UID) != uid {
+		return nil, fail.Failedf("the pod of session %s (%s) was replaced by another of the same name: its own %w; stop the session", sb.SessionID, name, errPodGone)
+	}
 	if err := checkOwned(pod.Labels, sb.SessionID); err != nil {
 		return nil, err
-	}
-	if sb.ContainerID != "" && string(pod.UID) != sb.ContainerID {
-		return nil, fail.Failedf("the pod of session %s (%s) was replaced by another of the same name: its own %w; stop the session", sb.SessionID, name, errPodGone)
 	}
 	return pod, nil
 }

@@ -35,6 +35,31 @@ var permissions = []permission{
 	{"delete", "networking.k8s.io", "networkpolicies", "", "sandbox stop and the reaper"},
 }
 
+// asPermissions are what agent-sandbox mode needs besides (the same Role
+// grants them): a session's Sandbox, a pool's template, warm pool and
+// claims.
+var asPermissions = []permission{
+	{"create", asGroup, resSandboxes, "", "a session's Sandbox"},
+	{"get", asGroup, resSandboxes, "", "a Sandbox's state while its pod starts"},
+	{"list", asGroup, resSandboxes, "", "the reaper's orphans"},
+	{"patch", asGroup, resSandboxes, "", "sandbox extend (its shutdown time)"},
+	{"delete", asGroup, resSandboxes, "", "sandbox stop and the reaper"},
+	{"create", asExtGroup, resClaims, "", "a pool entry's SandboxClaim"},
+	{"get", asExtGroup, resClaims, "", "which Sandbox a claim got"},
+	{"list", asExtGroup, resClaims, "", "the reaper's orphans"},
+	{"patch", asExtGroup, resClaims, "", "a pool claim and sandbox extend (its shutdown time)"},
+	{"delete", asExtGroup, resClaims, "", "sandbox stop and the reaper"},
+	{"create", asExtGroup, resTemplates, "", "a pool's SandboxTemplate"},
+	{"get", asExtGroup, resTemplates, "", "a pool's SandboxTemplate"},
+	{"list", asExtGroup, resTemplates, "", "a project's templates of other settings"},
+	{"delete", asExtGroup, resTemplates, "", "a pool turned off or of other settings"},
+	{"create", asExtGroup, resWarmPools, "", "a pool's SandboxWarmPool"},
+	{"get", asExtGroup, resWarmPools, "", "a pool's SandboxWarmPool"},
+	{"list", asExtGroup, resWarmPools, "", "a project's warm pools of other settings"},
+	{"patch", asExtGroup, resWarmPools, "", "a pool's size"},
+	{"delete", asExtGroup, resWarmPools, "", "a pool turned off or of other settings"},
+}
+
 func (q permission) String() string {
 	r := q.resource
 	if q.sub != "" {
@@ -101,9 +126,26 @@ func (p *Provider) Health(ctx context.Context) []engine.Check {
 		}
 	}
 
+	// What a sandbox is: a pod of xmode's, or agent-sandbox's.
+	api, err := p.API(ctx)
+	switch {
+	case err != nil:
+		add("kubernetes api", engine.CheckFail, err.Error(), "set XMODE_KUBE_API=pods, or install kubernetes-sigs/agent-sandbox with its extensions")
+	case api == APIAgentSandbox:
+		add("kubernetes api", engine.CheckOK, "agent-sandbox (XMODE_KUBE_API="+p.cfg.KubeAPI+"): a Sandbox per session, a SandboxTemplate and SandboxWarmPool per pool, a SandboxClaim per pool entry ("+asGroup+", "+asExtGroup+" "+asVersion+" served); its controller must run", "")
+	case p.cfg.KubeAPI == APIAuto:
+		add("kubernetes api", engine.CheckOK, "pods: the cluster serves no agent-sandbox API (XMODE_KUBE_API=auto)", "")
+	default:
+		add("kubernetes api", engine.CheckOK, "pods (XMODE_KUBE_API=pods)", "")
+	}
+	needed := permissions
+	if api == APIAgentSandbox {
+		needed = append(append([]permission(nil), permissions...), asPermissions...)
+	}
+
 	// Each permission, by name.
 	var missing []string
-	for _, q := range permissions {
+	for _, q := range needed {
 		ok, _, err := c.allowed(cctx, q.verb, q.group, q.resource, q.sub)
 		if err != nil {
 			add("kubernetes rbac", engine.CheckFail, p.wrap(err, "ask whether xmode may "+q.String()).Error(), "")
@@ -117,7 +159,7 @@ func (p *Provider) Health(ctx context.Context) []engine.Check {
 	if len(missing) > 0 {
 		add("kubernetes rbac", engine.CheckFail, "in namespace "+c.ns+" xmode's user may not: "+strings.Join(missing, "; "), "bind xmode's user or service account the Role of docs/kubernetes.md, \"RBAC\", in namespace "+c.ns)
 	} else if len(out) > 0 && out[len(out)-1].Name != "kubernetes rbac" {
-		add("kubernetes rbac", engine.CheckOK, fmt.Sprintf("xmode's user may do all %d things it needs in namespace %s (SelfSubjectAccessReview)", len(permissions), c.ns), "")
+		add("kubernetes rbac", engine.CheckOK, fmt.Sprintf("xmode's user may do all %d things it needs in namespace %s (SelfSubjectAccessReview)", len(needed), c.ns), "")
 	}
 
 	out = append(out, p.networkCheck(cctx, c))

@@ -30,6 +30,71 @@ type env struct {
 	ns       string
 	root     string
 	instance string
+	// pool, when not "", is the project whose warm pool (agent-sandbox)
+	// the env's sandboxes come from: spec gives them Spec.Pool.
+	pool string
+}
+
+// The ways a sandbox is made on the cluster that the tests run a behaviour
+// under: a pod of xmode's own (XMODE_KUBE_API=pods), a Sandbox of
+// agent-sandbox's, and a pool entry's pod, one of a SandboxWarmPool's taken
+// by a SandboxClaim.
+const (
+	viaPods    = "pods"
+	viaSandbox = "agent-sandbox"
+	viaPool    = "agent-sandbox-pool"
+)
+
+// eachAPI runs f once for each way (a subtest each); agent-sandbox's need
+// its controller on the test cluster (their absence fails under CI=true).
+func eachAPI(t *testing.T, f func(t *testing.T, via string)) {
+	for _, via := range []string{viaPods, viaSandbox, viaPool} {
+		t.Run(via, func(t *testing.T) {
+			if via != viaPods {
+				kubetest.RequireAgentSandbox(t)
+			}
+			f(t, via)
+		})
+	}
+}
+
+// newEnvVia is newEnv for one way of eachAPI; for viaPool its warm pool
+// (of size 1: claims beyond it make their Sandbox from the template) is
+// there before it returns.
+func newEnvVia(t *testing.T, via string, vars map[string]string) *env {
+	t.Helper()
+	all := map[string]string{"XMODE_KUBE_API": APIPods}
+	if via != viaPods {
+		all["XMODE_KUBE_API"] = APIAgentSandbox
+	}
+	for k, v := range vars {
+		all[k] = v
+	}
+	e := newEnv(t, all)
+	if via == viaPool {
+		e.keepWarm(t, "proj", 1)
+	}
+	return e
+}
+
+// keepWarm sizes the warm pool of project (and makes later specs come
+// from it).
+func (e *env) keepWarm(t *testing.T, project string, size int) {
+	t.Helper()
+	e.pool = project
+	if err := e.p.KeepWarm(context.Background(), e.spec(t), size); err != nil {
+		t.Fatalf("KeepWarm(%s, %d): %v", project, size, err)
+	}
+}
+
+// podName is the name of sb's pod.
+func (e *env) podName(t *testing.T, sb engine.Sandbox) string {
+	t.Helper()
+	name, _, err := podRef(sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name
 }
 
 var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
@@ -53,6 +118,7 @@ func newEnv(t *testing.T, vars map[string]string) *env {
 		"XMODE_SANDBOX_IMAGE": img, "XMODE_KUBE_IMAGE_PULL_POLICY": "Never",
 		"XMODE_SANDBOX_CPUS": "0.1", "XMODE_SANDBOX_MEMORY": "256m", "XMODE_KUBE_EPHEMERAL_STORAGE": "1g",
 		"XMODE_KUBE_START_TIMEOUT": "90s", "XMODE_SANDBOX_ENGINE": "kubernetes", "XMODE_RUNNER_MODE": "cloud_worker",
+		"XMODE_KUBE_API": APIPods,
 	}
 	for k, v := range vars {
 		base[k] = v
@@ -80,7 +146,8 @@ func (e *env) spec(t *testing.T) engine.Spec {
 	}
 	return engine.Spec{
 		SessionID: sess, RunID: run, Worktree: wt, User: "tester", Expires: time.Now().Add(time.Hour),
-		Labels: map[string]string{LabelManaged: "true", LabelSession: sess, LabelRun: run, LabelInstance: e.instance, kubetest.LabelTest: "true"},
+		Labels:  map[string]string{LabelManaged: "true", LabelSession: sess, LabelRun: run, LabelInstance: e.instance, kubetest.LabelTest: "true"},
+		Project: e.pool, Pool: e.pool,
 	}
 }
 

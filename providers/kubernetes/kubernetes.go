@@ -73,6 +73,8 @@ var (
 	_ engine.Extender        = (*Provider)(nil)
 	_ engine.Shaper          = (*Provider)(nil)
 	_ engine.Mover           = (*Provider)(nil)
+	_ engine.Claimer         = (*Provider)(nil)
+	_ engine.WarmPooler      = (*Provider)(nil)
 	_ io.Closer              = (*Provider)(nil)
 )
 
@@ -96,6 +98,9 @@ type Provider struct {
 	// copyOutOverride replaces SyncBack's command in the pod (tests only:
 	// a hostile copy, sent through the real exec).
 	copyOutOverride string
+
+	apiState apiState // XMODE_KUBE_API, resolved
+	seen     seenPods // the pods Alive read, for Claim
 
 	once   sync.Once
 	cl     *client

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
@@ -25,9 +27,11 @@ const KindPolicy = "networkpolicy"
 // session that is being ended.
 const deleteGrace = 1
 
-// Destroy deletes the session's pod and its NetworkPolicy (the pod owns
-// it, so the garbage collector would too). Something already gone is
-// success; a pod or policy that is not xmode's, or another session's, is
+// Destroy deletes the session's pod and its NetworkPolicy (the pod, or its
+// Sandbox, owns it, so the garbage collector would too) and, with
+// agent-sandbox, the Sandbox or SandboxClaim the pod came from, first, so
+// that its controller makes no new pod. Something already gone is
+// success; an object that is not xmode's, or another session's, is
 // refused. It does not wait for the pod's processes to end: the pod is
 // not alive from the moment it is deleted (Alive), and the kubelet ends it
 // within deleteGrace.
@@ -35,13 +39,31 @@ func (p *Provider) Destroy(ctx context.Context, sb engine.Sandbox) error {
 	if sb.SessionID == "" {
 		return nil
 	}
-	if _, err := p.client(); err != nil {
+	c, err := p.client()
+	if err != nil {
+		return err
+	}
+	podName, uid, err := podRef(sb)
+	if err != nil {
 		return err
 	}
 	name := PodName(sb.SessionID)
 	cctx, cancel := p.call(ctx)
 	defer cancel()
-	if err := p.removePod(cctx, name, sb.SessionID, sb.ContainerID); err != nil {
+	as, err := p.agentSandbox(cctx)
+	if err != nil {
+		return err
+	}
+	if as {
+		res := resSandboxes
+		if pooled(sb) {
+			res = resClaims
+		}
+		if err := p.removeOwner(cctx, c, res, name, sb.SessionID); err != nil {
+			return err
+		}
+	}
+	if err := p.removePod(cctx, podName, sb.SessionID, uid); err != nil {
 		return err
 	}
 	return p.removePolicy(cctx, name, sb.SessionID)
@@ -61,12 +83,13 @@ func (p *Provider) removePod(ctx context.Context, name, sessionID, uid string) e
 	if err != nil {
 		return p.wrap(err, "get pod "+name)
 	}
+	if uid != "" && string(pod.UID) != uid {
+		// A pod of that name made since belongs to whoever made it (a
+		// Sandbox's controller makes a deleted pod anew, unlabelled).
+		return nil
+	}
 	if err := checkOwned(pod.Labels, sessionID); err != nil {
 		return fail.Refusedf("will not delete pod %s in namespace %s: %v", name, c.ns, err)
-	}
-	if uid != "" && string(pod.UID) != uid {
-		// A pod of that name made since belongs to whoever made it.
-		return nil
 	}
 	if pod.DeletionTimestamp != nil {
 		return nil
@@ -151,6 +174,33 @@ func (p *Provider) ListObjects(ctx context.Context, instance string) ([]engine.O
 			SessionID: np.Labels[LabelSession], Instance: np.Labels[LabelInstance],
 		})
 	}
+	as, err := p.agentSandbox(cctx)
+	if err != nil || !as {
+		return out, err
+	}
+	// A session's Sandbox, a pool entry's SandboxClaim. A warm pool's own
+	// Sandboxes and pods carry no xmode.managed label: they are its.
+	for _, k := range []struct{ res, kind string }{{resSandboxes, KindSandbox}, {resClaims, KindClaim}} {
+		items, err := c.asList(cctx, k.res, selector(instance))
+		if err != nil {
+			return nil, p.wrap(err, "list "+k.res)
+		}
+		for _, raw := range items {
+			var m struct {
+				metav1.ObjectMeta `json:"metadata"`
+			}
+			if err := json.Unmarshal(raw, &m); err != nil {
+				return nil, fmt.Errorf("a %s: %w", k.res, err)
+			}
+			if m.DeletionTimestamp != nil {
+				continue
+			}
+			out = append(out, engine.Object{
+				Kind: k.kind, ID: string(m.UID), Name: m.Name,
+				SessionID: m.Labels[LabelSession], Instance: m.Labels[LabelInstance],
+			})
+		}
+	}
 	return out, nil
 }
 
@@ -161,9 +211,42 @@ func (p *Provider) RemoveObject(ctx context.Context, o engine.Object) error {
 	defer cancel()
 	switch o.Kind {
 	case engine.KindPod:
+		if o.SessionID != "" {
+			// Its Sandbox's controller would make it anew: the owner
+			// (the session's Sandbox, or a pool entry's claim) goes first.
+			as, err := p.agentSandbox(cctx)
+			if err != nil {
+				return err
+			}
+			if as {
+				c, err := p.client()
+				if err != nil {
+					return err
+				}
+				// A claim's Sandbox (named by its warm pool, or like the
+				// claim when the controller made one for it) goes with it.
+				found, err := p.ownerGone(cctx, c, resClaims, PodName(o.SessionID), o.SessionID)
+				if err == nil && !found {
+					_, err = p.ownerGone(cctx, c, resSandboxes, PodName(o.SessionID), o.SessionID)
+				}
+				if err != nil {
+					return err
+				}
+			}
+		}
 		return p.removePod(cctx, o.Name, o.SessionID, o.ID)
 	case KindPolicy:
 		return p.removePolicy(cctx, o.Name, o.SessionID)
+	case KindSandbox, KindClaim:
+		c, err := p.client()
+		if err != nil {
+			return err
+		}
+		res := resSandboxes
+		if o.Kind == KindClaim {
+			res = resClaims
+		}
+		return p.removeOwner(cctx, c, res, o.Name, o.SessionID)
 	}
 	return fmt.Errorf("unknown object kind %q", o.Kind)
 }
@@ -175,33 +258,42 @@ func (p *Provider) Alive(ctx context.Context, sb engine.Sandbox) (bool, error) {
 	if sb.ContainerID == "" || sb.SessionID == "" {
 		return false, nil
 	}
+	name, uid, err := podRef(sb)
+	if err != nil {
+		return false, err
+	}
 	c, err := p.client()
 	if err != nil {
 		return false, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.pingTimeout())
 	defer cancel()
-	pod, err := c.getPod(cctx, PodName(sb.SessionID))
+	pod, err := c.getPod(cctx, name)
 	switch {
 	case notFound(err):
 		return false, nil
 	case err != nil && ctx.Err() != nil:
 		return false, ctx.Err()
 	case err != nil:
-		return false, p.wrap(err, "get pod "+PodName(sb.SessionID))
+		return false, p.wrap(err, "get pod "+name)
 	}
-	if checkOwned(pod.Labels, sb.SessionID) != nil || string(pod.UID) != sb.ContainerID {
+	if string(pod.UID) != uid || checkOwned(pod.Labels, sb.SessionID) != nil {
 		return false, nil
 	}
 	ok, _, _ := podStarted(pod)
+	if ok {
+		p.seen.put(sb, pod) // a pool claim comes next
+	}
 	return ok, nil
 }
 
 // Extend moves the pod's deadline to expires plus XMODE_KUBE_DEADLINE_GRACE
 // (engine.Extender): its annotation, which the keep-alive reads through the
-// downward API. A pod's activeDeadlineSeconds cannot do this: the apiserver
-// lets it be set or lowered, never raised (docs/kubernetes.md, "The
-// dead-man switch"). A deadline is never moved earlier than the pod has.
+// downward API, and with agent-sandbox the shutdown time of the pod's
+// Sandbox or SandboxClaim, the controller's own dead-man switch. A pod's
+// activeDeadlineSeconds cannot do this: the apiserver lets it be set or
+// lowered, never raised (docs/kubernetes.md, "The dead-man switch"). A
+// deadline is never moved earlier than the pod has.
 func (p *Provider) Extend(ctx context.Context, sb engine.Sandbox, expires time.Time) error {
 	pod, err := p.ownedPod(ctx, sb)
 	if err != nil {
@@ -217,6 +309,13 @@ func (p *Provider) Extend(ctx context.Context, sb engine.Sandbox, expires time.T
 	}
 	cctx, cancel := p.call(ctx)
 	defer cancel()
+	if metav1.GetControllerOf(pod) != nil {
+		// Made by agent-sandbox: the controller would end the pod at the
+		// old time, so that moves first.
+		if err := p.moveShutdown(cctx, c, pooled(sb), PodName(sb.SessionID), want); err != nil {
+			return err
+		}
+	}
 	if _, err := c.patchPod(cctx, pod.Name, annotationPatch(AnnotationDeadline, strconv.FormatInt(want, 10))); err != nil {
 		return p.wrap(err, "move the deadline of pod "+pod.Name)
 	}
@@ -228,7 +327,7 @@ func (p *Provider) Extend(ctx context.Context, sb engine.Sandbox, expires time.T
 var shapeSettings = []string{
 	"KUBECONFIG", "XMODE_KUBE_CONTEXT", "XMODE_KUBE_NAMESPACE", "XMODE_KUBE_IMAGE_PULL_POLICY", "XMODE_KUBE_EPHEMERAL_STORAGE",
 	"XMODE_SANDBOX_RUNTIME", "XMODE_SANDBOX_IMAGE", "XMODE_SANDBOX_CPUS", "XMODE_SANDBOX_MEMORY", "XMODE_SANDBOX_TMPFS",
-	"XMODE_SANDBOX_NETWORK", "XMODE_SANDBOX_USER",
+	"XMODE_SANDBOX_NETWORK", "XMODE_SANDBOX_USER", "XMODE_KUBE_API",
 }
 
 // Shape implements engine.Shaper.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path"
@@ -292,11 +293,14 @@ func policySpec(spec engine.Spec) *networkingv1.NetworkPolicy {
 	}
 }
 
-// Provision creates the session's pod (docs/kubernetes.md): with network
-// none its NetworkPolicy first, so the pod is never without it; waits until
-// the pod runs — failing within XMODE_KUBE_START_TIMEOUT with the cluster's
-// own reason when it cannot be scheduled or its image cannot be had — and
-// copies the worktree into it. What it made is removed again when it fails.
+// Provision makes the session's sandbox (docs/kubernetes.md): with network
+// none its NetworkPolicy first, so the pod is never without it; then the
+// pod — xmode's own (API pods), a Sandbox's (agent-sandbox), or for a pool
+// entry (Spec.Pool) one of the project's warm pool, taken by a
+// SandboxClaim — waits until it runs, failing within
+// XMODE_KUBE_START_TIMEOUT with the cluster's own reason when it cannot be
+// scheduled or its image cannot be had, and copies the worktree into it.
+// What it made is removed again when it fails.
 func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sandbox, error) {
 	if !fsguard.ValidID("sbx_", spec.SessionID) {
 		return engine.Sandbox{}, fail.Refusedf("session id %q is malformed: refusing to name a pod after it", spec.SessionID)
@@ -325,12 +329,34 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 	if err != nil {
 		return engine.Sandbox{}, err
 	}
+	as, err := p.agentSandbox(ctx)
+	if err != nil {
+		return engine.Sandbox{}, err
+	}
+	var pool string // the warm pool a pool entry's pod comes from
+	if as && spec.Pool != "" {
+		t, err := p.template(spec)
+		if err != nil {
+			return engine.Sandbox{}, err
+		}
+		pool = t.Name
+	}
 	sb := engine.Sandbox{Engine: Name, MountMode: MountSync, Image: img, Worktree: spec.Worktree, RunID: spec.RunID, SessionID: spec.SessionID, Project: spec.Project}
 	name := pod.Name
-	discard := func(uid string) {
+	podName, uid := name, ""
+	var owner ownerRef
+	discard := func() {
 		dctx, cancel := p.call(context.WithoutCancel(ctx))
 		defer cancel()
-		_ = p.removePod(dctx, name, spec.SessionID, uid)
+		if owner.Kind == "Sandbox" {
+			_ = p.removeOwner(dctx, c, resSandboxes, name, spec.SessionID)
+		}
+		if owner.Kind == "SandboxClaim" {
+			_ = p.removeOwner(dctx, c, resClaims, name, spec.SessionID)
+		}
+		if uid != "" || owner.Kind == "" {
+			_ = p.removePod(dctx, podName, spec.SessionID, uid)
+		}
 		_ = p.removePolicy(dctx, name, spec.SessionID)
 	}
 	if p.networkNone() {
@@ -344,46 +370,104 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 			return sb, p.wrap(err, "create the NetworkPolicy of "+name)
 		}
 	}
-	cctx, cancel := p.call(ctx)
-	created, err := c.createPod(cctx, pod)
-	cancel()
-	if err != nil {
-		if isAlreadyExists(err) {
-			// Not ours to discard: it may be another session's.
-			_ = p.removePolicy(context.WithoutCancel(ctx), name, spec.SessionID)
-			return sb, fail.Failedf("a pod named %s already exists in namespace %s: stop the session first (`xmode sandbox stop`) or delete it (`kubectl delete pod -n %s %s`)", name, c.ns, c.ns, name)
-		}
-		// The apiserver may have made it before the call failed.
-		discard("")
-		if httpStatus(err) == 403 && strings.Contains(err.Error(), "violates PodSecurity") {
-			return sb, fail.Enginef("namespace %s refused the sandbox pod: %v", c.ns, err)
-		}
-		return sb, p.wrap(err, "create pod "+name)
-	}
-	uid := string(created.UID)
-	if p.networkNone() {
-		// The pod owns its policy: deleting the pod (by xmode, or by
-		// anything else) deletes the policy with it.
-		own := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":%q,"uid":%q}]}}`, name, uid)
+	until := time.Now().Add(p.cfg.KubeStartTimeout)
+	switch {
+	case !as:
 		cctx, cancel := p.call(ctx)
-		err := c.patchPolicy(cctx, name, []byte(own))
+		created, err := c.createPod(cctx, pod)
 		cancel()
 		if err != nil {
-			discard(uid)
-			return sb, p.wrap(err, "give the NetworkPolicy of "+name+" to its pod")
+			if isAlreadyExists(err) {
+				// Not ours to discard: it may be another session's.
+				_ = p.removePolicy(context.WithoutCancel(ctx), name, spec.SessionID)
+				return sb, fail.Failedf("a pod named %s already exists in namespace %s: stop the session first (`xmode sandbox stop`) or delete it (`kubectl delete pod -n %s %s`)", name, c.ns, c.ns, name)
+			}
+			// The apiserver may have made it before the call failed.
+			discard()
+			if httpStatus(err) == 403 && strings.Contains(err.Error(), "violates PodSecurity") {
+				return sb, fail.Enginef("namespace %s refused the sandbox pod: %v", c.ns, err)
+			}
+			return sb, p.wrap(err, "create pod "+name)
+		}
+		uid = string(created.UID)
+		owner = ownerRef{APIVersion: "v1", Kind: "Pod", Name: name, UID: uid}
+	default:
+		if pool != "" {
+			owner, err = p.claimSandbox(ctx, c, spec, pool)
+		} else {
+			owner, err = p.startSandbox(ctx, c, spec, pod)
+		}
+		if err != nil {
+			if errors.Is(err, errNameInUse) {
+				_ = p.removePolicy(context.WithoutCancel(ctx), name, spec.SessionID) // the name's owner is not ours
+			} else {
+				discard()
+			}
+			return sb, err
 		}
 	}
-	if err := p.waitRunning(ctx, name, uid); err != nil {
-		discard(uid)
+	if p.networkNone() {
+		// The policy's owner is the sandbox's: deleting it (by xmode, or by
+		// anything else) deletes the policy with it.
+		cctx, cancel := p.call(ctx)
+		err := c.patchPolicy(cctx, name, owner.patch())
+		cancel()
+		if err != nil {
+			discard()
+			return sb, p.wrap(err, "give the NetworkPolicy of "+name+" to its "+owner.Kind)
+		}
+	}
+	if as {
+		if podName, uid, err = p.waitPodOf(ctx, c, owner, until); err != nil {
+			discard()
+			return sb, err
+		}
+		// The pod is the session's from here: its labels (a warm pool's
+		// pod has none of the session's), its owner, its deadline.
+		if err := p.adopt(ctx, c, podName, spec); err != nil {
+			discard()
+			return sb, err
+		}
+	}
+	if err := p.waitRunning(ctx, podName, uid, until); err != nil {
+		discard()
 		return sb, err
 	}
-	if err := p.copyIn(ctx, name, spec.Worktree); err != nil {
-		discard(uid)
+	if err := p.copyIn(ctx, podName, spec.Worktree); err != nil {
+		discard()
 		return sb, err
 	}
 	sb.ContainerID = uid
+	if pool != "" {
+		// The claim's Sandbox is one of the warm pool's, named by it (or,
+		// none being ready, one the controller made for the claim).
+		sb.ContainerID = podName + "/" + uid
+	}
 	return sb, nil
 }
+
+// errNameInUse: a Sandbox or SandboxClaim of the session's name exists,
+// which is not this Provision's to discard.
+var errNameInUse = errors.New("already exists")
+
+// podRef is the name and UID of sb's pod. A session's own pod (and a
+// Sandbox's) is named after the session (PodName), its UID the session's
+// container_id; the pod of a pool entry's SandboxClaim is its Sandbox's,
+// named by the warm pool, so its container_id is "<name>/<UID>".
+func podRef(sb engine.Sandbox) (name, uid string, err error) {
+	n, u, ok := strings.Cut(sb.ContainerID, "/")
+	if !ok {
+		return PodName(sb.SessionID), sb.ContainerID, nil
+	}
+	if !strings.HasPrefix(n, "xmode-") || !validName(n) || u == "" || strings.Contains(u, "/") {
+		return "", "", fail.Refusedf("session %s: container id %q is not a pod's name and UID: refusing to derive a pod from it", sb.SessionID, sb.ContainerID)
+	}
+	return n, u, nil
+}
+
+// pooled reports whether sb's pod came through a SandboxClaim (named
+// after the session).
+func pooled(sb engine.Sandbox) bool { return strings.Contains(sb.ContainerID, "/") }
 
 // startFailures are the waiting reasons that no wait will cure: the pod
 // fails at once with the cluster's reason.
@@ -392,18 +476,18 @@ var startFailures = map[string]bool{
 	"CreateContainerError": true, "RunContainerError": true, "CrashLoopBackOff": true,
 }
 
-// waitRunning waits until the pod's container runs, at most
-// XMODE_KUBE_START_TIMEOUT. A reason the pod cannot start for good
+// waitRunning waits until the pod's container runs, at most until the
+// end of XMODE_KUBE_START_TIMEOUT. A reason the pod cannot start for good
 // (ErrImageNeverPull, …) fails at once; one that might pass (Unschedulable,
 // ImagePullBackOff) fails at the bound, with the cluster's message. Both
 // are exit 5: the cluster cannot run the sandbox as configured.
-func (p *Provider) waitRunning(ctx context.Context, name, uid string) error {
+func (p *Provider) waitRunning(ctx context.Context, name, uid string, until time.Time) error {
 	c, err := p.client()
 	if err != nil {
 		return err
 	}
 	bound := p.cfg.KubeStartTimeout
-	wctx, cancel := context.WithTimeout(ctx, bound)
+	wctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
 	last := "it was not scheduled yet"
 	for interval := 20 * time.Millisecond; ; interval = min(interval*2, 250*time.Millisecond) {
