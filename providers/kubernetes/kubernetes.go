@@ -73,6 +73,7 @@ var (
 	_ engine.Extender        = (*Provider)(nil)
 	_ engine.Shaper          = (*Provider)(nil)
 	_ engine.Mover           = (*Provider)(nil)
+	_ engine.EgressEnforcer  = (*Provider)(nil)
 	_ io.Closer              = (*Provider)(nil)
 )
 

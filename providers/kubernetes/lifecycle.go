@@ -39,6 +39,10 @@ func (p *Provider) Destroy(ctx context.Context, sb engine.Sandbox) error {
 		return err
 	}
 	name := PodName(sb.SessionID)
+	// A proxied session's proxy, its network log kept first.
+	if err := p.removeEgress(ctx, sb.SessionID, sb.RunID, sb.ContainerID); err != nil {
+		return err
+	}
 	cctx, cancel := p.call(ctx)
 	defer cancel()
 	if err := p.removePod(cctx, name, sb.SessionID, sb.ContainerID); err != nil {
@@ -161,6 +165,10 @@ func (p *Provider) RemoveObject(ctx context.Context, o engine.Object) error {
 	defer cancel()
 	switch o.Kind {
 	case engine.KindPod:
+		if o.Name == EgressPodName(o.SessionID) {
+			// An orphaned proxy: its log kept in its run's evidence first.
+			return p.removeEgress(ctx, o.SessionID, "", "")
+		}
 		return p.removePod(cctx, o.Name, o.SessionID, o.ID)
 	case KindPolicy:
 		return p.removePolicy(cctx, o.Name, o.SessionID)

@@ -156,9 +156,9 @@ func (p *Provider) podSpec(spec engine.Spec, img string) (*corev1.Pod, error) {
 		return nil, err
 	}
 	switch p.cfg.Network {
-	case "none", "bridge", "default":
+	case "none", "bridge", "default", "allow", "open":
 	default:
-		return nil, fail.Usagef("XMODE_SANDBOX_NETWORK=%s names a docker network; a kubernetes sandbox has none (a NetworkPolicy denying all traffic) or the pod network (bridge)", p.cfg.Network)
+		return nil, fail.Usagef("XMODE_SANDBOX_NETWORK=%s names a docker network; a kubernetes sandbox has none (a NetworkPolicy denying all traffic), the pod network (bridge), or a policy its egress proxy enforces (allow, open)", p.cfg.Network)
 	}
 	labels := map[string]string{}
 	for k, v := range spec.Labels {
@@ -313,6 +313,9 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 	if err := ctx.Err(); err != nil {
 		return engine.Sandbox{}, err
 	}
+	if err := p.checkEgressSpec(spec); err != nil {
+		return engine.Sandbox{}, err
+	}
 	img := spec.Image
 	if img == "" {
 		img = p.Image()
@@ -332,10 +335,26 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 		defer cancel()
 		_ = p.removePod(dctx, name, spec.SessionID, uid)
 		_ = p.removePolicy(dctx, name, spec.SessionID)
+		if spec.Egress != nil {
+			_ = p.removePod(dctx, EgressPodName(spec.SessionID), spec.SessionID, "")
+			_ = p.removePolicy(dctx, EgressPodName(spec.SessionID), spec.SessionID)
+		}
 	}
-	if p.networkNone() {
+	// A proxied sandbox: its proxy pod first, for the address the sandbox's
+	// pod names (docs/kubernetes.md, "Egress").
+	var eg *egressSetup
+	np := policySpec(spec)
+	if spec.Egress != nil {
+		if eg, err = p.startEgress(ctx, c, spec); err != nil {
+			discard("")
+			return sb, err
+		}
+		p.applyEgress(pod, spec, eg)
+		np = proxiedPolicy(spec)
+	}
+	if p.networkNone() || eg != nil {
 		cctx, cancel := p.call(ctx)
-		_, err := c.createPolicy(cctx, policySpec(spec))
+		_, err := c.createPolicy(cctx, np)
 		cancel()
 		if err != nil {
 			if isAlreadyExists(err) {
@@ -361,7 +380,7 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 		return sb, p.wrap(err, "create pod "+name)
 	}
 	uid := string(created.UID)
-	if p.networkNone() {
+	if p.networkNone() || eg != nil {
 		// The pod owns its policy: deleting the pod (by xmode, or by
 		// anything else) deletes the policy with it.
 		own := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":%q,"uid":%q}]}}`, name, uid)
@@ -373,9 +392,32 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 			return sb, p.wrap(err, "give the NetworkPolicy of "+name+" to its pod")
 		}
 	}
+	if eg != nil {
+		// The proxy goes with its sandbox's pod, whoever deletes it.
+		own := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Pod","name":%q,"uid":%q}]}}`, name, uid)
+		cctx, cancel := p.call(ctx)
+		_, err := c.patchPod(cctx, EgressPodName(spec.SessionID), []byte(own))
+		cancel()
+		if err == nil {
+			err = <-eg.served
+		}
+		if err != nil {
+			discard(uid)
+			return sb, p.wrap(err, "start the egress proxy of "+name)
+		}
+	}
 	if err := p.waitRunning(ctx, name, uid); err != nil {
+		if eg != nil {
+			err = p.egressStartFailure(ctx, name, err)
+		}
 		discard(uid)
 		return sb, err
+	}
+	if eg != nil && eg.creds {
+		if err := p.installCA(ctx, EgressPodName(spec.SessionID), name, spec.SessionID); err != nil {
+			discard(uid)
+			return sb, err
+		}
 	}
 	if err := p.copyIn(ctx, name, spec.Worktree); err != nil {
 		discard(uid)
