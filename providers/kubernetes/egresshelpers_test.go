@@ -151,6 +151,7 @@ type egressEnv struct {
 	t                      *testing.T
 	probe                  string
 	allowed, denied, other netip.Addr
+	controlIP              netip.Addr // the control pod's address
 	resolve                string
 }
 
@@ -188,7 +189,7 @@ func newEgressEnv(t *testing.T, vars map[string]string) *egressEnv {
 		return netip.MustParseAddr(kubetest.WaitRunning(t, e.cs, e.ns, name, time.Minute).Status.PodIP)
 	}
 	e.allowed, e.denied, e.other = addr("allowed"), addr("denied"), addr("other")
-	addr(controlPod)
+	e.controlIP = addr(controlPod)
 	e.resolve = fmt.Sprintf("allowed.test=%s,denied.test=%s,other.test=%s", e.allowed, e.denied, e.other)
 	// The test hosts answer (the control reaches each).
 	for _, a := range []netip.Addr{e.allowed, e.denied, e.other} {
@@ -271,6 +272,19 @@ func (e *egressEnv) fails(t *testing.T, sb engine.Sandbox, what, script string) 
 		t.Errorf("%s GOT THROUGH: sh -c %q\nstdout: %s\nstderr: %s", what, script, out, errs)
 	}
 	return out + errs
+}
+
+// sandboxHits are the hits of a test host from anything but the control
+// pod.
+func (e *egressEnv) sandboxHits(t *testing.T, host string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, h := range e.hits(t, host) {
+		if from, _ := h["from"].(string); from != "" && !strings.HasPrefix(from, e.controlIP.String()+":") {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // hits are the requests a test host saw (its log's JSON lines).
