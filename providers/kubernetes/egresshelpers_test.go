@@ -3,16 +3,11 @@ package kubernetes
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,113 +30,6 @@ import (
 // but the cluster's own (the apiserver, the node), which only the control
 // pod reaches.
 
-var (
-	imagesOnce              sync.Once
-	egressImage, probeImage string
-	imagesErr               error
-	hackKube                = filepath.Join("..", "..", "hack", "kube", "image.sh")
-)
-
-const (
-	probeImageConfig  = `{"Env":["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],"Cmd":["sh"]}`
-	egressImageConfig = `{"Entrypoint":["/xmode"]}`
-)
-
-// egressImages returns the proxy's and the probe's images, imported once
-// per process under a tag of their binaries' hash.
-func egressImages(t *testing.T) (string, string) {
-	t.Helper()
-	kubetest.RequireNetworkPolicy(t)
-	xm, probe := dockertest.XmodeBinary(t), dockertest.ProbeBinary(t)
-	imagesOnce.Do(func() { egressImage, probeImage, imagesErr = importImages(xm, probe) })
-	if imagesErr != nil {
-		t.Fatalf("the egress tests' images: %v", imagesErr)
-	}
-	return egressImage, probeImage
-}
-
-func fileHash(name string) (string, error) {
-	b, err := os.ReadFile(name)
-	if err != nil {
-		return "", err
-	}
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:6]), nil
-}
-
-func copyExec(src, dst string) error {
-	b, err := os.ReadFile(src)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(dst, b, 0o755)
-}
-
-func importImages(xm, probe string) (string, string, error) {
-	dir, err := os.MkdirTemp("", "xmode-kube-images-")
-	if err != nil {
-		return "", "", err
-	}
-	defer os.RemoveAll(dir)
-	hx, err := fileHash(xm)
-	if err != nil {
-		return "", "", err
-	}
-	hp, err := fileHash(probe)
-	if err != nil {
-		return "", "", err
-	}
-	// The proxy's image, as docs/kubernetes.md says to build it: FROM
-	// scratch, the static binary at /xmode.
-	eg := filepath.Join(dir, "egress")
-	if err := copyExec(xm, filepath.Join(eg, "xmode")); err != nil {
-		return "", "", err
-	}
-	egRef := "xmode.invalid/xmode-egress:" + hx
-	if out, err := exec.Command(hackKube, egRef, eg, egressImageConfig).CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("%s %s: %v: %s", hackKube, egRef, err, out)
-	}
-	pr := filepath.Join(dir, "probe")
-	if _, err := os.Stat("/bin/busybox"); err != nil {
-		return "", "", fmt.Errorf("/bin/busybox is missing: apt-get install busybox-static")
-	}
-	if err := copyExec("/bin/busybox", filepath.Join(pr, "bin", "busybox")); err != nil {
-		return "", "", err
-	}
-	out, err := exec.Command("/bin/busybox", "--list").Output()
-	if err != nil {
-		return "", "", err
-	}
-	for _, a := range strings.Fields(string(out)) {
-		if a != "busybox" {
-			if err := os.Symlink("busybox", filepath.Join(pr, "bin", a)); err != nil {
-				return "", "", err
-			}
-		}
-	}
-	if err := copyExec(probe, filepath.Join(pr, "usr", "bin", "egressprobe")); err != nil {
-		return "", "", err
-	}
-	for _, d := range []string{"etc", "proc", "sys", "dev", "tmp"} {
-		if err := os.MkdirAll(filepath.Join(pr, d), 0o755); err != nil {
-			return "", "", err
-		}
-	}
-	if err := os.Chmod(filepath.Join(pr, "tmp"), 0o1777); err != nil {
-		return "", "", err
-	}
-	_ = os.WriteFile(filepath.Join(pr, "etc", "passwd"), []byte("root:x:0:0:root:/root:/bin/sh\nsandbox:x:65532:65532:sandbox:/tmp:/bin/sh\n"), 0o644)
-	_ = os.WriteFile(filepath.Join(pr, "etc", "group"), []byte("root:x:0:\nsandbox:x:65532:\n"), 0o644)
-	prRef := "xmode.invalid/egress-probe:" + hp
-	if out, err := exec.Command(hackKube, prRef, pr, probeImageConfig).CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("%s %s: %v: %s", hackKube, prRef, err, out)
-	}
-	return egRef, prRef, nil
-}
-
 // egressEnv is a test namespace with proxied sandboxes (network allow), the
 // test hosts allowed.test, denied.test and other.test (pods running
 // egressprobe serve, with a certificate of the tests' CA), and a control
@@ -160,13 +48,12 @@ const controlPod = "control"
 
 func newEgressEnv(t *testing.T, vars map[string]string) *egressEnv {
 	t.Helper()
-	egImg, prImg := egressImages(t)
-	pki := dockertest.TestPKI(t)
+	egImg, prImg := kubetest.EgressImages(t)
 	base := map[string]string{
 		"XMODE_SANDBOX_NETWORK":   "allow",
 		"XMODE_SANDBOX_IMAGE":     prImg,
 		"XMODE_KUBE_EGRESS_IMAGE": egImg,
-		"XMODE_SANDBOX_EGRESS_CA": pki.CAFile,
+		"XMODE_SANDBOX_EGRESS_CA": dockertest.TestPKI(t).CAFile,
 	}
 	for k, v := range vars {
 		base[k] = v
@@ -174,22 +61,16 @@ func newEgressEnv(t *testing.T, vars map[string]string) *egressEnv {
 	e := &egressEnv{env: newEnv(t, base), t: t, probe: prImg}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, h := range []string{"allowed", "denied", "other"} {
-		pod := kubetest.RestrictedPod(h, prImg, "egressprobe", "serve", "--name", h+".test")
-		pod.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "PROBE_CERT", Value: string(pki.CertPEM)}, {Name: "PROBE_KEY", Value: string(pki.KeyPEM)}}
-		pod.Spec.SecurityContext.Sysctls = []corev1.Sysctl{{Name: "net.ipv4.ip_unprivileged_port_start", Value: "0"}}
-		if _, err := e.cs.CoreV1().Pods(e.ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+	for _, h := range []struct {
+		addr *netip.Addr
+		name string
+	}{{&e.allowed, "allowed"}, {&e.denied, "denied"}, {&e.other, "other"}} {
+		*h.addr = kubetest.EgressHost(t, e.cs, e.ns, h.name, h.name+".test", prImg)
 	}
 	if _, err := e.cs.CoreV1().Pods(e.ns).Create(ctx, kubetest.RestrictedPod(controlPod, prImg, "sleep", "3600"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	addr := func(name string) netip.Addr {
-		return netip.MustParseAddr(kubetest.WaitRunning(t, e.cs, e.ns, name, time.Minute).Status.PodIP)
-	}
-	e.allowed, e.denied, e.other = addr("allowed"), addr("denied"), addr("other")
-	e.controlIP = addr(controlPod)
+	e.controlIP = netip.MustParseAddr(kubetest.WaitRunning(t, e.cs, e.ns, controlPod, time.Minute).Status.PodIP)
 	e.resolve = fmt.Sprintf("allowed.test=%s,denied.test=%s,other.test=%s", e.allowed, e.denied, e.other)
 	// The test hosts answer (the control reaches each).
 	for _, a := range []netip.Addr{e.allowed, e.denied, e.other} {
