@@ -120,11 +120,20 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 	// A session records the network its engine gave it: "none" only where
 	// the engine can cut one off (engine.Network).
 	if req.Kind != Command && sess.Network == "none" {
-		return nil, fail.Refusedf("session %s has no network (network none), and the %s agent needs it to reach its model: create the session with `xmode sandbox create --network bridge` (or set XMODE_SANDBOX_NETWORK=bridge)", sess.ID, req.Kind)
+		return nil, fail.Refusedf("session %s has no network (network none), and the %s agent needs it to reach its model: create the session with %s (its API host through xmode's egress proxy, its key added at the edge), or set XMODE_SANDBOX_NETWORK=allow", sess.ID, req.Kind, fail.Do("sandbox create").With(fail.Network, "allow").With(fail.Agent, string(req.Kind)))
 	}
 	secretEnv, err := passEnv(cfg.AgentEnv, req.EnvPass)
 	if err != nil {
 		return nil, err
+	}
+	// A proxied sandbox reaches the agent's API host, and gets its key at
+	// the edge: a placeholder in the variable, the key in the proxy.
+	if err := r.ensureNetwork(ctx, sess, req.Kind, req.Name); err != nil {
+		return nil, err
+	}
+	secretEnv, placeheld := keysAtTheEdge(sess, secretEnv, req.EnvPass)
+	if len(placeheld) > 0 {
+		r.note("%s: the sandbox gets a placeholder; the egress proxy adds the key on requests to the API host (docs/network.md)", strings.Join(placeheld, ", "))
 	}
 	dir, err := r.Svc.WorktreeInSandbox(sess)
 	if err != nil {
@@ -169,7 +178,7 @@ func (r *Runner) Run(ctx context.Context, req Request) (*evidence.Result, error)
 		return events
 	}
 
-	if req.Kind == Codex && !hasKey(onHost, secretEnv) {
+	if req.Kind == Codex && !hasKey(secretEnv, func(name string) bool { return r.Svc.Inherits(sess, name) }) {
 		res, err := r.codexLogin(ctx, req, secretEnv, missing)
 		if res == nil || res.ExitCode != 0 {
 			return res, err
@@ -335,15 +344,25 @@ func passEnv(agentEnv, pass []string) ([]string, error) {
 	return out, nil
 }
 
-// hasKey reports whether codex gets an API key: passed by name, or
-// inherited from xmode's environment by a step that runs on this host.
-func hasKey(onHost bool, secretEnv []string) bool {
-	for _, kv := range secretEnv {
-		if strings.HasPrefix(kv, "OPENAI_API_KEY=") || strings.HasPrefix(kv, "CODEX_API_KEY=") {
+// codexKeys are the variables that give codex an API key.
+var codexKeys = []string{"OPENAI_API_KEY", "CODEX_API_KEY"}
+
+// hasKey reports whether codex gets an API key: passed by name
+// (secretEnv), or set in xmode's environment and inherited by the step
+// (sandbox.Service.Inherits: a host step whose session's environment
+// policy lets it through).
+func hasKey(secretEnv []string, inherits func(name string) bool) bool {
+	for _, name := range codexKeys {
+		for _, kv := range secretEnv {
+			if strings.HasPrefix(kv, name+"=") {
+				return true
+			}
+		}
+		if os.Getenv(name) != "" && inherits(name) {
 			return true
 		}
 	}
-	return onHost && (os.Getenv("OPENAI_API_KEY") != "" || os.Getenv("CODEX_API_KEY") != "")
+	return false
 }
 
 // lastLine is the last non-empty line of one of a step's logs (at most its

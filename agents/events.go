@@ -97,10 +97,12 @@ func (p *parser) Summary(st engine.Status) *evidence.Agent {
 	switch {
 	case st.ExitCode == 127 && s.Events == 0:
 		s.Error = p.missing
+	// In no front end's words: the summary is evidence, read by the CLI,
+	// MCP (timeout_seconds) and the UI alike.
 	case st.TimedOut && p.lastError != "":
-		s.Error = "stopped by --timeout; its last error: " + p.lastError
+		s.Error = "stopped by its timeout; its last error: " + p.lastError
 	case st.TimedOut:
-		s.Error = "stopped by --timeout"
+		s.Error = "stopped by its timeout"
 	case st.ExitCode != 0 && s.Error == "":
 		s.Error = p.lastError
 	}

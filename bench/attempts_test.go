@@ -135,4 +135,3 @@ func jsonString(b testing.TB, doc, key string) string {
 	}
 	return v
 }
-

@@ -10,6 +10,7 @@ import (
 // TestMain stops the second (TLS) docker daemon the TLS benchmarks start.
 func TestMain(m *testing.M) {
 	code := m.Run()
+	dockertest.RemoveBuilt()
 	dockertest.StopTLSDaemon()
 	os.Exit(code)
 }

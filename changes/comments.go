@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/store"
@@ -15,7 +16,9 @@ import (
 // commentRE is "PATH:LINE: TEXT" (a line of the version's tree) or
 // "PATH:-LINE: TEXT" (a line of the base: a deleted or context line), as
 // a reviewer writes it on the command line; the shortest PATH that works.
-var commentRE = regexp.MustCompile(`(?s)^(.+?):(-?)([0-9]+):[ \t]?(.*)$`)
+// It is compiled on first use, not at start-up, which every xmode command
+// pays (cmd/xmode's TestPackageInitBudget).
+var commentRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`(?s)^(.+?):(-?)([0-9]+):[ \t]?(.*)$`) })
 
 // maxCommentBytes bounds a comment's text.
 const maxCommentBytes = 64 << 10
@@ -25,7 +28,7 @@ const maxCommentBytes = 64 << 10
 // it (the diff's new side), "PATH:-LINE: TEXT" on line LINE of the base's
 // (its old side: a line the change deleted).
 func ParseComment(s string) (store.Comment, error) {
-	m := commentRE.FindStringSubmatch(s)
+	m := commentRE().FindStringSubmatch(s)
 	if m == nil {
 		return store.Comment{}, fail.Usagef("comment %q: write it PATH:LINE: TEXT (a line of the change request's version), or PATH:-LINE: TEXT (a line of the base the change deleted)", s)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fsguard"
 	"github.com/xmode/xmode/store"
 )
@@ -21,6 +22,10 @@ type Evidence struct {
 	RunID       string         `json:"run_id"`
 	GeneratedAt time.Time      `json:"generated_at"`
 	Steps       []StepEvidence `json:"steps"`
+	// Network is what the run's sandboxes reached through their egress
+	// proxies and what they were refused (docs/network.md); absent when
+	// no sandbox of the run had a proxied network.
+	Network *evidence.NetworkSummary `json:"network,omitempty"`
 }
 
 // StepEvidence is one step: the store's record, what command.json asked
@@ -51,6 +56,12 @@ type StepEvidence struct {
 	// File is result.json's "file" object of a file step (an MCP client's
 	// file_write, file_edit…): the path and its hashes before and after.
 	File json.RawMessage `json:"file,omitempty"`
+	// Network is what began while the step ran, of its session's network
+	// log: a proxied sandbox's steps that made connections only.
+	Network *evidence.StepNetwork `json:"network,omitempty"`
+	// NetworkChange is result.json's "network" of a network step (a
+	// change of the sandbox's egress policy): the policy it left.
+	NetworkChange json.RawMessage `json:"network_change,omitempty"`
 }
 
 // FileHash is a file's sha256 and size.
@@ -104,6 +115,23 @@ func (s *Service) evidence(ctx context.Context, runID string, now time.Time) (*E
 		return nil, err
 	}
 	ev := &Evidence{RunID: runID, GeneratedAt: now, Steps: []StepEvidence{}}
+	// The network logs of the run's proxied sandboxes, each step's share
+	// by time.
+	sessions, err := s.Store.RunSessions(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	logs := map[string]string{}
+	for _, sess := range sessions {
+		if p, err := evidence.NetworkLog(ctx, s.Cfg, s.Guard, sess); err == nil && p != "" {
+			logs[sess.ID] = p
+		}
+	}
+	// A network log that cannot be read fails the package: its evidence
+	// would say less than what happened.
+	if ev.Network, err = evidence.SummarizeNetwork(ctx, s.Cfg, s.Guard, sessions, rows); err != nil {
+		return nil, err
+	}
 	root, err := os.OpenRoot(runDir)
 	if err != nil {
 		return nil, fmt.Errorf("open run directory: %w", err)
@@ -136,6 +164,7 @@ func (s *Service) evidence(ctx context.Context, runID string, now time.Time) (*E
 			DurationMS int64           `json:"duration_ms"`
 			Agent      json.RawMessage `json:"agent"`
 			File       json.RawMessage `json:"file"`
+			Network    json.RawMessage `json:"network"`
 		}
 		if b, err := fsguard.ReadRegular(root, rel+"/result.json", 1<<20); err == nil && json.Unmarshal(b, &res) == nil {
 			if len(res.Agent) > 0 && string(res.Agent) != "null" {
@@ -144,9 +173,15 @@ func (s *Service) evidence(ctx context.Context, runID string, now time.Time) (*E
 			if len(res.File) > 0 && string(res.File) != "null" {
 				se.File = res.File
 			}
+			if len(res.Network) > 0 && string(res.Network) != "null" {
+				se.NetworkChange = res.Network
+			}
 			if res.DurationMS > 0 {
 				se.DurationMS = res.DurationMS
 			}
+		}
+		if p := logs[r.SessionID]; p != "" {
+			se.Network, _ = evidence.SummarizeStep(p, r)
 		}
 		if se.Status != EvidenceRunning {
 			se.Stdout, _ = hashFileIn(ctx, root, rel+"/stdout.log", -1)

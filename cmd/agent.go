@@ -31,6 +31,17 @@ EXIT STATUS
   flag or plan, 3 no such session, 4 refused (session not open, an agent
   that needs the network on a session without one), 5 engine unavailable.` + stepPipeExitHelp
 
+const pipelineExitHelp = `
+
+EXIT STATUS
+  the first failing required step's status (0 when every one passed; 124
+  when its timeout fired, 127 when an agent's CLI is missing where the
+  session runs, 128+N when killed by signal N: 130 after Ctrl-C), or 1 when
+  that status is 2-5, which are xmode's own (the step keeps its status in
+  the report); 2 bad flag or plan, 3 no such session, 4 refused (session
+  not open, an agent that needs the network on a session without one), 5
+  engine unavailable.` + stepPipeExitHelp
+
 func (a *App) newAgent() *cobra.Command {
 	c := parent(&cobra.Command{Use: "agent", Short: "Run coding agents bound to a sandbox's worktree",
 		Example: `  xmode agent run $id --agent codex --prompt "fix the failing test"`})
@@ -223,7 +234,7 @@ A plan (docs/agents.md, "Plans"):
       workdir: .
       allow_failure: false
 
-An error in the plan names its line and field (exit 2).` + stepExitHelp,
+An error in the plan names its line and field (exit 2).` + pipelineExitHelp,
 		Args: exactArgs(1, "one session"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.session = args[0]

@@ -6,6 +6,7 @@ import (
 	"io"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/xmode/xmode/changes"
+	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/internal/humanize"
 	"github.com/xmode/xmode/sandbox"
@@ -533,6 +535,7 @@ func (a *App) writeCR(w io.Writer, p *changes.Package, versions []store.ChangeVe
 		fmt.Fprintf(w, "Evidence: not shown: %s is not what was recorded.\n", changes.EvidenceFile)
 		return nil
 	}
+	a.networkEvidence(w, ev.Network)
 	if len(ev.Steps) == 0 {
 		fmt.Fprintln(w, "Evidence: no steps ran in this run.")
 		return nil
@@ -555,17 +558,40 @@ func (a *App) writeCR(w io.Writer, p *changes.Package, versions []store.ChangeVe
 	return t.flush()
 }
 
+// networkEvidence says what the run's proxied sandboxes reached and were
+// refused ("Network: N connections to [hosts], M denied"), with the first
+// refused attempts: what a reviewer should see the agent tried.
+func (a *App) networkEvidence(w io.Writer, n *evidence.NetworkSummary) {
+	if n == nil {
+		return
+	}
+	fmt.Fprintf(w, "Network: %s\n", clean(n.Line))
+	const shown = 10
+	for i, r := range n.Refused {
+		if i == shown {
+			fmt.Fprintf(w, "  … %d more refused (`xmode sandbox network SESSION --denied` lists them)\n", len(n.Refused)-shown)
+			break
+		}
+		dest := r.Host
+		if r.Port != 0 {
+			dest += ":" + strconv.Itoa(r.Port)
+		}
+		fmt.Fprintf(w, "  %s %s (%s, step %s): %s\n", a.paint(color.FgRed, "refused"), clean(dest), r.Kind, stepsCell(r.Steps), clean(truncate(r.Reason, 120)))
+	}
+	fmt.Fprintln(w)
+}
+
 func (a *App) stepResult(s changes.StepEvidence) string {
 	switch s.Status {
-	case "passed":
+	case changes.EvidencePassed:
 		return a.paint(color.FgGreen, "✓ passed")
-	case "running":
+	case changes.EvidenceRunning:
 		return a.paint(color.FgCyan, "… running")
-	case "timed_out":
+	case changes.EvidenceTimedOut:
 		return a.paint(color.FgRed, "✗ timed out")
-	case "oom_killed":
+	case changes.EvidenceOOMKilled:
 		return a.paint(color.FgRed, "✗ out of memory")
-	case "killed":
+	case changes.EvidenceKilled:
 		return a.paint(color.FgRed, "✗ killed ("+s.Signal+")")
 	}
 	code := -1

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/xmode/xmode/agents"
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fsguard"
@@ -81,7 +82,7 @@ func (a *App) runDoctor(ctx context.Context, o doctorOptions) error {
 			}
 		}
 	}
-	checks := doctor(ctx, cfg)
+	checks := doctor(ctx, cfg, a.Env)
 	failed := 0
 	for _, c := range checks {
 		if c.Status == "fail" {
@@ -110,7 +111,7 @@ func (a *App) runDoctor(ctx context.Context, o doctorOptions) error {
 	return nil
 }
 
-func doctor(ctx context.Context, cfg *config.Config) []engine.Check {
+func doctor(ctx context.Context, cfg *config.Config, getenv func(string) string) []engine.Check {
 	var out []engine.Check
 	add := func(name, status, detail, fix string) {
 		out = append(out, engine.Check{Name: name, Status: status, Detail: detail, Fix: fix})
@@ -185,6 +186,7 @@ func doctor(ctx context.Context, cfg *config.Config) []engine.Check {
 	// failures fail the doctor.
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	enforced := false // the engine of new sessions holds them to an egress policy
 	for _, name := range engine.Names() {
 		configured := name == cfg.Engine
 		a, err := engine.Open(name, cfg)
@@ -205,6 +207,9 @@ func doctor(ctx context.Context, cfg *config.Config) []engine.Check {
 		_, proxied := cfg.EgressMode()
 		chosen, _ := engine.Choose(cfg.RunnerMode, cfg.Engine)
 		checks = append(checks, engine.EgressCheck(name, a, proxied && chosen == name))
+		if _, ok := engine.Egress(a); ok && chosen == name {
+			enforced = true
+		}
 		engine.Close(a)
 		for _, c := range checks {
 			if c.Status == engine.CheckFail {
@@ -213,6 +218,8 @@ func doctor(ctx context.Context, cfg *config.Config) []engine.Check {
 			out = append(out, c)
 		}
 	}
+	// Whether the agents' keys reach their sandboxes, or only the edge.
+	out = append(out, agents.CredentialCheck(cfg, getenv, enforced))
 	return out
 }
 

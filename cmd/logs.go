@@ -29,12 +29,13 @@ type logsOptions struct {
 	step                string
 	hasStep             bool // STEP was given
 	follow, stderr, all bool
+	network             bool
 }
 
 func (a *App) newLogs() *cobra.Command {
 	var o logsOptions
 	cmd := &cobra.Command{
-		Use:   "logs SESSION [STEP] [--follow] [--stderr|--all]",
+		Use:   "logs SESSION [STEP] [--follow] [--stderr|--all|--network]",
 		Short: "The evidence browser: a session's steps, or what one step printed",
 		Long: `Without STEP, a table of the session's steps: number, name, how it ended
 (exit code, running or lost), duration, when it started, its command; failed
@@ -53,6 +54,15 @@ status, as ` + "`docker logs --follow`" + ` does (its status is in
 running step, else the last one. --json prints the steps as JSON, or the
 step with its output.
 
+--network prints, instead of what the step printed, the egress proxy's
+decisions for the connections (and DNS questions) that began while the step
+ran — host, port, verdict, the rule that decided or why it was refused,
+bytes each way — for a session whose network is proxied (--network allow
+or open: docs/network.md); without STEP, the session's whole network log
+with the step each line falls in. A line is the step's by time: the proxy
+knows the sandbox a connection came from, not its process, so a background
+step's connections also show under a step that ran beside it.
+
 Logs are read from runs/<run>/steps/<seq>-<name>/ through the storage guard:
 nothing a step planted there (a symlink, a FIFO) is followed.` + exitStatusHelp,
 		Example: `  xmode sandbox logs sbx_7k2m9q4x
@@ -60,6 +70,7 @@ nothing a step planted there (a symlink, a FIFO) is followed.` + exitStatusHelp,
   xmode sandbox logs 7k2m test --stderr  # the latest step named test (or make-test)
   xmode sandbox logs 7k2m --follow       # the running step, live
   xmode sandbox logs 7k2m 4 -f --all     # step 4 (a background server), both logs
+  xmode sandbox logs 7k2m 3 --network    # what step 3 reached, and what it was refused
   xmode sandbox logs 7k2m --json | jq '.[] | select(.exit_code != 0)'`,
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) < 1 || len(args) > 2 {
@@ -80,6 +91,7 @@ nothing a step planted there (a symlink, a FIFO) is followed.` + exitStatusHelp,
 	f.BoolVarP(&o.follow, "follow", "f", false, "stream a running step's output until it ends")
 	f.BoolVar(&o.stderr, "stderr", false, "print the step's stderr log instead of its stdout log")
 	f.BoolVar(&o.all, "all", false, "print both logs: stdout's on stdout, stderr's on stderr")
+	f.BoolVar(&o.network, "network", false, "print the egress proxy's decisions for the step's connections instead (docs/network.md)")
 	return a.setTraits(cmd, traits{interrupted: "stopped following"})
 }
 
@@ -90,6 +102,9 @@ func (a *App) runLogs(ctx context.Context, o logsOptions) error {
 	if o.follow && a.json {
 		return fail.Usagef("--follow and --json do not go together: follow a step, then ask for its JSON")
 	}
+	if o.network && (o.follow || o.stderr || o.all) {
+		return fail.Usagef("--network prints the step's network decisions: it goes with neither --follow, --stderr nor --all")
+	}
 	svc, sess, err := a.session(ctx, o.session, anySession)
 	if err != nil {
 		return err
@@ -97,6 +112,17 @@ func (a *App) runLogs(ctx context.Context, o logsOptions) error {
 	steps, err := sessionSteps(ctx, svc.Store, sess)
 	if err != nil {
 		return err
+	}
+	if o.network {
+		seq := 0
+		if o.hasStep {
+			st, err := pickStep(sess, steps, o.step)
+			if err != nil {
+				return err
+			}
+			seq = st.Seq
+		}
+		return a.networkLines(ctx, svc, sess, seq)
 	}
 	if !o.hasStep && !o.follow {
 		return a.logsTable(svc, sess, steps)

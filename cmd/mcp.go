@@ -18,15 +18,16 @@ import (
 
 // mcpOptions are `xmode mcp`'s flags.
 type mcpOptions struct {
-	listen      string
-	allowRemote bool
-	allSessions bool
+	listen              string
+	allowRemote         bool
+	allSessions         bool
+	allowNetworkChanges bool
 }
 
 func (a *App) newMCP() *cobra.Command {
 	var o mcpOptions
 	cmd := &cobra.Command{
-		Use:   "mcp [--listen HOST:PORT [--allow-remote]] [--all-sessions]",
+		Use:   "mcp [--listen HOST:PORT [--allow-remote]] [--all-sessions] [--allow-network-changes]",
 		Short: "Serve xmode's sandboxes to an agent over the Model Context Protocol (stdio or HTTP)",
 		Long: `Serve MCP (the Model Context Protocol) so that an interactive agent — Claude
 Code, Codex CLI, Cursor, VS Code — works in xmode sandboxes: it creates one
@@ -52,7 +53,14 @@ XMODE_STORAGE_ROOT when you set one), as docs/mcp.md shows.
 
 The server acts on the sessions MCP clients made for your user (so a new
 server picks up where the last left off); --all-sessions adds the sessions
-you made with the CLI. Sessions made through MCP say so in ` + "`xmode sandbox show`" + `.` + exitStatusHelp,
+you made with the CLI. Sessions made through MCP say so in ` + "`xmode sandbox show`" + `.
+
+A client gets a sandbox's network as your configuration gives it
+(XMODE_SANDBOX_NETWORK; allow or open: through xmode's egress proxy, every
+connection recorded: docs/network.md). It may narrow a sandbox's egress
+policy (a deny rule, a narrower mode) at sandbox_create and later
+(network_policy), but not widen it — an allow rule, a wider mode, a deny
+rule taken out — unless you start the server with --allow-network-changes.` + exitStatusHelp,
 		Example: `  claude mcp add xmode -- xmode mcp
   codex mcp add xmode -- xmode mcp
   XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=cloud_worker xmode mcp
@@ -64,6 +72,7 @@ you made with the CLI. Sessions made through MCP say so in ` + "`xmode sandbox s
 	f.StringVar(&o.listen, "listen", "", "serve streamable HTTP on HOST:PORT (e.g. 127.0.0.1:8765) instead of stdio")
 	f.BoolVar(&o.allowRemote, "allow-remote", false, "let --listen take an address other machines reach")
 	f.BoolVar(&o.allSessions, "all-sessions", false, "act on all of your sessions, not only those MCP clients made")
+	f.BoolVar(&o.allowNetworkChanges, "allow-network-changes", false, "let clients widen a sandbox's egress policy (allow rules, a wider network mode); narrowing is always allowed")
 	return a.setTraits(cmd, traits{interrupted: "the server stopped; steps it was running were ended and recorded"})
 }
 
@@ -100,7 +109,7 @@ func (a *App) runMCP(ctx context.Context, o mcpOptions) error {
 		root = svc.Cfg.StorageRoot
 	}
 	srv := mcpserver.New(mcpserver.Options{
-		Sandbox: svc, Changes: changesOf(svc), AllSessions: o.allSessions, Version: Version, WorkDir: wd,
+		Sandbox: svc, Changes: changesOf(svc), AllSessions: o.allSessions, AllowNetworkChanges: o.allowNetworkChanges, Version: Version, WorkDir: wd,
 		LookupEnv: a.lookupEnv, Log: log, StorageRootArg: root,
 		LoadConfig: func(ov map[string]config.Flag) (*config.Config, error) {
 			all := mcpserver.ConfigDefaults(a.Env)

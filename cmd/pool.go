@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -92,7 +94,14 @@ func (a *App) printPool(w io.Writer, v pool.MachineView) error {
 	}
 	fmt.Fprintln(w)
 	now := clock()
-	t := newTable(w, "POOL", "STATE", "AGE", "COMMIT", "ENGINE")
+	// Whose each entry is, where entries are a user's (docker: each
+	// user's cache).
+	perUser := slices.ContainsFunc(v.Pool.Entries, func(e pool.EntryView) bool { return e.User != "" })
+	cols := []string{"POOL", "STATE", "AGE", "COMMIT", "ENGINE"}
+	if perUser {
+		cols = append(cols, "USER")
+	}
+	t := newTable(w, cols...)
 	for _, e := range v.Pool.Entries {
 		state := e.State
 		if e.Behind {
@@ -105,7 +114,11 @@ func (a *App) printPool(w io.Writer, v pool.MachineView) error {
 		if e.Image != "" {
 			eng += " " + e.Image
 		}
-		t.row(e.SessionID, state, humanize.Span(now.Sub(e.CreatedAt)), shortSHA(e.Commit), clean(eng))
+		row := []string{e.SessionID, state, humanize.Span(now.Sub(e.CreatedAt)), shortSHA(e.Commit), clean(eng)}
+		if perUser {
+			row = append(row, orDash(clean(e.User)))
+		}
+		t.row(row...)
 	}
 	return t.flush()
 }
@@ -113,6 +126,20 @@ func (a *App) printPool(w io.Writer, v pool.MachineView) error {
 // poolSummary is the "Pool:" line of `machine show`.
 func poolSummary(v pool.MachineView) string {
 	s := fmt.Sprintf("%d ready of %d", v.Pool.Ready, v.Pool.Size)
+	users := map[string]int{}
+	for _, e := range v.Pool.Entries {
+		if e.User != "" && e.State == pool.Ready {
+			users[e.User]++
+		}
+	}
+	if len(users) > 0 {
+		// Each user's pool is of the size (docs/project-machines.md, "Whose pool").
+		var each []string
+		for _, u := range slices.Sorted(maps.Keys(users)) {
+			each = append(each, fmt.Sprintf("%s %d", clean(u), users[u]))
+		}
+		s = fmt.Sprintf("%d ready, of %d for each user (%s)", v.Pool.Ready, v.Pool.Size, strings.Join(each, ", "))
+	}
 	if other := len(v.Pool.Entries) - v.Pool.Ready; other > 0 {
 		s += fmt.Sprintf(" (%d more being made or retired)", other)
 	}

@@ -277,13 +277,14 @@ with evidence for every step that outlives the sandbox.` + exitStatusHelp,
 		addCommands(sb, words, leaf("create", a.newCreate), leaf("exec", a.newExec), leaf("stop", a.newStop),
 			leaf("list ls", a.newList), leaf("show", a.newShow), leaf("extend", a.newExtend), leaf("reap", reap),
 			leaf("shell", a.newShell), leaf("logs", a.newLogs), leaf("cp", a.newCp), leaf("diff", a.newDiff), leaf("kill", a.newKill),
+			leaf("network", a.newNetwork), leaf("port", a.newPort),
 			leaf("fork", a.newFork), leaf("snapshot", a.newSnapshot), leaf("snapshots", a.newSnapshots))
 		return sb
 	}
 	// Only what the command line needs is built (see lazy.go).
 	if words := commandWords(args); words == nil || len(words) > 0 {
 		addCommands(root, words, group("sandbox sb", sandboxGroup), leaf("machine machines", a.newMachine), leaf("config", a.newConfig),
-			leaf("doctor", a.newDoctor), leaf("version", a.newVersion), leaf("reap", reap), leaf("completion", a.newCompletion), leaf(sandbox.SupervisorCommand, a.newSupervise), leaf(EgressCommand, a.newEgress), leaf(EgressCtlCommand, a.newEgressCtl),
+			leaf("doctor", a.newDoctor), leaf("version", a.newVersion), leaf("reap", reap), leaf("completion", a.newCompletion), leaf(sandbox.SupervisorCommand, a.newSupervise), leaf(EgressCommand, a.newEgress), leaf(EgressCtlCommand, a.newEgressCtl), leaf(RelayCommand, a.newRelay), leaf(sandbox.ForwarderCommand, a.newForward),
 			leaf("cr change-request", a.newCR), leaf("agent", a.newAgent), leaf("pipeline", a.newPipeline), leaf("run", a.newRunCmd),
 			leaf("cloud", a.newCloud), leaf("examples", a.newExamples), leaf("ui", a.newUI), leaf("mcp", a.newMCP))
 	}
@@ -357,7 +358,7 @@ func (a *App) service(ctx context.Context, overrides map[string]config.Flag) (*s
 		return nil, err
 	}
 	a.st = st
-	svc := &sandbox.Service{Cfg: cfg, Store: st, Guard: fsguard.Guard{Root: cfg.StorageRoot}, Clock: clock}
+	svc := &sandbox.Service{Cfg: cfg, Store: st, Guard: fsguard.Guard{Root: cfg.StorageRoot}, Clock: clock, Getenv: a.Env}
 	if !a.json && !a.quiet && isTerminal(a.Err) {
 		svc.Progress = a.Err
 	}

@@ -24,6 +24,7 @@ import (
 // runOptions are `xmode run`'s flags.
 type runOptions struct {
 	loop.Options
+	net       networkFlags
 	overrides map[string]config.Flag // the create flags that override variables
 }
 
@@ -103,10 +104,12 @@ EXIT STATUS
 				return fail.Usagef("%s %d: at least 1", fail.Parallel, o.Parallel)
 			}
 			o.overrides = createOverrides(cmd)
+			o.Create.Egress = o.net.sources()
 			return a.runLoop(cmd.Context(), o)
 		},
 	}
 	addCreateFlags(cmd, &o.Create)
+	addNetworkFlags(cmd, &o.net)
 	f := cmd.Flags()
 	f.StringVar(&o.Objective, "objective", "", "what the agent is to do (the prompt of the default agent step)")
 	f.StringVar(&o.Agent, "agent", "", "codex, claude or command (default codex; replaces the plan's agents when given)")

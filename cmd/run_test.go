@@ -87,7 +87,7 @@ func TestPipelineRun(t *testing.T) {
     run: "exit 3"
     allow_failure: true
   - name: fails
-    run: [sh, -c, "exit 4"]
+    run: [sh, -c, "exit 6"]
   - name: after
     run: [true]
 `)
@@ -95,13 +95,13 @@ func TestPipelineRun(t *testing.T) {
 	c.fails(2, "", "pipeline", "run", id, "-f", filepath.Join(t.TempDir(), "none.yaml"))
 	c.fails(2, "", "pipeline", "run", id, "-f", plan, "--from", "nosuch")
 
-	if code := c.run("pipeline", "run", id, "-f", plan); code != 4 {
-		t.Fatalf("pipeline run: exit %d, want the failing step's 4: %s", code, c.stderr.String())
+	if code := c.run("pipeline", "run", id, "-f", plan); code != 6 {
+		t.Fatalf("pipeline run: exit %d, want the failing step's 6: %s", code, c.stderr.String())
 	}
 	table := regexp.MustCompile(`^STEP +STATUS +EXIT +DURATION
 ok +passed +0 +\S+
 flaky +failed \(allowed\) +3 +\S+
-fails +failed +4 +\S+
+fails +failed +6 +\S+
 after +not run +- +-
 $`)
 	if !table.MatchString(c.stdout.String()) {
@@ -111,8 +111,8 @@ $`)
 		t.Errorf("pipeline run's progress on stderr: %q", c.stderr.String())
 	}
 
-	if code := c.run("pipeline", "run", id, "-f", plan, "--from", "fails", "--keep-going", "--json"); code != 4 {
-		t.Fatalf("pipeline run --keep-going: exit %d, want 4", code)
+	if code := c.run("pipeline", "run", id, "-f", plan, "--from", "fails", "--keep-going", "--json"); code != 6 {
+		t.Fatalf("pipeline run --keep-going: exit %d, want 6", code)
 	}
 	var rep struct {
 		ExitCode int `json:"exit_code"`
@@ -128,7 +128,7 @@ $`)
 	for _, s := range rep.Steps {
 		got = append(got, s.Step+":"+s.Status)
 	}
-	if rep.ExitCode != 4 || strings.Join(got, " ") != "ok:skipped flaky:skipped fails:failed after:passed" {
+	if rep.ExitCode != 6 || strings.Join(got, " ") != "ok:skipped flaky:skipped fails:failed after:passed" {
 		t.Errorf("pipeline run --from fails --keep-going --json: exit %d, steps %v", rep.ExitCode, got)
 	}
 }

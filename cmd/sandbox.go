@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/xmode/xmode/agents"
 	"github.com/xmode/xmode/config"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/fail"
@@ -24,6 +25,8 @@ import (
 // createOptions are `sandbox create`'s flags.
 type createOptions struct {
 	sandbox.CreateOptions
+	net       networkFlags
+	agent     string                 // the agent the sandbox is for: its hosts and key in a proxied network's policy
 	overrides map[string]config.Flag // the flags that override variables
 	imageSet  bool                   // --image was given
 }
@@ -47,20 +50,41 @@ Without --repo (nor --run or --project) it is --repo .
 Where it runs: on the host (runner mode local_worktree, the default), or in a
 hardened docker container with XMODE_SANDBOX_ENGINE=docker (a pod of a
 Kubernetes cluster with XMODE_SANDBOX_ENGINE=kubernetes) and runner mode
-cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=cloud_worker`" + `).` + exitStatusHelp,
+cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=cloud_worker`" + `).
+
+Its network (docker): --network none (the default, unless
+XMODE_SANDBOX_NETWORK says otherwise), or allow or open, through xmode's
+egress proxy, which decides and records every connection (docs/network.md):
+allow lets through only what --allow names (host, *.host, host:port,
+CIDR), --deny wins over it, open lets through every host but the block list.
+--credential HOST=HEADER:VARIABLE has the proxy add VARIABLE's value (from
+this environment) as HEADER on requests to HOST, the sandbox holding a
+placeholder instead. --agent codex|claude adds the agent's API host and,
+when its key is set here, the key as such a credential. The policy is
+recorded with the session; ` + "`xmode sandbox network ID`" + ` shows and changes it.` + exitStatusHelp,
 		Example: `  xmode sandbox create --repo https://example.com/project.git --ref main
   id=$(xmode sandbox create -q)    # this directory's repository
   XMODE_SANDBOX_ENGINE=docker xmode sandbox create --repo . --runner-mode cloud_worker --image golang:1.26
-  XMODE_PROJECT_MACHINES=1 xmode sandbox create --project prom --ref v3.0.0`,
+  XMODE_PROJECT_MACHINES=1 xmode sandbox create --project prom --ref v3.0.0
+  xmode sandbox create --network allow --allow pypi.org --allow '*.pythonhosted.org' --agent claude`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.NetworkSet = cmd.Flags().Changed("network")
 			o.imageSet = cmd.Flags().Changed("image")
 			o.overrides = createOverrides(cmd)
+			o.Egress = o.net.sources()
+			if o.agent != "" {
+				if err := agents.CheckKind(o.agent); err != nil {
+					return err
+				}
+				o.EgressIfProxied = agents.NetworkSources([]string{o.agent}, a.Env)
+			}
 			return a.runCreate(cmd.Context(), o)
 		},
 	}
 	addCreateFlags(cmd, &o.CreateOptions)
+	addNetworkFlags(cmd, &o.net)
+	cmd.Flags().StringVar(&o.agent, "agent", "", "codex or claude: the agent this sandbox is for; with --network allow its policy lets it reach its model's API and adds its key (when set here) at the edge")
 	cmd.Flags().Lookup("repo").Usage += " (default: the repository of this directory)"
 	cmd.Flags().StringVar(&o.RunID, "run", "", "share this run's worktree instead of cloning")
 	cmd.Flags().StringVar(&o.FromSnapshot, "from-snapshot", "", "start from a snapshot (its name or ID): its worktree, and in docker its filesystem (`sandbox snapshot`)")
@@ -120,7 +144,7 @@ func addCreateFlags(cmd *cobra.Command, o *sandbox.CreateOptions) {
 	f.String("ttl", "", "lifetime (default $XMODE_SANDBOX_TTL, else 2h)")
 	f.String("runner-mode", "", "local_worktree, cloud_worker or cloud_subscription")
 	f.String("image", "", "sandbox image (docker engine)")
-	f.String("network", "", "docker network of this session (volume mode; default $XMODE_SANDBOX_NETWORK, else none)")
+	f.String("network", "", "the sandbox's network: none; allow (only what --allow names) or open (every host but the block list), both through xmode's egress proxy, which records every connection; or a docker network (default $XMODE_SANDBOX_NETWORK, else none)")
 }
 
 // createOverrides are addCreateFlags' flags that override variables.
@@ -574,11 +598,16 @@ func (a *App) runShow(ctx context.Context, o showOptions) error {
 	if err != nil {
 		return err
 	}
+	ports, err := svc.Ports(ctx, s, false)
+	if err != nil {
+		return err
+	}
 	if a.json {
 		return a.printJSON(struct {
 			*store.Session
-			Steps []stepView `json:"steps"`
-		}{s, viewSteps(svc, steps)})
+			Ports []store.Port `json:"ports"`
+			Steps []stepView   `json:"steps"`
+		}{s, ports, viewSteps(svc, steps)})
 	}
 	now := clock()
 	kv := newTable(a.Out)
@@ -615,8 +644,15 @@ func (a *App) runShow(ctx context.Context, o showOptions) error {
 	if s.ContainerID != "" {
 		kv.row("Container:", shortSHA(s.ContainerID)+" ("+s.MountMode+", "+s.Image+")")
 	}
-	if s.Network != "" {
-		kv.row("Network:", s.Network)
+	if s.Network != "" || s.NetworkPolicy != nil {
+		kv.row("Network:", clean(networkLine(ctx, svc, s)))
+	}
+	for i, p := range ports {
+		label := ""
+		if i == 0 {
+			label = "Ports:"
+		}
+		kv.row(label, fmt.Sprintf("%d → %s", p.Port, sandbox.PortURL(p)))
 	}
 	if s.HostEnv != "" {
 		kv.row("Host env:", s.HostEnv+" (what its steps inherit of xmode's environment)")

@@ -113,23 +113,23 @@ func checkSubmittable(sess *store.Session, now time.Time) error {
 
 func (o SubmitOptions) check(sess *store.Session) error {
 	if o.Env == "" {
-		return fail.Usagef("--env is required: the Codex cloud environment ID to run in (see docs/codex-cloud.md)")
+		return fail.Usagef("%s is required: the Codex cloud environment ID to run in (see docs/codex-cloud.md)", fail.Env)
 	}
 	if !cliWord(o.Env) {
-		return fail.Usagef("--env %q is not an environment ID: no spaces, control characters or leading '-'", o.Env)
+		return fail.Usagef("%s %q is not an environment ID: no spaces, control characters or leading '-'", fail.Env, o.Env)
 	}
 	if o.Attempts < 0 || o.Attempts > 4 {
-		return fail.Usagef("--attempts %d: codex runs 1 to 4 attempts", o.Attempts)
+		return fail.Usagef("%s %d: codex runs 1 to 4 attempts", fail.Attempts, o.Attempts)
 	}
 	if strings.TrimSpace(o.Prompt) == "" {
-		return fail.Usagef("the prompt is empty: give --prompt TEXT, or --prompt - with the prompt on standard input")
+		return fail.Usagef("the prompt is empty: give %s TEXT, or %s - with the prompt on standard input", fail.Prompt, fail.Prompt)
 	}
 	b := o.branch(sess)
 	if b == "" {
-		return fail.Usagef("--branch is required: session %s has no ref to default to", sess.ID)
+		return fail.Usagef("%s is required: session %s has no ref to default to", fail.Branch, sess.ID)
 	}
 	if !cliWord(b) {
-		return fail.Usagef("--branch %q is not a branch name: no spaces, control characters or leading '-'", b)
+		return fail.Usagef("%s %q is not a branch name: no spaces, control characters or leading '-'", fail.Branch, b)
 	}
 	return nil
 }

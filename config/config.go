@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -82,6 +83,7 @@ type Config struct {
 	SnapshotMax        int           // live snapshots per user (0: unlimited)
 	PoolSize           int           // ready sandboxes kept per project machine (0: no pool)
 	PoolMaxAge         time.Duration // a pool entry older than this is replaced
+	PoolUsers          []string      // whose pools upkeep fills (nil: who used the project lately)
 	CloudStatusCommand string
 	CloudPollInterval  time.Duration
 	CloudStaleAfter    time.Duration
@@ -567,6 +569,21 @@ var settings = []setting{
 		d, err := ParseDuration(v)
 		c.PoolMaxAge = d
 		return err
+	}},
+	{name: "XMODE_POOL_USERS", def: lit(""), apply: func(c *Config, v string) error {
+		c.PoolUsers = nil
+		for _, u := range strings.Split(v, ",") {
+			if u = strings.TrimSpace(u); u == "" {
+				continue
+			}
+			if err := ValidUser(u); err != nil {
+				return fmt.Errorf("%w (XMODE_POOL_USERS is a comma-separated list of users)", err)
+			}
+			if !slices.Contains(c.PoolUsers, u) {
+				c.PoolUsers = append(c.PoolUsers, u)
+			}
+		}
+		return nil
 	}},
 	{name: "CODEX_CLOUD_STATUS_COMMAND", def: lit("codex cloud status {task_id}"), apply: func(c *Config, v string) error {
 		if strings.TrimSpace(v) == "" {

@@ -80,6 +80,7 @@ func TestBadValuesNameTheirSource(t *testing.T) {
 		"XMODE_SANDBOX_RESOLVE":         "mirror.internal",
 		"XMODE_SANDBOX_EGRESS_NETWORK":  "host",
 		"XMODE_SANDBOX_EGRESS_SUBNETS":  "10.213.0.0/30",
+		"XMODE_POOL_USERS":              "alice,two words",
 	}
 	for name, val := range cases {
 		_, err := Load(envOf(map[string]string{"HOME": "/h", name: val}), nil)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"sort"
 	"syscall"
 	"time"
@@ -557,4 +558,20 @@ func EgressCheck(name string, a Provider, proxied bool) Check {
 		c.Fix = "XMODE_SANDBOX_ENGINE=" + EgressEngines + " with XMODE_RUNNER_MODE=cloud_worker for sessions with an egress policy"
 	}
 	return c
+}
+
+// PortDialer is an engine that can reach a port of a sandbox from this
+// host, whatever the sandbox's network (none included): `sandbox port`
+// publishes it on a port of the host through a forwarder that dials it
+// for each connection (docs/network.md, "Ports"). The connection's
+// CloseWrite, when it has one, ends what goes to the sandbox.
+type PortDialer interface {
+	DialPort(ctx context.Context, sb Sandbox, port int) (net.Conn, error)
+}
+
+// Ports returns the provider's port dialer, if it can reach a sandbox's
+// ports.
+func Ports(a Provider) (PortDialer, bool) {
+	d, ok := a.(PortDialer)
+	return d, ok
 }

@@ -67,6 +67,9 @@ type Result struct {
 	// File is what a file step (read, list, write, edit, delete: the MCP
 	// server's file tools) did to the worktree.
 	File *FileOutcome `json:"file,omitempty"`
+	// Network is the policy a network step (a change of the sandbox's
+	// egress policy) left.
+	Network *NetworkOutcome `json:"network,omitempty"`
 	// Why is xmode's own line on a failure it recognised (an agent not
 	// signed in, its CLI missing), for the caller to show; result.json
 	// keeps the agent's own words in Agent.Error instead.
@@ -101,6 +104,25 @@ type FileRequest struct {
 	ContentBytes *int64 `json:"content_bytes,omitempty"`
 	ReplaceAll   bool   `json:"replace_all,omitempty"`
 	Recursive    bool   `json:"recursive,omitempty"`
+}
+
+// NetworkRequest is command.json's "network" for a network step: a change
+// of a live sandbox's egress policy (docs/network.md), with the rules it
+// adds and removes and the source the new ones are named by.
+type NetworkRequest struct {
+	Mode         string   `json:"mode,omitempty"`
+	Allow        []string `json:"allow,omitempty"`
+	Deny         []string `json:"deny,omitempty"`
+	Credentials  []string `json:"credentials,omitempty"`
+	Remove       []string `json:"remove,omitempty"`
+	RemoveSource string   `json:"remove_source,omitempty"`
+	Source       string   `json:"source"`
+}
+
+// NetworkOutcome is result.json's "network" for a network step: the
+// policy in force once it ended (the one before it, when it failed).
+type NetworkOutcome struct {
+	Policy *store.NetworkPolicy `json:"policy"`
 }
 
 // FileOutcome is result.json's "file" for a file step: the path before
@@ -147,6 +169,8 @@ type command struct {
 	StartedAt time.Time `json:"started_at"`
 	// File: a file step's request; left out for a command.
 	File *FileRequest `json:"file,omitempty"`
+	// Network: a network step's request; left out for a command.
+	Network *NetworkRequest `json:"network,omitempty"`
 }
 
 // Step is a step being recorded. Stdout and Stderr never fail and never
@@ -184,6 +208,9 @@ type Request struct {
 	TTY bool
 	// File makes this a file step (no process runs): what it asks.
 	File *FileRequest
+	// Network makes this a network step (no process runs): the change of
+	// the sandbox's egress policy it asks.
+	Network *NetworkRequest
 	// Now is the clock the step's times are read from (the service's, so
 	// that they agree with its expiry and leases); nil is time.Now.
 	Now func() time.Time
@@ -263,7 +290,7 @@ func (s *Step) open(runDir string, req Request, now time.Time) error {
 	if err := s.writeJSON("command.json", command{
 		SessionID: req.Session.ID, RunID: req.Session.RunID, Seq: s.res.Seq, Name: s.res.Name, Argv: req.Argv, ArgvB64: s.res.ArgvB64,
 		Env: env, Workdir: req.Workdir, Engine: req.Session.Engine, TTY: req.TTY, Detached: req.Detached, TimeoutMS: req.Timeout.Milliseconds(), StartedAt: now,
-		File: req.File,
+		File: req.File, Network: req.Network,
 	}); err != nil {
 		return err
 	}
@@ -319,6 +346,10 @@ func (s *Step) SetAgent(a *Agent) { s.res.Agent = a }
 
 // SetFile puts a file step's outcome into result.json (call before Finish).
 func (s *Step) SetFile(f *FileOutcome) { s.res.File = f }
+
+// SetNetwork puts a network step's outcome into result.json (call before
+// Finish).
+func (s *Step) SetNetwork(n *NetworkOutcome) { s.res.Network = n }
 
 // Dir is the step directory.
 func (s *Step) Dir() string { return s.res.Dir }

@@ -130,6 +130,20 @@ func KindOf(err error) Kind {
 	return Failed
 }
 
+// OwnExitCode reports whether code is one of the codes xmode gives its own
+// failures, 2 to 5 (a kind's other than Failed's): a command that exits
+// with a step's status says 1 instead, so that a failing check never
+// reads as a usage error of xmode's (docs/reference.md, "Commands that run
+// steps").
+func OwnExitCode(code int) bool {
+	for _, k := range Kinds() {
+		if k != Failed && k.ExitCode() == code {
+			return true
+		}
+	}
+	return false
+}
+
 // ExitCode maps an error to its exit code (docs/reference.md, "Exit codes").
 func ExitCode(err error) int {
 	if err == nil {

@@ -139,9 +139,8 @@ func TestOneTable(t *testing.T) {
 // Input argument, never as a CLI flag, which MCP and UI users do not have.
 // A command line to run, in backticks, may keep its flags.
 func TestServiceErrorsNameInputs(t *testing.T) {
-	// Every package below the front ends but codexcloud, which only the
-	// CLI's `cloud` commands reach.
-	services := []string{"agents", "changes", "engine", "evidence", "fsguard", "gitcli", "gitread", "loop",
+	// Every package below the front ends.
+	services := []string{"agents", "changes", "codexcloud", "engine", "evidence", "fsguard", "gitcli", "gitread", "loop",
 		"machines", "plans", "pool", "providers", "reaper", "sandbox", "store"}
 	flag := regexp.MustCompile(`(^|[^\w-])--[a-z]`)
 	quoted := regexp.MustCompile("`[^`]*`")
@@ -191,6 +190,8 @@ func TestServiceErrorsNameInputs(t *testing.T) {
 }
 
 // The words three front ends have for an input.
+var cliWords, mcpWords = Words{Input: cliWord}, Words{Input: mcpWord}
+
 func cliWord(in Input) string { return in.Flag() }
 func mcpWord(in Input) string {
 	if in == Repo {
@@ -274,13 +275,13 @@ func TestRender(t *testing.T) {
 			if got := c.err.Error(); got != c.cli {
 				t.Errorf("Error() = %q, want the CLI's %q", got, c.cli)
 			}
-			if got := Render(c.err, cliWord); got != c.cli {
+			if got := cliWords.Render(c.err); got != c.cli {
 				t.Errorf("CLI: %q, want %q", got, c.cli)
 			}
-			if got := Render(c.err, nil); got != c.cli {
-				t.Errorf("Render(nil): %q, want %q", got, c.cli)
+			if got := (Words{}).Render(c.err); got != c.cli {
+				t.Errorf("Words{}: %q, want %q", got, c.cli)
 			}
-			if got := Render(c.err, mcpWord); got != c.mcp {
+			if got := mcpWords.Render(c.err); got != c.mcp {
 				t.Errorf("MCP: %q, want %q", got, c.mcp)
 			}
 			if got := uiHTML(c.err); got != c.ui {
@@ -320,7 +321,52 @@ func TestInputsAreFlags(t *testing.T) {
 func TestFromParts(t *testing.T) {
 	err := fmt.Errorf("start: %w", Usagef("%s %q is 100%% wrong, see %s", Workdir, "a%sb", Repo))
 	back := FromParts(KindOf(err), Parts(err))
-	if back.Error() != err.Error() || KindOf(back) != Usage || InputOf(back) != Workdir || Render(back, mcpWord) != Render(err, mcpWord) {
-		t.Fatalf("rebuilt %q (%s, %q), from %q", back, KindOf(back).Name(), Render(back, mcpWord), err)
+	if back.Error() != err.Error() || KindOf(back) != Usage || InputOf(back) != Workdir || mcpWords.Render(back) != mcpWords.Render(err) {
+		t.Fatalf("rebuilt %q (%s, %q), from %q", back, KindOf(back).Name(), mcpWords.Render(back), err)
+	}
+}
+
+// An action a message names reads as the CLI's command line in Error()
+// and in a front end without words for it, as that front end's words in
+// one with them, is its own part, and crosses processes whole.
+func TestActions(t *testing.T) {
+	extend := Do("sandbox extend", "sbx_1").With(TTL, "1h")
+	stop := Do("sandbox stop").With(Force, "").Arg("sbx_1")
+	err := fmt.Errorf("exec: %w", Refusedf("session %s expired: extend it with %s, or %s; see %s", "sbx_1", extend, stop, Workdir))
+	const cli = "exec: session sbx_1 expired: extend it with `xmode sandbox extend sbx_1 --ttl 1h`, or `xmode sandbox stop --force sbx_1`; see --workdir"
+	if err.Error() != cli || mcpWords.Render(err) != strings.Replace(cli, "--workdir", "workdir", 1) {
+		t.Fatalf("Error() %q, Render %q", err.Error(), mcpWords.Render(err))
+	}
+	words := Words{Input: mcpWord, Action: func(a Action) string {
+		var b strings.Builder
+		b.WriteString(strings.ReplaceAll(a.Command, " ", "_"))
+		for _, arg := range a.Args {
+			fmt.Fprintf(&b, " %s=%q", string(arg.Input), arg.Value)
+		}
+		return b.String()
+	}}
+	const mcp = `exec: session sbx_1 expired: extend it with sandbox_extend ="sbx_1" ttl="1h", or sandbox_stop force="" ="sbx_1"; see workdir`
+	if got := words.Render(err); got != mcp {
+		t.Fatalf("in words:\n got %s\nwant %s", got, mcp)
+	}
+	var actions []string
+	for _, p := range Parts(err) {
+		if p.Action != nil {
+			actions = append(actions, p.Action.Command+":"+p.Text)
+		}
+	}
+	if strings.Join(actions, "|") != "sandbox extend:`xmode sandbox extend sbx_1 --ttl 1h`|sandbox stop:`xmode sandbox stop --force sbx_1`" || InputOf(err) != Workdir {
+		t.Fatalf("parts: %q, input %q", actions, InputOf(err))
+	}
+	back := FromParts(KindOf(err), Parts(err))
+	if back.Error() != cli || words.Render(back) != mcp {
+		t.Fatalf("rebuilt: %q / %q", back.Error(), words.Render(back))
+	}
+
+	// Each With is an action of its own, sharing nothing.
+	base := Do("sandbox create").Some("ID")
+	a, b := base.With(Network, "bridge"), base.With(Image, "x y")
+	if a.String() != "`xmode sandbox create ID --network bridge`" || b.String() != "`xmode sandbox create ID --image 'x y'`" {
+		t.Fatalf("%s, %s", a, b)
 	}
 }

@@ -14,24 +14,31 @@ import (
 //
 // reads `--repo "x" is not a git repository` from Error() (the CLI's
 // words, which logs and evidence keep) and `repository "x" is not a git
-// repository` from Render with MCP's words. Print an Input with %s or %v.
+// repository` from MCP's Words.Render. Print an Input with %s or %v.
 type Input string
 
 // The inputs services name. Each is the CLI's flag without its dashes.
 const (
 	Agent       Input = "agent"
+	Allow       Input = "allow"
 	Attempts    Input = "attempts"
 	Branch      Input = "branch"
 	CloseOthers Input = "close-others"
 	Comment     Input = "comment"
+	Credential  Input = "credential"
+	Deny        Input = "deny"
 	Env         Input = "env"
 	EnvPass     Input = "env-pass"
-	Force       Input = "force"
-	From        Input = "from"
+	// ExposeRemote lets a published port listen where other machines reach it.
+	ExposeRemote Input = "expose-remote"
+	Force        Input = "force"
+	From         Input = "from"
 	// FromSnapshot is the snapshot a new sandbox starts from.
 	FromSnapshot Input = "from-snapshot"
+	HostPort     Input = "host-port"
 	Image        Input = "image"
 	Iterate      Input = "iterate"
+	Mode         Input = "mode"
 	Model        Input = "model"
 	// Name is what a user calls something they make (a snapshot).
 	Name       Input = "name"
@@ -44,6 +51,7 @@ const (
 	PromptFile Input = "prompt-file"
 	Ref        Input = "ref"
 	Refresh    Input = "refresh"
+	Remove     Input = "remove"
 	Repo       Input = "repo"
 	Reviewer   Input = "reviewer"
 	RunID      Input = "run"
@@ -59,9 +67,9 @@ const (
 // Inputs lists every input a service may name, for a front end's test
 // that it has a word for each.
 func Inputs() []Input {
-	return []Input{Agent, Attempts, Branch, CloseOthers, Comment, Env, EnvPass, Force, From, FromSnapshot, Image, Iterate, Model, Name,
-		Network, Note, Objective, Parallel, Project, Prompt, PromptFile, Ref, Refresh, Repo, Reviewer, RunID, Signal, StorageRoot,
-		TTL, Timeout, To, Workdir}
+	return []Input{Agent, Allow, Attempts, Branch, CloseOthers, Comment, Credential, Deny, Env, EnvPass, ExposeRemote, Force, From, FromSnapshot,
+		HostPort, Image, Iterate, Mode, Model, Name, Network, Note, Objective, Parallel, Project, Prompt, PromptFile, Ref, Refresh, Remove, Repo,
+		Reviewer, RunID, Signal, StorageRoot, TTL, Timeout, To, Workdir}
 }
 
 // Flag is the CLI's word for in.
@@ -70,16 +78,21 @@ func (in Input) Flag() string { return "--" + string(in) }
 // String is the CLI's word, so that Error() reads as the CLI prints it.
 func (in Input) String() string { return in.Flag() }
 
-// A Part is a piece of an error's message: text, or (Input set) the
-// input it names, whose Text is the CLI's word for it.
+// A Part is a piece of an error's message: text, the input it names
+// (Input set), or an action it tells the user to take (Action set); Text
+// is the CLI's words for it.
 type Part struct {
-	Text  string `json:"text"`
-	Input Input  `json:"input,omitempty"`
+	Text   string  `json:"text"`
+	Input  Input   `json:"input,omitempty"`
+	Action *Action `json:"action,omitempty"`
 }
 
+// text reports whether p is plain text.
+func (p Part) text() bool { return p.Input == "" && p.Action == nil }
+
 // Parts cuts err's whole message (what Error() says, wrapping included)
-// at the inputs its errors name, for a front end that shows an input as
-// more than a word (the UI: a link to the form's field).
+// at the inputs and actions its errors name, for a front end that shows
+// them as more than the CLI's words (the UI: a link to the form's field).
 func Parts(err error) []Part {
 	if err == nil {
 		return nil
@@ -89,7 +102,7 @@ func Parts(err error) []Part {
 		own := e.parts()
 		whole := e.Error()
 		for i, p := range parts {
-			if p.Input != "" {
+			if !p.text() {
 				continue
 			}
 			before, after, ok := strings.Cut(p.Text, whole)
@@ -105,14 +118,23 @@ func Parts(err error) []Part {
 	return join(parts)
 }
 
-// Render is err's message with each input it names in a front end's
-// word: word(in) for in. A nil word keeps the CLI's.
-func Render(err error, word func(Input) string) string {
+// Words are a front end's words for what a service's error names: an
+// input (nil: the CLI's flag) and an action (nil: the CLI's command line).
+type Words struct {
+	Input  func(Input) string
+	Action func(Action) string
+}
+
+// Render is err's message in w.
+func (w Words) Render(err error) string {
 	var b strings.Builder
 	for _, p := range Parts(err) {
-		if p.Input != "" && word != nil {
-			b.WriteString(word(p.Input))
-		} else {
+		switch {
+		case p.Input != "" && w.Input != nil:
+			b.WriteString(w.Input(p.Input))
+		case p.Action != nil && w.Action != nil:
+			b.WriteString(w.Action(*p.Action))
+		default:
 			b.WriteString(p.Text)
 		}
 	}
@@ -132,14 +154,19 @@ func InputOf(err error) Input {
 
 // FromParts is an error of kind k whose message is parts, as Parts cut it:
 // an error that crossed from one process to another as its parts keeps
-// the inputs it names.
+// the inputs and actions it names.
 func FromParts(k Kind, parts []Part) error {
 	var format strings.Builder
 	var args []any
 	for _, p := range parts {
-		if p.Input != "" {
+		switch {
+		case p.Input != "":
 			format.WriteString("%s")
 			args = append(args, p.Input)
+			continue
+		case p.Action != nil:
+			format.WriteString("%s")
+			args = append(args, *p.Action)
 			continue
 		}
 		format.WriteString(strings.ReplaceAll(p.Text, "%", "%%"))
@@ -147,8 +174,8 @@ func FromParts(k Kind, parts []Part) error {
 	return newf(k, format.String(), args...)
 }
 
-// named is every *Error in err's tree whose arguments name an input,
-// outermost first.
+// named is every *Error in err's tree whose arguments name an input or
+// an action, outermost first.
 func named(err error) []*Error {
 	var out []*Error
 	var walk func(error)
@@ -158,7 +185,7 @@ func named(err error) []*Error {
 		}
 		if e, ok := err.(*Error); ok {
 			for _, a := range e.args {
-				if _, ok := a.(Input); ok {
+				if cutAt(a) {
 					out = append(out, e)
 					break
 				}
@@ -207,11 +234,16 @@ func (e *Error) parts() []Part {
 		if f[i] == '%' {
 			continue
 		}
-		if arg < len(e.args) {
-			if in, ok := e.args[arg].(Input); ok {
-				parts = append(parts, Part{Text: errorf(f[start:verb], e.args[argStart:arg])}, Part{Text: in.Flag(), Input: in})
-				start, argStart = i+1, arg+1
+		if arg < len(e.args) && cutAt(e.args[arg]) {
+			part := Part{Text: fmt.Sprint(e.args[arg])}
+			switch a := e.args[arg].(type) {
+			case Input:
+				part.Input = a
+			case Action:
+				part.Action = &a
 			}
+			parts = append(parts, Part{Text: errorf(f[start:verb], e.args[argStart:arg])}, part)
+			start, argStart = i+1, arg+1
 		}
 		arg++
 	}
@@ -233,13 +265,23 @@ func errorf(format string, args []any) string {
 	return fmt.Errorf(format, args...).Error()
 }
 
+// cutAt reports whether a format argument is a part of its own: an input
+// or an action.
+func cutAt(arg any) bool {
+	switch arg.(type) {
+	case Input, Action:
+		return true
+	}
+	return false
+}
+
 // join drops empty text and merges neighbouring text.
 func join(parts []Part) []Part {
 	out := parts[:0:0]
 	for _, p := range parts {
 		switch {
-		case p.Input == "" && p.Text == "":
-		case p.Input == "" && len(out) > 0 && out[len(out)-1].Input == "":
+		case p.text() && p.Text == "":
+		case p.text() && len(out) > 0 && out[len(out)-1].text():
 			out[len(out)-1].Text += p.Text
 		default:
 			out = append(out, p)

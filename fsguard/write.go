@@ -94,8 +94,8 @@ func (g Guard) CheckFree(min int64, what string) error {
 		return err
 	}
 	if free < min {
-		return fail.Refusedf("%s: only %d MiB free on the storage root's filesystem (%s), below XMODE_MIN_FREE (%d MiB): stop idle sandboxes (`xmode sandbox stop ID`), run `xmode reap`, or remove old evidence under %s/runs/*/steps",
-			what, free>>20, g.Root, min>>20, g.Root)
+		return fail.Refusedf("%s: only %d MiB free on the storage root's filesystem (%s), below XMODE_MIN_FREE (%d MiB): stop idle sandboxes (%s), run `xmode reap`, or remove old evidence under %s/runs/*/steps",
+			what, free>>20, g.Root, min>>20, fail.Do("sandbox stop").Some("ID"), g.Root)
 	}
 	return nil
 }

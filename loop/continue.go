@@ -200,7 +200,7 @@ func (l *Loop) revise(ctx context.Context, sess *store.Session, plan *plans.Plan
 	rep, err := l.Plans.Run(ctx, sess, plan, popts)
 	failedStep := ""
 	if rep != nil {
-		res.Steps, res.ExitCode, failedStep = append(res.Steps, rep.Steps...), runStatus(rep), rep.Failed
+		res.Steps, res.ExitCode, failedStep = append(res.Steps, rep.Steps...), rep.ExitCode, rep.Failed
 	}
 	if err != nil {
 		return err

@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -139,7 +141,7 @@ func (l *Loop) prepare(o Options) (*prepared, error) {
 // Run runs the loop: once, or as a run of several attempts (runAttempts).
 // The returned error is xmode's own failure; when the run got as far as
 // having an ID, the Result says what it left. The exit status is
-// Result.ExitCode: the first failing required step's (see runStatus).
+// Result.ExitCode: the plan's (plans.Report.ExitCode).
 func (l *Loop) Run(ctx context.Context, o Options) (*Result, error) {
 	pr, err := l.prepare(o)
 	if err != nil {
@@ -175,6 +177,13 @@ func (l *Loop) runOne(ctx context.Context, o Options, pr *prepared, at attempt, 
 	plan, source := pr.plan, pr.source
 	create := o.Create
 	create.Loop = &store.NewLoop{Objective: o.Objective, Parent: at.parent, Attempt: at.n}
+	// A proxied sandbox reaches its agents' API hosts (and gets their keys
+	// at the edge) and what a -f plan's network: asks, from the start.
+	var kinds []string
+	for _, s := range l.knownAgents(plan, o.Agent) {
+		kinds = append(kinds, s.Agent)
+	}
+	create.EgressIfProxied = append(append(slices.Clone(create.EgressIfProxied), plan.Source()...), agents.NetworkSources(kinds, l.getenv())...)
 	sess, err := l.Svc.Create(ctx, create)
 	if at.created != nil {
 		at.created <- sess
@@ -207,7 +216,7 @@ func (l *Loop) runOne(ctx context.Context, o Options, pr *prepared, at attempt, 
 		}
 		rep, err := l.Plans.Run(ctx, sess, plan, popts)
 		if rep != nil {
-			res.Steps, res.ExitCode, failedStep, ran = rep.Steps, runStatus(rep), rep.Failed, true
+			res.Steps, res.ExitCode, failedStep, ran = rep.Steps, rep.ExitCode, rep.Failed, true
 		}
 		if err != nil {
 			return err
@@ -284,26 +293,6 @@ func (l *Loop) finish(ctx context.Context, sess *store.Session, runID string, ke
 	return res, nil
 }
 
-// runStatus is the run's exit status for its plan's report: the first
-// failing required step's status, but 1 when the step's own status is one
-// of xmode's (2 usage … 5 engine unavailable) — a dash script that is not
-// there exits 2, a failing make 2 — which a script would read as a mistake
-// of its command line; that step's outcome keeps its own status. A step
-// xmode could not start keeps the kind of xmode's failure.
-func runStatus(rep *plans.Report) int {
-	for _, s := range rep.Steps {
-		if s.Step != rep.Failed || s.ExitCode == nil || *s.ExitCode != rep.ExitCode {
-			continue
-		}
-		for _, k := range fail.Kinds() {
-			if k != fail.Failed && k.ExitCode() == rep.ExitCode {
-				return fail.Failed.ExitCode()
-			}
-		}
-	}
-	return rep.ExitCode
-}
-
 // outcome is how a run whose plan ran ends, and why (docs/agents.md, "The
 // loop"). A change request goes to review whatever the checks said — the
 // evidence shows them — unless the agent step itself failed: its partial
@@ -347,6 +336,15 @@ func outcome(plan *plans.Plan, failedStep string, res *Result) (status, reason s
 
 // knownAgents are the agent steps known before the session exists: the
 // plan's, or the default step's when the plan is the repository's.
+// getenv is where agents' keys are read: the service's (xmode's
+// environment).
+func (l *Loop) getenv() func(string) string {
+	if l.Svc.Getenv != nil {
+		return l.Svc.Getenv
+	}
+	return os.Getenv
+}
+
 func (l *Loop) knownAgents(plan *plans.Plan, kind string) []plans.Step {
 	if plan == nil {
 		return []plans.Step{{Agent: cmp.Or(kind, DefaultAgent)}}

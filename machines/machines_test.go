@@ -3,6 +3,7 @@ package machines
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -273,6 +274,56 @@ func TestCheckoutAddAndRelease(t *testing.T) {
 	}
 	if _, err := ReleaseWorktree(m.Guard, "p", "run_../../x"); err == nil {
 		t.Fatal("malformed run id accepted")
+	}
+}
+
+// A `git worktree add` killed before it wrote anything in its record (a
+// create killed at once) leaves a record with neither gitdir nor locked:
+// the next add removes it, so git has nothing stale to prune, and leaves a
+// session's locked record and a planted symlink alone.
+func TestAddSweepsHalfMadeRecords(t *testing.T) {
+	ctx := context.Background()
+	m, src := manager(t), origin(t)
+	if _, _, err := m.Warm(ctx, "p", src, ""); err != nil {
+		t.Fatal(err)
+	}
+	repoDir, _ := m.RepoDir("p")
+	records := filepath.Join(repoDir, ".git", "worktrees")
+	add := func() string {
+		co, err := m.Checkout(ctx, "p", "", "", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer co.Close()
+		run := store.NewRunID()
+		wt, _ := m.Guard.Worktree(run)
+		record, err := co.AddWorktree(ctx, run, wt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return record
+	}
+	add()
+	os.MkdirAll(filepath.Join(records, "junk"), 0o755)
+	os.MkdirAll(filepath.Join(records, "starting"), 0o755)
+	os.WriteFile(filepath.Join(records, "starting", "locked"), []byte("initializing"), 0o644)
+	outside := t.TempDir()
+	os.Symlink(outside, filepath.Join(records, "planted"))
+	if out := git(t, repoDir, "worktree", "prune", "--dry-run", "-v"); !strings.Contains(out, "junk") {
+		t.Fatalf("git does not see the junk record as stale: %q", out)
+	}
+	add()
+	if _, err := os.Stat(filepath.Join(records, "junk")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the half-made record is still there: %v", err)
+	}
+	for _, keep := range []string{"starting/locked", "planted"} {
+		if _, err := os.Lstat(filepath.Join(records, keep)); err != nil {
+			t.Fatalf("%s went: %v", keep, err)
+		}
+	}
+	os.Remove(filepath.Join(records, "planted"))
+	if out := git(t, repoDir, "worktree", "prune", "--dry-run", "-v"); out != "" {
+		t.Fatalf("prune finds: %s", out)
 	}
 }
 

@@ -161,6 +161,9 @@ func (c *Checkout) Close() {
 // caller records: after a step has run, the files that lead there (the
 // worktree's .git, the record's gitdir) are the sandbox's to rewrite.
 func (c *Checkout) AddWorktree(ctx context.Context, runID, path string) (string, error) {
+	if err := c.sweepJunkRecords(); err != nil {
+		return "", err
+	}
 	if _, err := gitcli.Run(ctx, nil, c.repoDir, "worktree", "add", "--quiet", "--detach", "--lock",
 		"--reason", "xmode "+runID, path, c.Commit); err != nil {
 		return "", fmt.Errorf("branch a worktree of project machine %s: %w", c.Machine.Project, err)
@@ -183,6 +186,45 @@ func (c *Checkout) AddWorktree(ctx context.Context, runID, path string) (string,
 		return "", fmt.Errorf("write %s: %w", dotGit, err)
 	}
 	return record, nil
+}
+
+// sweepJunkRecords removes the worktree records a `git worktree add`
+// killed in its first instants left: git makes .git/worktrees/<name>
+// before it writes the "locked" file and installs its clean-up on signals,
+// so a create killed (kill -9 of xmode, git TERMed with it) then leaves a
+// record with neither "gitdir" nor "locked", which `git worktree prune`
+// reports as stale and which no session owns. The checkout holds the
+// machine's lock, so no other add is halfway through; a record with a
+// "locked" file (every session's) is left alone. The removal is confined
+// to the records' directory with os.Root, following no link a sandbox
+// planted there.
+func (c *Checkout) sweepJunkRecords() error {
+	wts, err := fsguard.OpenRootPath(filepath.Join(c.GitDir(), "worktrees"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open worktree records of project machine %s: %w", c.Machine.Project, err)
+	}
+	defer wts.Close()
+	entries, err := fs.ReadDir(wts.FS(), ".")
+	if err != nil {
+		return fmt.Errorf("read worktree records of project machine %s: %w", c.Machine.Project, err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		_, gerr := wts.Lstat(e.Name() + "/gitdir")
+		_, lerr := wts.Lstat(e.Name() + "/locked")
+		if !errors.Is(gerr, fs.ErrNotExist) || !errors.Is(lerr, fs.ErrNotExist) {
+			continue
+		}
+		if err := wts.RemoveAll(e.Name()); err != nil {
+			return fmt.Errorf("remove the half-made worktree record %s of project machine %s: %w", e.Name(), c.Machine.Project, err)
+		}
+	}
+	return nil
 }
 
 // ReleaseRun removes git's record of a run's worktree from the machine the

@@ -265,7 +265,7 @@ func (s *Server) viewCR(p *changes.Package, sess *store.Session, ev *changes.Evi
 	x := s.xmodeCommand()
 	repo := "REPO"
 	if filepath.IsAbs(sess.Repo) {
-		repo = shellQuote(sess.Repo)
+		repo = fail.ShellWord(sess.Repo)
 	}
 	out := crOut{ID: p.ID, Title: p.Title, Status: p.Status, Version: p.Version, Session: p.SessionID, Dir: p.Dir, CreatedAt: stamp(p.CreatedAt),
 		Review: []string{

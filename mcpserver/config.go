@@ -28,17 +28,18 @@ func ConfigDefaults(env config.Env) map[string]config.Flag {
 	return ov
 }
 
-// imageConfig is the server's configuration with image as the sandbox
-// image (sandbox_create's image), refused when new sandboxes run no image.
-func (s *Server) imageConfig(image string) (*config.Config, error) {
+// createConfig is the server's configuration with sandbox_create's
+// overrides (its image, its network), an image refused when new sandboxes
+// run none.
+func (s *Server) createConfig(ov map[string]config.Flag, image string) (*config.Config, error) {
 	if s.o.LoadConfig == nil {
-		return nil, fail.Failedf("this server cannot choose an image per sandbox")
+		return nil, fail.Failedf("this server cannot choose an image or a network per sandbox")
 	}
-	cfg, err := s.o.LoadConfig(map[string]config.Flag{"XMODE_SANDBOX_IMAGE": {Name: "image", Value: image}})
+	cfg, err := s.o.LoadConfig(ov)
 	if err != nil {
 		return nil, err
 	}
-	if ok, _ := sandbox.RunsImage(cfg); !ok {
+	if ok, _ := sandbox.RunsImage(cfg); image != "" && !ok {
 		return nil, fail.Usagef("image %q: this server's sandboxes run on the host, which runs no image; the user sets XMODE_SANDBOX_ENGINE=docker and XMODE_RUNNER_MODE=cloud_worker for the server to get docker sandboxes", image)
 	}
 	return cfg, nil

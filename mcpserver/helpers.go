@@ -3,8 +3,9 @@ package mcpserver
 import (
 	"bytes"
 	"errors"
-	"strings"
 	"time"
+
+	"github.com/xmode/xmode/fail"
 )
 
 // Helpers the toolsets share.
@@ -18,19 +19,12 @@ func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 func (s *Server) xmodeCommand(args ...string) string {
 	x := "xmode"
 	if s.o.StorageRootArg != "" {
-		x += " --storage-root " + shellQuote(s.o.StorageRootArg)
+		x += " --storage-root " + fail.ShellWord(s.o.StorageRootArg)
 	}
 	for _, a := range args {
-		x += " " + shellQuote(a)
+		x += " " + fail.ShellWord(a)
 	}
 	return x
-}
-
-func shellQuote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:,@") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // errCapped ends a write past a capWriter's cap.

@@ -18,7 +18,8 @@ import (
 )
 
 // The tools, by toolset: the sandbox's life (sessions.go), its steps
-// (steps.go), its files (files.go) and its change (changes.go); each
+// (steps.go), its files (files.go), its change (changes.go) and its
+// network (network.go); each
 // tool's definition — name, description, annotations; its schemas come
 // from its input and output types — sits beside its handler. Each handler
 // resolves the session in the server's scope and calls the service the CLI
@@ -50,6 +51,7 @@ func (s *Server) addTools() {
 		s.addSandboxExec, s.addStepStatus, s.addStepLogs, s.addStepKill,
 		s.addFileRead, s.addFileList, s.addFileWrite, s.addFileEdit, s.addFileDelete,
 		s.addSandboxDiff, s.addCRCreate, s.addCRShow,
+		s.addNetworkPolicy, s.addNetworkLog, s.addSandboxPort,
 	} {
 		add()
 	}

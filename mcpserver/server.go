@@ -43,7 +43,11 @@ type Options struct {
 	// AllSessions widens the server's scope from the sessions MCP clients
 	// made for its user to all of that user's sessions (--all-sessions).
 	AllSessions bool
-	Version     string
+	// AllowNetworkChanges lets a client widen a sandbox's egress policy
+	// (an allow rule, a wider mode, a deny rule taken out), at its create
+	// and later (--allow-network-changes); narrowing is always allowed.
+	AllowNetworkChanges bool
+	Version             string
 	// WorkDir is the repository sandbox_create uses when the client names
 	// none and has no root: the server's working directory.
 	WorkDir string
@@ -197,7 +201,7 @@ func toolError(err error) error {
 	if err == nil {
 		return nil
 	}
-	return errors.New(fail.KindOf(err).ToolMessage(mcpWords(fail.Render(err, parameter))))
+	return errors.New(fail.KindOf(err).ToolMessage(mcpWords(fail.Words{Input: parameter, Action: toolAction}.Render(err))))
 }
 
 // parameter is MCP's word for an input a service names: the tool

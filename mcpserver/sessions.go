@@ -27,6 +27,7 @@ type sessionView struct {
 	Ref        string `json:"ref"`
 	BaseCommit string `json:"base_commit"`
 	Engine     string `json:"engine" jsonschema:"where its commands run: docker (a container) or host (the user's machine)"`
+	Network    string `json:"network,omitempty" jsonschema:"its network: none, allow or open (through xmode's egress proxy: network_policy shows the rules), or a docker network"`
 	Worktree   string `json:"worktree" jsonschema:"the worktree's path on the server's machine (not for your own tools: use the file tools)"`
 	Evidence   string `json:"evidence" jsonschema:"the directory of its evidence"`
 	CreatedAt  string `json:"created_at"`
@@ -37,18 +38,21 @@ type sessionView struct {
 func viewSession(sess *store.Session) sessionView {
 	return sessionView{
 		ID: sess.ID, Status: sess.Status, EndReason: sess.EndReason, Error: sess.Error, Title: sess.Title,
-		Repository: sess.Repo, Ref: sess.Ref, BaseCommit: sess.BaseCommit, Engine: sess.Engine,
+		Repository: sess.Repo, Ref: sess.Ref, BaseCommit: sess.BaseCommit, Engine: sess.Engine, Network: sess.Network,
 		Worktree: sess.WorktreePath, Evidence: sess.RunDir, CreatedAt: stamp(sess.CreatedAt), ExpiresAt: stamp(sess.ExpiresAt),
 		Client: sess.OriginClient,
 	}
 }
 
 type createIn struct {
-	Repository string `json:"repository,omitempty" jsonschema:"the repository to check out: a local path or a git URL; default: the client's root (the project you were opened in), else the server's working directory"`
-	Ref        string `json:"ref,omitempty" jsonschema:"branch, tag or commit; default: the repository's HEAD branch"`
-	Project    string `json:"project,omitempty" jsonschema:"a project ID (with project machines: a warm checkout of that project)"`
-	Title      string `json:"title,omitempty" jsonschema:"what the sandbox is for, in a few words (the change request's default title)"`
-	Image      string `json:"image,omitempty" jsonschema:"the image a docker sandbox runs, one with the project's toolchain (e.g. golang:1.26); default: the user's XMODE_SANDBOX_IMAGE. Refused when sandboxes run on the host"`
+	Repository string   `json:"repository,omitempty" jsonschema:"the repository to check out: a local path or a git URL; default: the client's root (the project you were opened in), else the server's working directory"`
+	Ref        string   `json:"ref,omitempty" jsonschema:"branch, tag or commit; default: the repository's HEAD branch"`
+	Project    string   `json:"project,omitempty" jsonschema:"a project ID (with project machines: a warm checkout of that project)"`
+	Title      string   `json:"title,omitempty" jsonschema:"what the sandbox is for, in a few words (the change request's default title)"`
+	Image      string   `json:"image,omitempty" jsonschema:"the image a docker sandbox runs, one with the project's toolchain (e.g. golang:1.26); default: the user's XMODE_SANDBOX_IMAGE. Refused when sandboxes run on the host"`
+	Network    string   `json:"network,omitempty" jsonschema:"the sandbox's network: none; allow (only the hosts in allow) or open (every host but deny rules and the block list), both through xmode's egress proxy, which records every connection (network_log). Default: the user's configuration; more than it gives is refused unless the user lets clients widen the network"`
+	Allow      []string `json:"allow,omitempty" jsonschema:"with network allow: what the sandbox may reach (host, *.host for the names below it, host:port, CIDR); refused unless the user lets clients widen the network"`
+	Deny       []string `json:"deny,omitempty" jsonschema:"what the sandbox may never reach (host, *.host, host:port, CIDR); wins over every allow rule"`
 }
 
 type createOut struct {
@@ -89,15 +93,22 @@ func (s *Server) sandboxCreate(ctx context.Context, req *mcp.CallToolRequest, in
 	// A service of this call's own, so the notes a create makes (uncommitted
 	// changes left out) come back to this caller only.
 	svc := *s.o.Sandbox
+	ov, sources, err := s.createNetwork(in)
+	if err != nil {
+		return nil, createOut{}, err
+	}
 	if in.Image != "" {
-		if svc.Cfg, err = s.imageConfig(in.Image); err != nil {
+		ov["XMODE_SANDBOX_IMAGE"] = config.Flag{Name: "image", Value: in.Image}
+	}
+	if len(ov) > 0 {
+		if svc.Cfg, err = s.createConfig(ov, in.Image); err != nil {
 			return nil, createOut{}, err
 		}
 	}
 	var notes bytes.Buffer
 	svc.Notices, svc.Progress, svc.Verbose, svc.Log = &notes, nil, nil, nil
 	sess, err := svc.Create(ctx, sandbox.CreateOptions{
-		Repo: repo, Ref: in.Ref, Project: in.Project, Title: in.Title,
+		Repo: repo, Ref: in.Ref, Project: in.Project, Title: in.Title, Egress: sources,
 		Origin: store.OriginMCP, OriginClient: clientOf(req.Session),
 	})
 	if re := (*sandbox.RepoError)(nil); errors.As(err, &re) {
@@ -163,6 +174,7 @@ type sessionIn struct {
 type showOut struct {
 	Session sessionView `json:"session"`
 	Steps   []stepView  `json:"steps"`
+	Ports   []portOut   `json:"ports" jsonschema:"its published ports (sandbox_port)"`
 }
 
 func (s *Server) addSandboxShow() {
@@ -180,7 +192,14 @@ func (s *Server) sandboxShow(ctx context.Context, _ *mcp.CallToolRequest, in ses
 	if err != nil {
 		return nil, showOut{}, err
 	}
-	out := showOut{Session: viewSession(sess), Steps: []stepView{}}
+	out := showOut{Session: viewSession(sess), Steps: []stepView{}, Ports: []portOut{}}
+	ports, err := s.o.Sandbox.Ports(ctx, sess, false)
+	if err != nil {
+		return nil, showOut{}, err
+	}
+	for _, p := range ports {
+		out.Ports = append(out.Ports, portOut{Session: sess.ID, Port: p.Port, URL: sandbox.PortURL(p), HostAddr: p.HostAddr, Forwarded: p.Owner != ""})
+	}
 	for _, r := range rows {
 		if r.SessionID == sess.ID {
 			out.Steps = append(out.Steps, viewStep(r))

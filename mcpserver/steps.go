@@ -225,7 +225,7 @@ func (s *Server) runStep(ctx context.Context, req *mcp.CallToolRequest, sess *st
 		return nil, execOut{}, err
 	}
 	out := execOut{
-		Step: res.Seq, Name: res.Name, State: "finished", ExitCode: ptr(res.ExitCode), Signal: res.Signal, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled,
+		Step: res.Seq, Name: res.Name, State: store.StateFinished, ExitCode: ptr(res.ExitCode), Signal: res.Signal, TimedOut: res.TimedOut, OOMKilled: res.OOMKilled,
 		DurationMS: res.DurationMS, OutputCap: OutputCap, StdoutPath: res.StdoutPath, StderrPath: res.StderrPath,
 	}
 	var cut1, cut2 bool

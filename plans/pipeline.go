@@ -1,6 +1,7 @@
 package plans
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,8 +41,12 @@ type Outcome struct {
 	Error string `json:"error,omitempty"`
 }
 
-// Report is a pipeline's outcome. ExitCode is the status of the first
-// failing required step (0 when none failed); Failed names it.
+// Report is a pipeline's outcome. ExitCode is its exit status: the status
+// of the first failing required step (0 when none failed), but 1 when that
+// is one of xmode's own codes, 2 to 5 (a dash script that is not there
+// exits 2, so does a failing make), which a script would read as a mistake
+// of its command line — that step's Outcome keeps its own status; the
+// kind of xmode's failure when a step could not start. Failed names it.
 type Report struct {
 	Steps       []Outcome `json:"steps"`
 	ExitCode    int       `json:"exit_code"`
@@ -114,6 +119,9 @@ func (r *Runner) Run(ctx context.Context, sess *store.Session, p *Plan, o Option
 		return nil, err
 	}
 	rep := &Report{}
+	if err := r.planNetwork(ctx, sess, p, o); err != nil {
+		return nil, err
+	}
 	started := o.From == ""
 	stop := false
 	var stopErr error
@@ -154,6 +162,9 @@ func (r *Runner) Run(ctx context.Context, sess *store.Session, p *Plan, o Option
 				} else {
 					if rep.ExitCode == 0 {
 						rep.ExitCode, rep.Failed = res.ExitCode, s.Name
+						if fail.OwnExitCode(res.ExitCode) {
+							rep.ExitCode = fail.Failed.ExitCode()
+						}
 					}
 					stop = !o.KeepGoing
 				}
@@ -184,7 +195,81 @@ func interruptStatus(ctx context.Context) int {
 	return 130
 }
 
-func (r *Runner) step(ctx context.Context, sess *store.Session, s Step, o Options) (*evidence.Result, error) {
+// planNetwork gives a proxied session what the plan's network: asks and
+// its policy lacks, as a network step; a session whose network no proxy
+// decides cannot hold the plan to its rules, which a note says.
+func (r *Runner) planNetwork(ctx context.Context, sess *store.Session, p *Plan, o Options) error {
+	if p.Network == nil {
+		return nil
+	}
+	if sess.NetworkPolicy == nil {
+		r.note(o, "the plan's network rules do not apply: session %s's network (%s) is not proxied (create it with --network allow for a policy)", sess.ID, cmp.Or(sess.Network, "the host's"))
+		return nil
+	}
+	_, err := r.Svc.EnsureNetwork(ctx, sess, sandbox.NetworkWanted{
+		Source: PlanSource, Allow: p.Network.Allow, Deny: p.Network.Deny, MayWiden: true, StepName: "plan-network",
+	})
+	if err != nil {
+		return fmt.Errorf("the plan's network rules: %w", err)
+	}
+	return nil
+}
+
+// stepNetwork adds what a step's network: asks and the session's policy
+// lacks, as a network step, and returns what takes it out again once the
+// step has ended (nil when nothing was added): the step's rules hold while
+// it runs.
+func (r *Runner) stepNetwork(ctx context.Context, sess *store.Session, s Step, o Options) (func() error, error) {
+	if s.Network == nil {
+		return nil, nil
+	}
+	if sess.NetworkPolicy == nil {
+		r.note(o, "step %s's network rules do not apply: session %s's network (%s) is not proxied", s.Name, sess.ID, cmp.Or(sess.Network, "the host's"))
+		return nil, nil
+	}
+	src := StepSource(s.Name)
+	name := s.Name + "-network"
+	if len(name) > evidence.MaxNameLen {
+		name = "network"
+	}
+	added, err := r.Svc.EnsureNetwork(ctx, sess, sandbox.NetworkWanted{
+		Source: src, Allow: s.Network.Allow, Deny: s.Network.Deny, MayWiden: true, StepName: name,
+	})
+	if err != nil || added == nil || added.Step == nil {
+		return nil, err
+	}
+	return func() error {
+		_, err := r.Svc.ChangeNetwork(context.WithoutCancel(ctx), sess, sandbox.NetworkChange{RemoveSource: src, Source: src, MayWiden: true, Name: name})
+		return err
+	}, nil
+}
+
+func (r *Runner) note(o Options, format string, args ...any) {
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, "xmode: "+format+"\n", args...)
+	}
+}
+
+func (r *Runner) step(ctx context.Context, sess *store.Session, s Step, o Options) (res *evidence.Result, err error) {
+	restore, err := r.stepNetwork(ctx, sess, s, o)
+	if err != nil {
+		return nil, fmt.Errorf("its network rules: %w", err)
+	}
+	if restore != nil {
+		defer func() {
+			if rerr := restore(); rerr != nil && err == nil {
+				err = fmt.Errorf("taking its network rules out again: %w", rerr)
+				if res != nil {
+					// The step ran; what failed is xmode's, after it.
+					res = nil
+				}
+			}
+		}()
+	}
+	return r.runStep(ctx, sess, s, o)
+}
+
+func (r *Runner) runStep(ctx context.Context, sess *store.Session, s Step, o Options) (*evidence.Result, error) {
 	if s.IsAgent() {
 		kind := s.Agent
 		if o.Agent != "" {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/xmode/xmode/agents"
 	"github.com/xmode/xmode/config"
+	"github.com/xmode/xmode/egress"
 	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/fsguard"
@@ -40,6 +41,33 @@ type Plan struct {
 	Steps    []Step `json:"steps"`
 	Attempts int    `json:"attempts,omitempty"`
 	Iterate  int    `json:"iterate,omitempty"`
+	// Network is what the plan's steps need of a proxied sandbox's egress
+	// policy, for the whole plan (docs/network.md, "Plans").
+	Network *Network `json:"network,omitempty"`
+}
+
+// Network is a plan's (or a step's) egress rules: they apply to a sandbox
+// whose network is proxied (--network allow or open), and are named after
+// the plan ("plan") or the step ("plan step NAME") in its policy and in the
+// decisions they make. A plan carries no credential: its file is the
+// repository's, and a credential sends a secret of the host's.
+type Network struct {
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
+}
+
+// PlanSource names a plan's rules.
+const PlanSource = "plan"
+
+// StepSource names a plan step's rules.
+func StepSource(step string) string { return "plan step " + step }
+
+// Source is the plan's rules as egress.Merge takes them (nil without any).
+func (p *Plan) Source() []egress.Source {
+	if p == nil || p.Network == nil {
+		return nil
+	}
+	return []egress.Source{{Name: PlanSource, Allow: p.Network.Allow, Deny: p.Network.Deny}}
 }
 
 // The bounds of a plan's (and `xmode run`'s) attempts and iterations.
@@ -72,6 +100,10 @@ type Step struct {
 	Env          []string      `json:"env,omitempty"` // KEY=VALUE, in the plan's order
 	Workdir      string        `json:"workdir,omitempty"`
 	AllowFailure bool          `json:"allow_failure,omitempty"`
+	// Network is what the step needs of a proxied sandbox's policy while
+	// it runs: added before it starts, taken out when it ends, each change
+	// a network step of the session's.
+	Network *Network `json:"network,omitempty"`
 	// Line is where the step starts in its file (0 for a step xmode made).
 	Line int `json:"-"`
 }
@@ -186,12 +218,14 @@ func Parse(src []byte, file string) (*Plan, error) {
 	if top.Kind != yaml.MappingNode {
 		return nil, planError(file, top, "plan", "must be a mapping with a list of steps under \"steps:\"")
 	}
-	var steps *yaml.Node
+	var steps, network *yaml.Node
 	p := &Plan{}
 	if err := eachKey(file, top, "plan", func(key string, k, v *yaml.Node) error {
 		switch key {
 		case "steps":
 			steps = v
+		case "network":
+			network = v
 		case "attempts":
 			n, err := count(file, v, key, 1, MaxAttempts)
 			p.Attempts = n
@@ -201,7 +235,7 @@ func Parse(src []byte, file string) (*Plan, error) {
 			p.Iterate = n
 			return err
 		default:
-			return planError(file, k, key, "unknown field: a plan has \"steps\", and may say \"attempts\" and \"iterate\"")
+			return planError(file, k, key, "unknown field: a plan has \"steps\", and may say \"attempts\", \"iterate\" and \"network\"")
 		}
 		return nil
 	}); err != nil {
@@ -226,7 +260,61 @@ func Parse(src []byte, file string) (*Plan, error) {
 		names[strings.ToLower(s.Name)] = n.Line
 		p.Steps = append(p.Steps, s)
 	}
+	if network != nil {
+		var err error
+		if p.Network, err = parseNetwork(file, "network", PlanSource, network); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
+}
+
+// parseNetwork reads a network: mapping of allow and deny lists, each rule
+// checked as the egress proxy reads it.
+func parseNetwork(file, field, source string, v *yaml.Node) (*Network, error) {
+	if v.Kind != yaml.MappingNode {
+		return nil, planError(file, v, field, "must be a mapping with allow and deny lists of rules (host, *.host, host:port, CIDR)")
+	}
+	n := &Network{}
+	err := eachKey(file, v, field, func(key string, k, val *yaml.Node) error {
+		f := field + "." + key
+		var list *[]string
+		switch key {
+		case "allow":
+			list = &n.Allow
+		case "deny":
+			list = &n.Deny
+		default:
+			if key == "credential" || key == "credentials" {
+				return planError(file, k, f, "a plan carries no credential (its file is the repository's, and a credential sends a secret of this machine's): give it with sandbox create --credential")
+			}
+			return planError(file, k, f, "unknown field: network has allow and deny")
+		}
+		if val.Kind != yaml.SequenceNode {
+			return planError(file, val, f, "must be a list of rules, e.g. [pypi.org, \"*.pythonhosted.org\"]")
+		}
+		for i, r := range val.Content {
+			rf := fmt.Sprintf("%s[%d]", f, i)
+			text, err := scalar(file, r, rf)
+			if err != nil {
+				return err
+			}
+			if _, err := egress.ParseRule(text, source, key == "deny"); err != nil {
+				var re *egress.RuleError
+				if errors.As(err, &re) {
+					msg := re.Problem
+					if re.Example != "" {
+						msg += "; write e.g. " + re.Example
+					}
+					return planError(file, r, rf, "%q: %s", text, msg)
+				}
+				return planError(file, r, rf, "%v", err)
+			}
+			*list = append(*list, text)
+		}
+		return nil
+	})
+	return n, err
 }
 
 // eachKey walks a mapping, refusing duplicate and non-string keys.
@@ -308,6 +396,8 @@ func parseStep(file, field string, n *yaml.Node) (Step, error) {
 			if s.Workdir, err = scalar(file, v, f); err == nil && filepath.IsAbs(s.Workdir) {
 				err = planError(file, v, f, "%q must be relative to the worktree", s.Workdir)
 			}
+		case "network":
+			s.Network, err = parseNetwork(file, f, StepSource("step"), v)
 		case "allow_failure":
 			var b string
 			if b, err = scalar(file, v, f); err == nil {
@@ -320,7 +410,7 @@ func parseStep(file, field string, n *yaml.Node) (Step, error) {
 				}
 			}
 		default:
-			err = planError(file, k, f, "unknown field: a step has name, agent, prompt, model, run, timeout, env, workdir and allow_failure")
+			err = planError(file, k, f, "unknown field: a step has name, agent, prompt, model, run, timeout, env, workdir, network and allow_failure")
 		}
 		return err
 	})

@@ -2,6 +2,7 @@ package plans
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -58,5 +59,46 @@ func TestCheckFrom(t *testing.T) {
 	}
 	if err := Check(p, Options{}); err == nil {
 		t.Fatal("{objective} without an objective must fail")
+	}
+}
+
+// A plan's network: and a step's: allow and deny rules, each checked as
+// the egress proxy reads it; an error names the file, the line and the
+// field; a plan carries no credential.
+func TestParseNetwork(t *testing.T) {
+	p, err := Parse([]byte(`network:
+  allow: [pypi.org, "*.pythonhosted.org"]
+  deny: [pastebin.example]
+steps:
+  - name: install
+    run: pip install -r requirements.txt
+    network:
+      allow: [files.example.com:443]
+  - name: test
+    run: [make, test]
+`), "xmode.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Network{Allow: []string{"pypi.org", "*.pythonhosted.org"}, Deny: []string{"pastebin.example"}}
+	if !reflect.DeepEqual(p.Network, want) || !reflect.DeepEqual(p.Steps[0].Network, &Network{Allow: []string{"files.example.com:443"}}) || p.Steps[1].Network != nil {
+		t.Fatalf("parsed %+v %+v", p.Network, p.Steps)
+	}
+	src := p.Source()
+	if len(src) != 1 || src[0].Name != PlanSource || len(src[0].Allow) != 2 || src[0].Deny[0] != "pastebin.example" {
+		t.Fatalf("the plan's source: %+v", src)
+	}
+	for _, c := range []struct{ plan, want string }{
+		{"network:\n  allow: [\"*.com\"]\nsteps: [{name: a, run: x}]\n", `xmode.yaml:2: network.allow[0]: "*.com": *.com would allow a whole top-level domain`},
+		{"steps:\n  - name: a\n    run: x\n    network:\n      deny: [\"not a host\"]\n", `xmode.yaml:5: steps[0].network.deny[0]: "not a host"`},
+		{"network:\n  credential: [a.example=x-api-key:HOME]\nsteps: [{name: a, run: x}]\n", "xmode.yaml:2: network.credential: a plan carries no credential"},
+		{"network:\n  allow: pypi.org\nsteps: [{name: a, run: x}]\n", "xmode.yaml:2: network.allow: must be a list of rules"},
+		{"network: [pypi.org]\nsteps: [{name: a, run: x}]\n", "xmode.yaml:1: network: must be a mapping with allow and deny"},
+		{"netwrok: {}\nsteps: [{name: a, run: x}]\n", `xmode.yaml:1: netwrok: unknown field: a plan has "steps", and may say "attempts", "iterate" and "network"`},
+	} {
+		_, err := Parse([]byte(c.plan), "xmode.yaml")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: %v; want %q", c.plan, err, c.want)
+		}
 	}
 }

@@ -93,6 +93,29 @@ func Shape(provider engine.Provider, user string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
+// Users are the users the pool of project is filled for, an entry of each
+// one's shape per slot (docs/project-machines.md, "Whose pool"). Where the
+// engine mounts each user's cache of the project (engine.Volumes), an
+// entry serves its user alone, so the pool is each user's: those
+// XMODE_POOL_USERS names, else those who made a session of the project
+// within XMODE_POOL_MAX_AGE (an entry older than that is retired anyway),
+// else — a machine nobody has used yet — the user who runs the upkeep.
+// Where it mounts none, every user's create claims any entry: one pool,
+// made for no user ("").
+func (p *Pools) Users(ctx context.Context, provider engine.Provider, project string) ([]string, error) {
+	if _, ok := engine.Volumes(provider); !ok {
+		return []string{""}, nil
+	}
+	if len(p.Cfg.PoolUsers) > 0 {
+		return p.Cfg.PoolUsers, nil
+	}
+	users, err := p.Store.ProjectUsers(ctx, project, p.now().Add(-p.Cfg.PoolMaxAge))
+	if err != nil || len(users) > 0 {
+		return users, err
+	}
+	return []string{p.Cfg.User}, nil
+}
+
 // machines is the project machines of this storage root.
 func (p *Pools) machines() *machines.Manager {
 	return &machines.Manager{Cfg: p.Cfg, Store: p.Store, Guard: p.Guard, Progress: p.Progress}

@@ -37,6 +37,7 @@ type Entry struct {
 	Files       int        `json:"files"`
 	Engine      string     `json:"engine"`
 	Shape       string     `json:"shape"`
+	User        string     `json:"user"` // whose cache it mounts, and creates claim it (Pools.Users); "" for none
 	MountMode   string     `json:"mount_mode"`
 	Image       string     `json:"image"`
 	ContainerID string     `json:"container_id"`
@@ -59,7 +60,7 @@ func (e *Entry) Sandbox() engine.Sandbox {
 	}
 }
 
-const entryCols = `session_id, run_id, project, base_commit, files, engine, shape, mount_mode, image,
+const entryCols = `session_id, run_id, project, base_commit, files, engine, shape, user, mount_mode, image,
 	container_id, volumes, state, owner, owner_at, created_at, ready_at`
 
 type scanner interface{ Scan(...any) error }
@@ -69,7 +70,7 @@ func (p *Pools) scanEntry(row scanner) (*Entry, error) {
 	var volumes string
 	var ownerAt, created int64
 	var ready sql.NullInt64
-	if err := row.Scan(&e.SessionID, &e.RunID, &e.Project, &e.Commit, &e.Files, &e.Engine, &e.Shape, &e.MountMode,
+	if err := row.Scan(&e.SessionID, &e.RunID, &e.Project, &e.Commit, &e.Files, &e.Engine, &e.Shape, &e.User, &e.MountMode,
 		&e.Image, &e.ContainerID, &volumes, &e.State, &e.Owner, &ownerAt, &created, &ready); err != nil {
 		return nil, err
 	}
@@ -90,6 +91,7 @@ type newEntries struct {
 	Project, Repo, Ref string
 	Commit             string // the machine's commit: only entries at it count towards Size
 	Engine, Shape      string
+	User               string // whose cache it mounts (Entry.User)
 	MountMode, Image   string
 	Size               int // the pool's size: reserve what it lacks
 	Owner              string
@@ -127,14 +129,14 @@ func (p *Pools) reserve(ctx context.Context, n newEntries) ([]*Entry, error) {
 		now := store.Millis(n.Now)
 		for range max(want, 0) {
 			e := &Entry{SessionID: newID(), RunID: newRun(), Project: n.Project, Commit: n.Commit, Engine: n.Engine,
-				Shape: n.Shape, MountMode: n.MountMode, Image: n.Image, State: Provisioning, Owner: n.Owner,
+				Shape: n.Shape, User: n.User, MountMode: n.MountMode, Image: n.Image, State: Provisioning, Owner: n.Owner,
 				OwnerAt: store.FromMillis(now), CreatedAt: store.FromMillis(now), Volumes: []string{}}
 			if err := tx.InsertMachineRun(ctx, e.RunID, n.Repo, n.Ref, n.Project, e.CreatedAt); err != nil {
 				return fmt.Errorf("insert run of a pool entry: %w", err)
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO pool_entries (`+entryCols+`)
-				VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, '', '[]', ?, ?, ?, ?, NULL)`,
-				e.SessionID, e.RunID, e.Project, e.Commit, e.Engine, e.Shape, e.MountMode, e.Image, e.State, e.Owner, now, now); err != nil {
+				VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, '', '[]', ?, ?, ?, ?, NULL)`,
+				e.SessionID, e.RunID, e.Project, e.Commit, e.Engine, e.Shape, e.User, e.MountMode, e.Image, e.State, e.Owner, now, now); err != nil {
 				return fmt.Errorf("insert pool entry: %w", err)
 			}
 			e.WorktreePath, _ = p.Guard.Worktree(e.RunID)

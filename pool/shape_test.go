@@ -51,3 +51,27 @@ func TestShapeIsStable(t *testing.T) {
 		engine.Close(provider)
 	}
 }
+
+// A setting that came after pools (the egress policy's) changes the shape
+// only once it is set.
+func TestShapeOfLaterSettings(t *testing.T) {
+	shape := func(env map[string]string) string {
+		all := map[string]string{"XMODE_STORAGE_ROOT": "/srv/x", "HOME": "/h", "XMODE_SANDBOX_ENGINE": "docker", "XMODE_RUNNER_MODE": "cloud_worker"}
+		for k, v := range env {
+			all[k] = v
+		}
+		cfg, err := config.Load(func(k string) string { return all[k] }, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		provider, err := engine.For(cfg.RunnerMode, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer engine.Close(provider)
+		return pool.Shape(provider, "alice")
+	}
+	if plain, allow := shape(nil), shape(map[string]string{"XMODE_SANDBOX_ALLOW": "mirror.example"}); plain == allow {
+		t.Errorf("an allow rule leaves the shape as it was: %s", plain)
+	}
+}

@@ -61,11 +61,15 @@ const fillParallel = 4
 // `machine warm` run): it retires entries whose maker died, that are older
 // than XMODE_POOL_MAX_AGE, were made for other settings than this
 // configuration's, lost their container or their machine; makes what each
-// pool lacks at its machine's commit; then retires the entries behind that
-// commit (after a refresh) and those beyond the pool's size. Pools are made
-// only with project machines on (only then do creates claim), of the shape a
-// create with this configuration would claim. A failure is reported and the
-// rest goes on; the error return is for a pass that could not start.
+// user's pool lacks at its machine's commit (Users: whose pools); then
+// retires the entries of those pools behind that commit (after a refresh)
+// and those beyond the pool's size. Another user's entry is never retired
+// for being another user's: an entry is of this configuration when it is
+// what this configuration makes for its own user (Shape of Entry.User).
+// Pools are made only with project machines on (only then do creates
+// claim), of the shape a create with this configuration would claim. A
+// failure is reported and the rest goes on; the error return is for a
+// pass that could not start.
 func (p *Pools) Maintain(ctx context.Context, o Options) (*Report, error) {
 	rep := &Report{}
 	if o.Log != nil {
@@ -98,7 +102,7 @@ func (p *Pools) Maintain(ctx context.Context, o Options) (*Report, error) {
 		want = want || Size(m, p.Cfg.PoolSize) > 0
 	}
 	keep := p.Cfg.ProjectMachines && (want || len(entries) > 0)
-	var engineName, shape string
+	var engineName string
 	var provider engine.Provider
 	if keep {
 		if engineName, err = engine.Choose(p.Cfg.RunnerMode, p.Cfg.Engine); err != nil {
@@ -111,9 +115,11 @@ func (p *Pools) Maintain(ctx context.Context, o Options) (*Report, error) {
 		}
 		defer engine.Close(provider)
 		engine.SetProgress(provider, p.Progress)
-		shape = Shape(provider, p.Cfg.User)
 	}
-	running := p.running(ctx, provider, shape, entries, rep)
+	// ours: the entry is what this configuration makes for its user.
+	ours := func(e *Entry) bool { return keep && e.Shape == Shape(provider, e.User) }
+	_, perUser := engine.Volumes(provider)
+	running := p.running(ctx, provider, entries, ours, rep)
 
 	now := p.now()
 	for _, e := range entries {
@@ -127,9 +133,11 @@ func (p *Pools) Maintain(ctx context.Context, o Options) (*Report, error) {
 			why = "its project machine is gone"
 		case now.Sub(e.CreatedAt) >= p.Cfg.PoolMaxAge:
 			why = fmt.Sprintf("older than XMODE_POOL_MAX_AGE (%s)", p.Cfg.PoolMaxAge)
-		case keep && e.Shape != shape:
-			why = "made for other settings (engine, image, limits, network, the user whose cache it mounts…) than this configuration's"
-		case running != nil && e.Shape == shape && !running[e.SessionID]:
+		case keep && !ours(e) && perUser && e.User == "":
+			why = "made before pool entries recorded whose cache they mount (it may mount the cache every user shared)"
+		case keep && !ours(e):
+			why = "made for other settings (engine, image, limits, network…) than this configuration's"
+		case running != nil && !running[e.SessionID]: // ours: the case above took the others
 			why = "its container is gone or stopped"
 		}
 		if why != "" {
@@ -139,32 +147,49 @@ func (p *Pools) Maintain(ctx context.Context, o Options) (*Report, error) {
 	if !keep {
 		return rep, nil
 	}
+	// The pools this pass fills, by project: the shape of each of their
+	// users.
+	filled := map[string]map[string]bool{}
 	for _, m := range machs {
 		if ctx.Err() != nil {
 			break
 		}
-		p.fill(ctx, r, provider, shape, m, entries, o, rep)
+		users, err := p.Users(ctx, provider, m.Project)
+		if err != nil {
+			rep.fail("", err)
+			continue
+		}
+		filled[m.Project] = map[string]bool{}
+		for _, u := range users {
+			filled[m.Project][Shape(provider, u)] = true
+			p.fill(ctx, r, provider, u, m, entries, o, rep)
+		}
 	}
 	// Behind and beyond the size only now: a pool catching up with a
-	// refresh keeps its old entries until the new ones are ready.
+	// refresh keeps its old entries until the new ones are ready. The pool
+	// of a user it did not fill keeps its entries (claimable, if behind,
+	// by a move) until they age: it is not this pass's to empty.
 	if entries, err = p.Entries(ctx, o.Project); err != nil {
 		rep.fail("", err)
 		return rep, nil
 	}
-	atHead := map[string][]*Entry{}
+	type pool struct{ project, shape string }
+	atHead := map[pool][]*Entry{}
 	for _, e := range entries {
 		m := byProject[e.Project]
-		if m == nil || e.State != Ready || e.Shape != shape {
+		if m == nil || e.State != Ready || !ours(e) {
 			continue
 		}
 		if e.Commit != m.HeadCommit {
-			p.retire(ctx, r, e, "behind its machine, now at "+shortCommit(m.HeadCommit), o, rep)
+			if filled[e.Project][e.Shape] {
+				p.retire(ctx, r, e, "behind its machine, now at "+shortCommit(m.HeadCommit), o, rep)
+			}
 			continue
 		}
-		atHead[e.Project] = append(atHead[e.Project], e)
+		atHead[pool{e.Project, e.Shape}] = append(atHead[pool{e.Project, e.Shape}], e)
 	}
-	for project, es := range atHead {
-		size := Size(byProject[project], p.Cfg.PoolSize)
+	for k, es := range atHead {
+		size := Size(byProject[k.project], p.Cfg.PoolSize)
 		sort.Slice(es, func(i, j int) bool { return es[i].CreatedAt.After(es[j].CreatedAt) })
 		for _, e := range es[min(size, len(es)):] {
 			p.retire(ctx, r, e, fmt.Sprintf("the pool keeps %d", size), o, rep)
@@ -173,13 +198,13 @@ func (p *Pools) Maintain(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
-// running returns which entries of this shape have a running container
-// (by session ID), or nil when there is nothing to check: an engine whose
-// objects can outlive a session (engine.Orphans) lists them once for the
-// whole pass.
-func (p *Pools) running(ctx context.Context, provider engine.Provider, shape string, entries []*Entry, rep *Report) map[string]bool {
+// running returns which entries have a running container (by session
+// ID), or nil when there is nothing to check — no ready entry of this
+// configuration (ours) —: an engine whose objects can outlive a session
+// (engine.Orphans) lists them once for the whole pass.
+func (p *Pools) running(ctx context.Context, provider engine.Provider, entries []*Entry, ours func(*Entry) bool, rep *Report) map[string]bool {
 	if provider == nil || !slices.ContainsFunc(entries, func(e *Entry) bool {
-		return e.State == Ready && e.Shape == shape
+		return e.State == Ready && ours(e)
 	}) {
 		return nil
 	}
@@ -222,9 +247,10 @@ func (p *Pools) retire(ctx context.Context, r *reaper.Reaper, e *Entry, why stri
 	}
 }
 
-// fill makes what the machine's pool lacks: reserve counts and reserves
-// in one transaction, so fills running at once never overshoot.
-func (p *Pools) fill(ctx context.Context, r *reaper.Reaper, provider engine.Provider, shape string, m *store.Machine, entries []*Entry, o Options, rep *Report) {
+// fill makes what user's pool of the machine lacks: reserve counts and
+// reserves in one transaction, so fills running at once never overshoot.
+func (p *Pools) fill(ctx context.Context, r *reaper.Reaper, provider engine.Provider, user string, m *store.Machine, entries []*Entry, o Options, rep *Report) {
+	shape := Shape(provider, user)
 	size := Size(m, p.Cfg.PoolSize)
 	if size <= 0 {
 		return
@@ -237,7 +263,7 @@ func (p *Pools) fill(ctx context.Context, r *reaper.Reaper, provider engine.Prov
 			}
 		}
 		if n := size - have; n > 0 {
-			logf(o.Log, "%s would make %d pool entries at %s", m.Project, n, shortCommit(m.HeadCommit))
+			logf(o.Log, "%s would make %d pool entries at %s%s", m.Project, n, shortCommit(m.HeadCommit), forUser(user))
 			rep.add(func(r *Report) { r.Filled += n })
 		}
 		return
@@ -251,7 +277,7 @@ func (p *Pools) fill(ctx context.Context, r *reaper.Reaper, provider engine.Prov
 	image, _ := engine.Image(provider)
 	reserved, err := p.reserve(ctx, newEntries{
 		Project: m.Project, Repo: m.Repo, Ref: m.DefaultRef, Commit: m.HeadCommit,
-		Engine: provider.Name(), Shape: shape, MountMode: engine.MountMode(provider), Image: image,
+		Engine: provider.Name(), Shape: shape, User: user, MountMode: engine.MountMode(provider), Image: image,
 		Size: size, Owner: r.Holder(), Now: p.now(),
 	})
 	if err != nil {
@@ -268,7 +294,7 @@ func (p *Pools) fill(ctx context.Context, r *reaper.Reaper, provider engine.Prov
 				rep.fail(e.SessionID, fmt.Errorf("make pool entry of %s: %w", e.Project, err))
 				return
 			}
-			logf(o.Log, "%s made pool entry of %s", e.SessionID, e.Project)
+			logf(o.Log, "%s made pool entry of %s%s", e.SessionID, e.Project, forUser(e.User))
 			rep.add(func(r *Report) { r.Filled++ })
 		})
 	}
@@ -327,4 +353,13 @@ func (p *Pools) fillOne(ctx context.Context, r *reaper.Reaper, provider engine.P
 	// (every file's ctime changes), and before a claim can hand it out.
 	p.seed(ctx, e.RunID, co.Commit)
 	return p.markReady(ctx, e.SessionID, r.Holder(), co.Commit, files, p.now())
+}
+
+// forUser says whose an entry is, for a log line: nothing for an entry
+// every user's create claims.
+func forUser(user string) string {
+	if user == "" {
+		return ""
+	}
+	return " for " + user
 }

@@ -145,8 +145,8 @@ func (r *Reaper) Stop(ctx context.Context, sess *store.Session, force bool) (Out
 		}
 	}
 	if len(live) > 0 && !force {
-		return Outcome{}, fail.Refusedf("session %s has a running step: %s; wait for it to end, or end it with the session: `xmode sandbox stop --force %s`",
-			sess.ID, strings.Join(live, ", "), sess.ID)
+		return Outcome{}, fail.Refusedf("session %s has a running step: %s; wait for it to end, or end it with the session: %s",
+			sess.ID, strings.Join(live, ", "), fail.Do("sandbox stop").With(fail.Force, "").Arg(sess.ID))
 	}
 	if len(live) > 0 || detached {
 		if err := r.Store.StopSteps(ctx, sess.ID, store.StoppedBySandboxStop, len(live) > 0); err != nil {
@@ -171,6 +171,10 @@ func (r *Reaper) Teardown(ctx context.Context, sess *store.Session, status, reas
 	}
 	gone, err := r.endSteps(ctx, sess)
 	if err != nil {
+		return out, fmt.Errorf("tear down %s: %w", sess.ID, err)
+	}
+	// Its published ports close before its sandbox goes.
+	if err := r.closePorts(ctx, sess.ID); err != nil {
 		return out, fmt.Errorf("tear down %s: %w", sess.ID, err)
 	}
 	sb := sess.Sandbox()

@@ -14,6 +14,7 @@ import (
 	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
 	"github.com/xmode/xmode/internal/proc"
+	"github.com/xmode/xmode/providers/docker/dockertest"
 	"github.com/xmode/xmode/store"
 )
 
@@ -22,7 +23,9 @@ import (
 // hidden command).
 func TestMain(m *testing.M) {
 	SuperviseIfAsked()
-	os.Exit(m.Run())
+	code := m.Run()
+	dockertest.RemoveBuilt()
+	os.Exit(code)
 }
 
 // waitFor polls cond until it holds, failing t after d.
@@ -173,7 +176,7 @@ func TestExecDetachedRefusals(t *testing.T) {
 	// end to say in its own words.
 	_, err = svc.ExecDetached(ctx, sess, ExecOptions{Argv: []string{"true"}, Workdir: "../outside"})
 	if fail.InputOf(err) != fail.Workdir || !strings.HasPrefix(err.Error(), "--workdir ") ||
-		!strings.HasPrefix(fail.Render(err, func(in fail.Input) string { return "parameter " + string(in) }), "parameter workdir ") {
+		!strings.HasPrefix((fail.Words{Input: func(in fail.Input) string { return "parameter " + string(in) }}).Render(err), "parameter workdir ") {
 		t.Fatalf("a workdir the supervisor refused: %v (input %q)", err, fail.InputOf(err))
 	}
 	if steps, _ := svc.Store.Steps(ctx, sess.RunID); len(steps) != 0 {

@@ -3,10 +3,12 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/xmode/xmode/changes"
+	"github.com/xmode/xmode/egress"
 	"github.com/xmode/xmode/engine"
 	"github.com/xmode/xmode/evidence"
 	"github.com/xmode/xmode/fail"
@@ -68,8 +70,8 @@ func (s *Service) checkQuiet(ctx context.Context, sess *store.Session, verb stri
 		live = append(live, fmt.Sprintf("step %d (%s, xmode pid %s)", st.Seq, st.Name, pid))
 	}
 	if len(live) > 0 {
-		return 0, fail.Refusedf("session %s has a step running in the foreground: %s; %s it once the step has ended (`xmode sandbox logs %s %d --follow` waits for it), or end the step with `xmode sandbox kill %s %d`",
-			sess.ID, strings.Join(live, ", "), verb, sess.ID, first, sess.ID, first)
+		return 0, fail.Refusedf("session %s has a step running in the foreground: %s; %s it once the step has ended (`xmode sandbox logs %s %d --follow` waits for it), or end the step with %s",
+			sess.ID, strings.Join(live, ", "), verb, sess.ID, first, fail.Do("sandbox kill", sess.ID, strconv.Itoa(first)))
 	}
 	return last, nil
 }
@@ -146,6 +148,22 @@ func (s *Service) Fork(ctx context.Context, parent *store.Session, o ForkOptions
 	sess.Image, _ = engine.Image(provider)
 	if network, ok := engine.Network(provider); ok {
 		sess.Network = network
+	}
+	// A fork of a proxied sandbox reaches what its parent may, from the
+	// parent's policy as it is now (its credentials with placeholders of
+	// their own).
+	if parent.NetworkPolicy != nil {
+		pol, err := PolicyOf(sess.ID, parent.NetworkPolicy)
+		if err != nil {
+			return nil, fmt.Errorf("fork %s: its network policy: %w", parent.ID, err)
+		}
+		for i := range pol.Credentials {
+			pol.Credentials[i].Placeholder = egress.NewPlaceholder()
+		}
+		if err := checkEgress(&pol, sess.Engine, provider); err != nil {
+			return nil, err
+		}
+		sess.NetworkPolicy, sess.Network = RecordPolicy(&pol), string(pol.Mode)
 	}
 	if sess.WorktreePath, err = s.Guard.Worktree(sess.RunID); err != nil {
 		return nil, err
@@ -464,6 +482,15 @@ func (s *Service) createFromSnapshot(ctx context.Context, o CreateOptions) (*sto
 	if network, ok := engine.Network(provider); ok {
 		sess.Network = network
 	}
+	// A proxied network's policy, as a create's: the flags' rules first.
+	pol, err := s.egressPolicy(sess.ID, o.Egress, o.EgressIfProxied)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkEgress(pol, sess.Engine, provider); err != nil {
+		return nil, err
+	}
+	sess.NetworkPolicy = RecordPolicy(pol)
 	if sess.WorktreePath, err = s.Guard.Worktree(sess.RunID); err != nil {
 		return nil, err
 	}

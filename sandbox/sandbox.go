@@ -124,6 +124,11 @@ type CreateOptions struct {
 	// plan's network:, an agent's hosts), before configuration's; they need
 	// a proxied network (XMODE_SANDBOX_NETWORK=allow or open).
 	Egress []egress.Source
+	// EgressIfProxied are egress sources that say what the sandbox's work
+	// needs rather than what the user asked (the hosts of the agents it is
+	// for, a plan's network:): part of its policy when its network is
+	// proxied, nothing otherwise.
+	EgressIfProxied []egress.Source
 	// Loop makes the new run a run of the governed loop (xmode run).
 	Loop *store.NewLoop
 	// Origin is what makes the session (store.OriginMCP; "" is the CLI),
@@ -153,7 +158,7 @@ func (s *Service) Pools() *pool.Pools {
 			// An entry's sandbox lives until the pool retires it (its
 			// maximum age); a claim moves its deadline to the session's
 			// expiry (engine.Extend).
-			return s.spec(ctx, e.SessionID, e.RunID, e.Project, e.WorktreePath, e.Image, s.Now().Add(s.Cfg.PoolMaxAge), co)
+			return s.spec(ctx, e.SessionID, e.RunID, e.Project, e.WorktreePath, e.Image, e.User, s.Now().Add(s.Cfg.PoolMaxAge), co)
 		},
 		Seed: s.seed,
 	}
@@ -221,13 +226,14 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 	}
 	// A proxied network's policy, checked now: a bad rule, or an engine
 	// that cannot enforce it, leaves no trace.
-	pol, err := s.egressPolicy(sess.ID, o.Egress)
+	pol, err := s.egressPolicy(sess.ID, o.Egress, o.EgressIfProxied)
 	if err != nil {
 		return nil, err
 	}
 	if err := checkEgress(pol, engineName, provider); err != nil {
 		return nil, err
 	}
+	sess.NetworkPolicy = RecordPolicy(pol)
 	var tgt target
 	var co *machines.Checkout // the worktree comes from a project machine
 	newRun := o.RunID == ""
@@ -239,7 +245,13 @@ func (s *Service) Create(ctx context.Context, o CreateOptions) (*store.Session, 
 		// A ready sandbox from the project's pool when one fits: nothing to
 		// check out, no container to make. An empty pool costs one read.
 		start := time.Now()
-		claimed, resolved, err := s.Pools().Claim(ctx, pool.ClaimOptions{Project: o.Project, Repo: o.Repo, Ref: o.Ref, Refresh: o.Refresh, Loop: o.Loop}, sess, provider)
+		var claimed *store.Session
+		var resolved *machines.Checkout
+		if pol == nil {
+			// A proxied sandbox's policy (its placeholders, its rules' sources)
+			// is its own: it is never a pool entry made before it.
+			claimed, resolved, err = s.Pools().Claim(ctx, pool.ClaimOptions{Project: o.Project, Repo: o.Repo, Ref: o.Ref, Refresh: o.Refresh, Loop: o.Loop}, sess, provider)
+		}
 		if err != nil || claimed != nil {
 			if claimed != nil {
 				s.detail("took a ready sandbox from the pool of project %s: %s at %s, nothing to clone or start (%s)", o.Project, claimed.Ref, shortCommit(claimed.BaseCommit), took(start))
@@ -397,9 +409,17 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 	engine.SetProgress(provider, s.Progress)
 	// The session's expiry is set again once it opens (below), a little
 	// later than this: an engine's dead-man switch keeps a margin.
-	spec, err := s.spec(ctx, sess.ID, sess.RunID, sess.Project, sess.WorktreePath, sess.Image, s.Now().Add(s.Cfg.TTL), co)
+	spec, err := s.spec(ctx, sess.ID, sess.RunID, sess.Project, sess.WorktreePath, sess.Image, sess.User, s.Now().Add(s.Cfg.TTL), co)
 	if err != nil {
 		return nil, err
+	}
+	if pol == nil && sess.NetworkPolicy != nil {
+		// A session made with its policy already recorded (a fork's).
+		p, err := PolicyOf(sess.ID, sess.NetworkPolicy)
+		if err != nil {
+			return nil, err
+		}
+		pol = &p
 	}
 	if pol != nil {
 		spec.Egress = pol // with the front ends' sources
@@ -442,29 +462,28 @@ func (s *Service) provision(ctx context.Context, sess *store.Session, newRun boo
 // ahead of time for one, which must be exactly what a create would make:
 // xmode's labels (docs/reference.md, "Docker objects and labels"), and for a worktree of a project machine its .git
 // and the project's cache volume and environment (which an engine that
-// keeps no volumes ignores).
-func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree, image string, expires time.Time, co *machines.Checkout) (engine.Spec, error) {
+// keeps no volumes ignores) — the cache of user, the session's owner or
+// the user a pool entry is made for.
+func (s *Service) spec(ctx context.Context, sessionID, runID, project, worktree, image, user string, expires time.Time, co *machines.Checkout) (engine.Spec, error) {
 	instance, err := s.Store.InstanceID(ctx)
 	if err != nil {
 		return engine.Spec{}, err
 	}
 	spec := engine.Spec{
 		SessionID: sessionID, RunID: runID, Project: project, Worktree: worktree, Image: image,
-		User: s.Cfg.User, Expires: expires,
+		User: user, Expires: expires,
 		Labels: map[string]string{
 			"xmode.managed": "true", "xmode.session": sessionID, "xmode.run": runID, "xmode.instance": instance,
 		},
 	}
 	// A proxied network's policy from configuration (a pool entry's too).
-	if spec.Egress, err = s.egressPolicy(sessionID, nil); err != nil {
+	if spec.Egress, err = s.egressPolicy(sessionID, nil, nil); err != nil {
 		return engine.Spec{}, err
 	}
 	spec.Getenv = s.Getenv
 	if co != nil {
 		spec.MachineGitDir = co.GitDir()
-		// The cache of this service's user: what a create makes for its
-		// user, and what a pool refill makes for the user who fills it.
-		spec.CacheVolume, spec.CacheMount = machines.CacheVolume(project, s.Cfg.User), s.Cfg.ProjectCacheMount
+		spec.CacheVolume, spec.CacheMount = machines.CacheVolume(project, user), s.Cfg.ProjectCacheMount
 		spec.Env = machines.CacheEnv(s.Cfg.ProjectCacheMount)
 	}
 	return spec, nil
@@ -570,6 +589,14 @@ func (s *Service) OnHost(sess *store.Session) bool {
 	}
 	defer engine.Close(provider)
 	return engine.OnHost(provider)
+}
+
+// Inherits reports whether a step of the session gets xmode's own
+// variable name without its being passed by name: only a step on this
+// host does (OnHost), and only what the environment policy the session
+// recorded lets through (a key is left out unless the policy includes it).
+func (s *Service) Inherits(sess *store.Session, name string) bool {
+	return s.OnHost(sess) && hostenv.Recorded(sess.HostEnv).Passes(name)
 }
 
 // MissingPaths are the paths (absolute, as the sandbox would see them)

@@ -105,7 +105,7 @@ func (s *Service) KillStep(ctx context.Context, sess *store.Session, seq int, si
 		return notRunning(row)
 	}
 	if row.Tag == "" {
-		return fail.Refusedf("step %d (%s) was recorded without a tag (by an older xmode): its processes cannot be found; stop the session with `xmode sandbox stop --force %s`", row.Seq, row.Name, sess.ID)
+		return fail.Refusedf("step %d (%s) was recorded without a tag (by an older xmode): its processes cannot be found; stop the session with %s", row.Seq, row.Name, fail.Do("sandbox stop").With(fail.Force, "").Arg(sess.ID))
 	}
 	provider, err := engine.Open(sess.Engine, s.Cfg)
 	if err != nil {

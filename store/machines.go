@@ -131,6 +131,17 @@ func (s *Store) MachineSessions(ctx context.Context, project string) ([]*Session
 		AND run_id IN (SELECT id FROM runs WHERE machine = ?) ORDER BY created_at, id`, project)
 }
 
+// ProjectUsers are the users who made a session of the project since
+// then, by name: those whose pools the upkeep fills (package pool).
+func (s *Store) ProjectUsers(ctx context.Context, project string, since time.Time) ([]string, error) {
+	users, err := strings1(ctx, s.db, `SELECT DISTINCT user FROM sessions WHERE project = ? AND project != '' AND created_at >= ? ORDER BY user`,
+		project, millis(since))
+	if err != nil {
+		return nil, fmt.Errorf("list the users of project %s: %w", project, err)
+	}
+	return users, nil
+}
+
 // SetPoolSize records the pool size of a machine (`machine warm --pool N`).
 func (s *Store) SetPoolSize(ctx context.Context, project string, size int) error {
 	res, err := s.exec(ctx, `UPDATE project_machines SET pool_size = ? WHERE project = ?`, size, project)

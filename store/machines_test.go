@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,5 +91,31 @@ func TestPoolSize(t *testing.T) {
 	}
 	if err := s.SetPoolSize(ctx, "nope", 3); fail.KindOf(err) != fail.NotFound {
 		t.Fatalf("pool size of no machine: %v", err)
+	}
+}
+
+// ProjectUsers: who made a session of the project since then, once each,
+// by name; sessions of no project or of another are not counted.
+func TestProjectUsers(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	now := time.Now()
+	for _, c := range []struct {
+		user, project string
+		ago           time.Duration
+	}{{"bob", "p", time.Minute}, {"alice", "p", time.Hour}, {"bob", "p", 2 * time.Minute}, {"carol", "p", 48 * time.Hour},
+		{"dave", "q", time.Minute}, {"erin", "", time.Minute}} {
+		n := newSess(c.user, now.Add(-c.ago))
+		n.Project = c.project
+		if err := s.CreateSession(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := s.ProjectUsers(ctx, "p", now.Add(-24*time.Hour))
+	if err != nil || strings.Join(got, ",") != "alice,bob" {
+		t.Fatalf("ProjectUsers = %q, %v; want alice,bob", got, err)
+	}
+	if got, err := s.ProjectUsers(ctx, "", now.Add(-24*time.Hour)); err != nil || len(got) != 0 {
+		t.Fatalf("users of no project: %q, %v", got, err)
 	}
 }

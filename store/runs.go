@@ -347,18 +347,50 @@ type RunSummary struct {
 
 // RunsPage returns up to q.Limit runs and, when more follow, the cursor of
 // the next page. One query per page: the page's runs are chosen first (the
-// filters, the order, the limit: no runs table index serves every run a
-// session made, so they are sorted), and only then are their sessions,
-// user, title and change request read, from subqueries on their indexes,
-// for the page's runs alone.
+// filters, the order, the limit: read off runs_by_creation, the page's
+// order), and only then are their sessions, user, title and change
+// request read, from subqueries on their indexes, for the page's runs
+// alone.
 func (s *Store) RunsPage(ctx context.Context, q RunQuery) ([]*RunSummary, *RunCursor, error) {
 	if q.Limit <= 0 {
 		q.Limit = 50
 	}
+	outer, base, args := runsPageSQL(q)
+	var out []*RunSummary
+	cur := q.Before
+	for {
+		// Fetch a little more than asked: rows the Go-side rule drops
+		// are replaced without another round trip, most of the time.
+		batch := q.Limit + 1 - len(out)
+		qs, qa := runsPageOf(base, args, cur, batch)
+		got, last, err := s.runSummaries(ctx, fmt.Sprintf(outer, qs), qa...)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, r := range got {
+			if q.Status == "" || r.Status == q.Status {
+				out = append(out, r)
+			}
+		}
+		if len(out) > q.Limit {
+			out = out[:q.Limit]
+			last := out[len(out)-1]
+			return out, &RunCursor{CreatedAt: last.CreatedAt, ID: last.ID}, nil
+		}
+		if len(got) < batch || last == nil {
+			return out, nil, nil
+		}
+		cur = last
+	}
+}
+
+// runsPageSQL is RunsPage's query for q: outer reads the page's runs,
+// whose IDs the query base (with args) chooses, in outer's %s.
+func runsPageSQL(q RunQuery) (outer, base string, args []any) {
 	const crOf = `LEFT JOIN change_requests c ON c.id = coalesce(nullif(r.cr_id, ''),
 			(SELECT id FROM change_requests WHERE run_id = r.id ORDER BY number DESC LIMIT 1))`
 	const firstSession = `FROM sessions WHERE run_id = r.id ORDER BY created_at, id LIMIT 1`
-	outer := `SELECT ` + runCols + `,
+	outer = `SELECT ` + runCols + `,
 		coalesce((SELECT group_concat(id, ' ') FROM (SELECT id FROM sessions WHERE run_id = r.id ORDER BY created_at, id)), ''),
 		coalesce((SELECT json_array(user, title, origin) ` + firstSession + `), '[]'),
 		coalesce(c.id, ''), coalesce(c.status, '')
@@ -367,8 +399,7 @@ func (s *Store) RunsPage(ctx context.Context, q RunQuery) ([]*RunSummary, *RunCu
 	// The status users see is shownStatus, in SQL, for the filter; scanRun
 	// then applies the one rule SQL cannot know (a running run whose xmode
 	// is gone).
-	base := `SELECT r.id FROM runs r WHERE 1=1`
-	var args []any
+	base = `SELECT r.id FROM runs r WHERE 1=1`
 	if !q.All {
 		// Runs of the loop, and the runs sessions made (the CLI's, an MCP
 		// client's); not a warm pool's, which are nobody's yet; not an
@@ -390,39 +421,19 @@ func (s *Store) RunsPage(ctx context.Context, q RunQuery) ([]*RunSummary, *RunCu
 		base += ` AND r.id IN (SELECT run_id FROM sessions WHERE user = ?)`
 		args = append(args, q.User)
 	}
-	var out []*RunSummary
-	cur := q.Before
-	for {
-		// Fetch a little more than asked: rows the Go-side rule drops
-		// are replaced without another round trip, most of the time.
-		batch := q.Limit + 1 - len(out)
-		qa := append([]any(nil), args...)
-		qs := base
-		if cur != nil {
-			qs += ` AND (r.created_at < ? OR (r.created_at = ? AND r.id > ?))`
-			qa = append(qa, millis(cur.CreatedAt), millis(cur.CreatedAt), cur.ID)
-		}
-		qs += ` ORDER BY r.created_at DESC, r.id LIMIT ?`
-		qa = append(qa, batch)
-		got, last, err := s.runSummaries(ctx, fmt.Sprintf(outer, qs), qa...)
-		if err != nil {
-			return nil, nil, err
-		}
-		for _, r := range got {
-			if q.Status == "" || r.Status == q.Status {
-				out = append(out, r)
-			}
-		}
-		if len(out) > q.Limit {
-			out = out[:q.Limit]
-			last := out[len(out)-1]
-			return out, &RunCursor{CreatedAt: last.CreatedAt, ID: last.ID}, nil
-		}
-		if len(got) < batch || last == nil {
-			return out, nil, nil
-		}
-		cur = last
+	return outer, base, args
+}
+
+// runsPageOf is base choosing up to batch runs after the cursor (nil: from
+// the newest), newest first.
+func runsPageOf(base string, args []any, cur *RunCursor, batch int) (string, []any) {
+	qa := append([]any(nil), args...)
+	qs := base
+	if cur != nil {
+		qs += ` AND (r.created_at < ? OR (r.created_at = ? AND r.id > ?))`
+		qa = append(qa, millis(cur.CreatedAt), millis(cur.CreatedAt), cur.ID)
 	}
+	return qs + ` ORDER BY r.created_at DESC, r.id LIMIT ?`, append(qa, batch)
 }
 
 // runSummaries runs a RunsPage query; last is the cursor of its last row.

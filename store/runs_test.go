@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -181,5 +182,39 @@ func TestCloudTasksAndThreadPage(t *testing.T) {
 	}
 	if all, _ := s.Thread(ctx, tasks[0], 0); len(all) != 5 {
 		t.Fatalf("Thread: %d lines", len(all))
+	}
+}
+
+// A page of runs, of every run or of the runs sessions made, from the
+// newest or after a cursor, is read off the index runs_by_creation in the
+// page's order (0015): no sort of every run for each page.
+func TestRunsPageReadsItsOrderOffAnIndex(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, t.TempDir())
+	cur := &RunCursor{CreatedAt: time.Now(), ID: "run_aaaaaaaa"}
+	for _, c := range []struct {
+		q   RunQuery
+		cur *RunCursor
+	}{{RunQuery{}, nil}, {RunQuery{All: true}, nil}, {RunQuery{}, cur}, {RunQuery{All: true}, cur}} {
+		_, base, args := runsPageSQL(c.q)
+		qs, qa := runsPageOf(base, args, c.cur, 51)
+		rows, err := s.db.QueryContext(ctx, "EXPLAIN QUERY PLAN "+qs, qa...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		all := strings.Join(plan, "\n")
+		if !strings.Contains(all, "INDEX runs_by_creation") || strings.Contains(all, "TEMP B-TREE") {
+			t.Errorf("runs page %+v (cursor %v) does not read its order off runs_by_creation:\n%s", c.q, c.cur != nil, all)
+		}
 	}
 }

@@ -81,6 +81,9 @@ type Session struct {
 	OriginClient string `json:"origin_client"`
 	// Title is what the sandbox is for, as its maker said ("" when none).
 	Title string `json:"title"`
+	// NetworkPolicy is the egress policy of a session whose network is
+	// proxied (allow, open: docs/network.md); nil for any other network.
+	NetworkPolicy *NetworkPolicy `json:"network_policy"`
 	// HostEnv is the environment policy of a host session's steps
 	// (internal/hostenv, its String form): "" when its steps do not run on
 	// the host, or for a session made before it was recorded (everything
@@ -106,7 +109,7 @@ func (s *Session) Expired(now time.Time) bool { return !now.Before(s.ExpiresAt) 
 const sessionCols = `id, run_id, user, project, runner_mode, engine, status, end_reason, error,
 	created_at, expires_at, ended_at, worktree_path, repo, ref, base_commit,
 	container_id, mount_mode, image, volumes, worktree_bytes, network, origin, origin_client, title, host_env,
-	forked_from, forked_at_seq, from_snapshot`
+	forked_from, forked_at_seq, from_snapshot, network_policy`
 
 type scanner interface{ Scan(...any) error }
 
@@ -116,10 +119,15 @@ func (st *Store) scanSession(row scanner) (*Session, error) {
 	var ended sql.NullInt64
 	var volumes string
 	var size sql.NullInt64
+	var policy sql.NullString
 	if err := row.Scan(&s.ID, &s.RunID, &s.User, &s.Project, &s.RunnerMode, &s.Engine, &s.Status,
 		&s.EndReason, &s.Error, &created, &expires, &ended, &s.WorktreePath, &s.Repo, &s.Ref,
 		&s.BaseCommit, &s.ContainerID, &s.MountMode, &s.Image, &volumes, &size, &s.Network,
-		&s.Origin, &s.OriginClient, &s.Title, &s.HostEnv, &s.ForkedFrom, &s.ForkedAtSeq, &s.FromSnapshot); err != nil {
+		&s.Origin, &s.OriginClient, &s.Title, &s.HostEnv, &s.ForkedFrom, &s.ForkedAtSeq, &s.FromSnapshot, &policy); err != nil {
+		return nil, err
+	}
+	var err error
+	if s.NetworkPolicy, err = decodePolicy(s.ID, policy); err != nil {
 		return nil, err
 	}
 	if size.Valid {
@@ -208,12 +216,16 @@ func insertSession(ctx context.Context, tx *sql.Tx, s Session) error {
 	if origin == "" {
 		origin = OriginCLI
 	}
-	_, err := tx.ExecContext(ctx, `INSERT INTO sessions (`+sessionCols+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, '', '', ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	policy, err := encodePolicy(s.NetworkPolicy)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO sessions (`+sessionCols+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, '', '', ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		s.ID, s.RunID, s.User, s.Project, s.RunnerMode, s.Engine, s.Status,
 		millis(s.CreatedAt), millis(s.ExpiresAt), s.WorktreePath, s.Repo, s.Ref, s.BaseCommit,
 		s.ContainerID, s.MountMode, s.Image, string(vols), s.Network, origin, s.OriginClient, s.Title, s.HostEnv,
-		s.ForkedFrom, s.ForkedAtSeq, s.FromSnapshot)
+		s.ForkedFrom, s.ForkedAtSeq, s.FromSnapshot, policy)
 	if err != nil {
 		return fmt.Errorf("insert session %s: %w", s.ID, err)
 	}
@@ -233,8 +245,8 @@ func checkQuota(ctx context.Context, tx *sql.Tx, user string, max int, now time.
 		return fmt.Errorf("count open sessions: %w", err)
 	}
 	if len(open) >= max {
-		return fail.Refusedf("user %s already has %d open sandboxes, the limit (XMODE_SANDBOX_MAX_OPEN=%d): %s; free one with `xmode sandbox stop ID`",
-			user, len(open), max, strings.Join(open, ", "))
+		return fail.Refusedf("user %s already has %d open sandboxes, the limit (XMODE_SANDBOX_MAX_OPEN=%d): %s; free one with %s",
+			user, len(open), max, strings.Join(open, ", "), fail.Do("sandbox stop").Some("ID"))
 	}
 	return nil
 }
@@ -486,8 +498,8 @@ func CheckOpen(sess *Session, now time.Time) error {
 		return errNotOpen(sess.ID, sess.Status)
 	}
 	if sess.Expired(now) {
-		return fail.Refusedf("session %s expired at %s: extend it with `xmode sandbox extend %s --ttl 1h` or create a new one",
-			sess.ID, sess.ExpiresAt.Format(time.RFC3339), sess.ID)
+		return fail.Refusedf("session %s expired at %s: extend it with %s or create a new one",
+			sess.ID, sess.ExpiresAt.Format(time.RFC3339), fail.Do("sandbox extend", sess.ID).With(fail.TTL, "1h"))
 	}
 	return nil
 }

@@ -255,9 +255,12 @@ func (s *Store) snapshots(ctx context.Context, where string, args ...any) ([]*Sn
 	return out, rows.Err()
 }
 
-// strings1 runs a query of one string column in tx and returns its rows.
-func strings1(ctx context.Context, tx *sql.Tx, q string, args ...any) ([]string, error) {
-	rows, err := tx.QueryContext(ctx, q, args...)
+// strings1 runs a query of one string column in db (a transaction, or the
+// database) and returns its rows.
+func strings1(ctx context.Context, db interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, q string, args ...any) ([]string, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -110,6 +110,9 @@ type crData struct {
 	Done    string
 	Run     *store.LoopRun
 	Checks  *runview.Checks
+	// Network: what the run's sandboxes reached and were refused, from
+	// the package's evidence.
+	Network *networkView
 	// ExportRepo prefills the export form: the repository the session was
 	// made from, when it is a path on this machine.
 	ExportRepo string
@@ -205,6 +208,12 @@ func (s *Server) crPage(r *http.Request) (*view, error) {
 		if d.Checks, err = runview.LoadChecks(ctx, s.o.Svc.Store, p.RunID, d.Ev); err != nil {
 			return nil, err
 		}
+		names := map[int]string{}
+		for _, st := range d.Ev.Steps {
+			names[st.Seq] = st.Name
+		}
+		d.Network = networkOf(d.Ev.Network, func(seq int) string { return names[seq] },
+			func(seq int) string { return "/runs/" + p.RunID + "#step-" + strconv.Itoa(seq) })
 	}
 	if run, err := s.o.Svc.Store.ResolveRun(ctx, p.RunID); err == nil && run.ID == p.RunID {
 		d.Run, d.Attempt = run, run.Attempt > 0

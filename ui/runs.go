@@ -102,6 +102,7 @@ type runData struct {
 	*runview.Run
 	Steps    []*stepView
 	Timeline *timeline
+	Network  *networkView
 }
 
 // stepView is a step on a page: the read model's, its logs and its
@@ -148,6 +149,15 @@ func (s *Server) runPage(r *http.Request) (*view, error) {
 		return nil, err
 	}
 	d := &runData{Run: run, Timeline: buildTimeline(run.Steps)}
+	names := map[int]string{}
+	for _, st := range run.Steps {
+		names[st.Seq] = st.Name
+	}
+	if n, err := runview.Network(r.Context(), s.o.Svc.Cfg, s.o.Svc.Guard, run); err != nil {
+		d.Network = &networkView{Error: err.Error()}
+	} else {
+		d.Network = networkOf(n, func(seq int) string { return names[seq] }, func(seq int) string { return "#step-" + strconv.Itoa(seq) })
+	}
 	budget := int64(runPageLogs)
 	for i := len(run.Steps) - 1; i >= 0; i-- { // the last steps' logs first
 		v := viewOf(run.Steps[i])

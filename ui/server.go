@@ -61,6 +61,7 @@ type Server struct {
 	name   string          // the host:port the server answers to
 	alias  map[string]bool // hosts sent to name (loopback spellings of it)
 	logins *logins
+	ports  *portLogins // the logins of published ports' own names (ports.go)
 	mux    *http.ServeMux
 	hl     highlighter
 
@@ -71,7 +72,7 @@ type Server struct {
 
 // New makes a server for o.
 func New(o Options) (*Server, error) {
-	s := &Server{o: o, token: o.Token, logins: newLogins()}
+	s := &Server{o: o, token: o.Token, logins: newLogins(), ports: newPortLogins()}
 	if s.token == "" {
 		s.token = randomHex(24)
 	}
@@ -122,6 +123,12 @@ const csp = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 's
 // cookie, and for a POST its origin and the login's CSRF token — before
 // any handler sees it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// A published port's own name: its server, behind a login of that
+	// name (ports.go), none of the UI's headers or pages.
+	if k, ok := s.portOf(r.Host); ok {
+		s.servePort(w, r, k)
+		return
+	}
 	h := w.Header()
 	h.Set("Content-Security-Policy", csp)
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -247,6 +254,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /sessions/{session}", s.page(s.sessionPage))
 	m.HandleFunc("POST /sessions/{session}/stop", s.page(s.stopSession))
 	m.HandleFunc("POST /sessions/{session}/extend", s.page(s.extendSession))
+	m.HandleFunc("GET /sessions/{session}/ports/{port}", s.openPort)
 	m.HandleFunc("GET /machines", s.page(s.machinesPage))
 	m.HandleFunc("GET /machines/{project}", s.page(s.machinePage))
 	m.HandleFunc("GET /cloud", s.page(s.cloudPage))
@@ -262,7 +270,7 @@ func Routes() []string {
 		"GET /", "GET /static/app.css", "GET /static/app.js", "GET /runs", "GET /runs/{run}",
 		"GET /runs/{run}/steps/{seq}", "GET /runs/{run}/steps/{seq}/live", "GET /crs", "GET /crs/{cr}",
 		"GET /crs/{cr}/patch", "POST /crs/{cr}/review", "POST /crs/{cr}/export", "GET /sessions",
-		"GET /sessions/{session}", "POST /sessions/{session}/stop", "POST /sessions/{session}/extend",
+		"GET /sessions/{session}", "POST /sessions/{session}/stop", "POST /sessions/{session}/extend", "GET /sessions/{session}/ports/{port}",
 		"GET /machines", "GET /machines/{project}", "GET /cloud", "GET /cloud/{session}", "POST /logout",
 	}
 }
@@ -439,6 +447,7 @@ func (s *Server) template(name string) (*template.Template, error) {
 // funcs are the templates' functions: hostile text, times, numbers.
 var funcs = template.FuncMap{
 	"hostile":     hostile,
+	"tryWords":    kindWords,
 	"hostileText": hostileText,
 	"first":       func(s string) template.HTML { return hostile(truncate(firstLine(s), 120)) },
 	"when":        func(t time.Time) string { return t.Local().Format(time.DateTime) },

@@ -38,7 +38,7 @@ func newWorld(t *testing.T) *world {
 // fill puts the world's IDs into a route's pattern.
 func (w *world) fill(route string) (method, path string) {
 	method, path, _ = strings.Cut(route, " ")
-	r := strings.NewReplacer("{run}", w.sess.RunID, "{seq}", "1", "{cr}", w.cr, "{session}", w.sess.ID, "{project}", "demo")
+	r := strings.NewReplacer("{run}", w.sess.RunID, "{seq}", "1", "{cr}", w.cr, "{session}", w.sess.ID, "{project}", "demo", "{port}", "8080")
 	return method, r.Replace(path)
 }
 
@@ -147,8 +147,8 @@ func TestTokenBecomesACookie(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		want := http.StatusOK
-		if strings.Contains(path, "/machines/demo") || strings.HasPrefix(path, "/cloud/") {
-			want = http.StatusNotFound // no such machine; the session has no cloud task
+		if strings.Contains(path, "/machines/demo") || strings.HasPrefix(path, "/cloud/") || strings.Contains(path, "/ports/") {
+			want = http.StatusNotFound // no such machine; the session has no cloud task, no published port
 		}
 		if resp.StatusCode != want {
 			t.Errorf("%s: %d, want %d: %s", path, resp.StatusCode, want, b)

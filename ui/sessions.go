@@ -59,6 +59,10 @@ type sessionData struct {
 	Done     string
 	MaxTTL   string
 	TTLValue string
+	// Ports are its published ports, each opened through the UI.
+	Ports []store.Port
+	// PortsRemote: the UI listens beyond loopback, where ports do not open.
+	PortsRemote bool
 }
 
 // sessionPage: one session, its steps, and stop and extend.
@@ -79,6 +83,12 @@ func (s *Server) sessionPage(r *http.Request) (*view, error) {
 	}
 	if _, err := s.o.Svc.Store.CloudTaskOf(r.Context(), sess.ID); err == nil {
 		d.Cloud = true
+	}
+	if d.Open {
+		if d.Ports, err = s.o.Svc.Store.Ports(r.Context(), sess.ID, false); err != nil {
+			return nil, err
+		}
+		d.PortsRemote = s.o.Remote
 	}
 	rows, err := s.o.Svc.Store.Steps(r.Context(), sess.RunID)
 	if err != nil {

@@ -180,7 +180,7 @@ func dkAgents(t *testing.T, cli *client.Client, root, repo, img string, env []st
 	// in volume mode (network none by default) it is refused before that.
 	if mode == "volume" {
 		r = dkWant(t, x("agent", "run", s.ID, "--agent", "codex", "--prompt", "p"), 4)
-		if !strings.Contains(r.stderr, "network none") || !strings.Contains(r.stderr, "sandbox create --network bridge") {
+		if !strings.Contains(r.stderr, "network none") || !strings.Contains(r.stderr, "sandbox create --network allow --agent codex") {
 			t.Fatalf("%s: codex on a session without network\n%s", mode, r)
 		}
 		before := dkWant(t, x("sandbox", "show", s.ID), 0).stdout

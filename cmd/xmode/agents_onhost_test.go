@@ -10,15 +10,18 @@ import (
 )
 
 // A codex API key in xmode's environment reaches a step that runs on this
-// host (engine.OnHost), so the login check is skipped there; a container
-// does not inherit it, so a docker session checks the login first.
-// XMODE_AGENT_ENV names another variable: the key is not passed by name.
+// host (engine.OnHost) only when the session's environment policy lets it
+// through (its keys are left out unless included), so the login check is
+// skipped only then; a container does not inherit it, so a docker session
+// checks the login first. XMODE_AGENT_ENV names another variable: the key
+// is not passed by name.
 func TestCodexKeyInheritedOnlyOnHost(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	// A stand-in codex on the host: every call succeeds.
+	// A stand-in codex on the host: its login check succeeds; its run
+	// succeeds only when the key reached it.
 	codex := filepath.Join(dir, "codex")
-	if err := os.WriteFile(codex, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+	if err := os.WriteFile(codex, []byte("#!/bin/sh\n[ \"$1\" = login ] && exit 0\n[ -n \"$OPENAI_API_KEY\" ] || exit 7\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	steps := func(root string) []string {
@@ -33,22 +36,39 @@ func TestCodexKeyInheritedOnlyOnHost(t *testing.T) {
 
 	t.Run("host", func(t *testing.T) {
 		t.Parallel()
-		root, id := newSession(t)
 		for _, c := range []struct {
-			key  string
-			want []string
+			name   string
+			policy []string // the session's environment policy, at create
+			key    string
+			code   int
+			want   []string
 		}{
-			{"", []string{"agent-codex-login", "agent-codex"}},
-			{"sk-inherited-FAKE", []string{"agent-codex-login", "agent-codex", "agent-codex"}},
+			{"no key", nil, "", 7, []string{"agent-codex-login", "agent-codex"}},
+			// The default policy (all) leaves *KEY* out: the step would not
+			// get the key, so codex's login is checked.
+			{"key left out by the policy", nil, "sk-not-inherited-FAKE", 7, []string{"agent-codex-login", "agent-codex"}},
+			{"key left out by core", []string{"XMODE_HOST_ENV=core"}, "sk-not-inherited-FAKE", 7, []string{"agent-codex-login", "agent-codex"}},
+			{"key included", []string{"XMODE_HOST_ENV_INCLUDE=OPENAI_API_KEY"}, "sk-inherited-FAKE", 0, []string{"agent-codex"}},
 		} {
-			cmd := xmode(t, root, "agent", "run", id, "--agent", "codex", "--prompt", "p")
-			signedOut(t, cmd, "XMODE_CODEX_BIN="+codex, "XMODE_AGENT_ENV=XMODE_TEST_NO_KEY", "OPENAI_API_KEY="+c.key)
-			if r := runCmd(t, cmd); r.code != 0 {
-				t.Fatalf("codex stand-in, OPENAI_API_KEY=%q: exit %d\n%s", c.key, r.code, r.stderr)
-			}
-			if got := steps(root); strings.Join(got, " ") != strings.Join(c.want, " ") {
-				t.Fatalf("OPENAI_API_KEY=%q in xmode's environment: steps %q, want %q (no login check when a host step inherits the key)", c.key, got, c.want)
-			}
+			t.Run(c.name, func(t *testing.T) {
+				t.Parallel()
+				repo := filepath.Join(t.TempDir(), "repo")
+				if err := makeRepo(repo); err != nil {
+					t.Fatal(err)
+				}
+				root := filepath.Join(t.TempDir(), "root")
+				out, err := xmodeEnv(t, root, c.policy, "sandbox", "create", "--repo", repo, "-q").Output()
+				if err != nil {
+					t.Fatalf("create: %v", err)
+				}
+				cmd := xmode(t, root, "agent", "run", strings.TrimSpace(string(out)), "--agent", "codex", "--prompt", "p")
+				signedOut(t, cmd, "XMODE_CODEX_BIN="+codex, "XMODE_AGENT_ENV=XMODE_TEST_NO_KEY", "OPENAI_API_KEY="+c.key)
+				r := runCmd(t, cmd)
+				if got := steps(root); r.code != c.code || strings.Join(got, " ") != strings.Join(c.want, " ") {
+					t.Fatalf("OPENAI_API_KEY=%q in xmode's environment, policy %q: exit %d, steps %q; want exit %d, steps %q (no login check only when the step inherits the key)\n%s",
+						c.key, c.policy, r.code, got, c.code, c.want, r.stderr)
+				}
+			})
 		}
 	})
 

@@ -202,7 +202,8 @@ func TestRunAgentFailed(t *testing.T) {
 		}, "step agent-claude failed (exit 1): claude is not signed in where the session runs (claude: \"Not logged in · Please run /login\"): run `claude /login` there, or pass a key with --env-pass ANTHROPIC_API_KEY", 1},
 		{"command", func(t *testing.T) []string {
 			return []string{"XMODE_AGENT_COMMAND_TEMPLATE=sh /nonexistent/xmode/examples/agent.sh {prompt_file}"}
-		}, "step agent-command failed (exit 2): the command agent failed: sh: 0: cannot open /nonexistent/xmode/examples/agent.sh", 1}, // dash, Debian's sh; its 2 would read as xmode's usage error, so the run exits 1
+			// dash, Debian's sh, exits 2; the run exits 1 (2 is xmode's own)
+		}, "step agent-command failed (exit 2): the command agent failed: sh: 0: cannot open /nonexistent/xmode/examples/agent.sh", 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.agent, func(t *testing.T) {

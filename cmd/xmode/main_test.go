@@ -104,6 +104,7 @@ type stopDaemon struct{ m *testing.M }
 
 func (s stopDaemon) Run() int {
 	code := s.m.Run()
+	dockertest.RemoveBuilt()
 	if strays := dockertest.StopTLSDaemon(); len(strays) > 0 {
 		fmt.Fprintln(os.Stderr, "docker objects left on the TLS daemon by tests (now removed):")
 		for _, s := range strays {

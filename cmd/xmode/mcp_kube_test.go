@@ -12,7 +12,7 @@ import (
 func TestMCPEveryToolKubernetes(t *testing.T) {
 	_, cs := kubetest.Require(t)
 	ns := kubetest.Namespace(t, cs)
-	r := newMCPRig(t, "SECRET_FOR_MCP=hunter2-very-secret",
+	r := newMCPRig(t, "SECRET_FOR_MCP=hunter2-very-secret", "XMODE_MCP_ENV=SECRET_*",
 		"XMODE_SANDBOX_ENGINE=kubernetes", "XMODE_RUNNER_MODE=cloud_worker",
 		"KUBECONFIG="+kubetest.Kubeconfig(t), "XMODE_KUBE_NAMESPACE="+ns,
 		"XMODE_SANDBOX_IMAGE="+kubetest.Image(t), "XMODE_KUBE_IMAGE_PULL_POLICY=Never",

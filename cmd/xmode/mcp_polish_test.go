@@ -1,7 +1,9 @@
 package main
 
 import (
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -75,4 +77,55 @@ func TestMCPErrorsNameParameters(t *testing.T) {
 			t.Errorf("%s %v: %s; want %q, naming no flag", c.tool, c.args, msg, c.want)
 		}
 	}
+}
+
+// What a service tells the user to do next reaches an MCP client as the
+// tool that does it, with its parameters, not as a CLI command line: an
+// expired sandbox names sandbox_extend with its session and a ttl, a stop
+// while a step runs sandbox_stop with force.
+func TestMCPActionsAsTools(t *testing.T) {
+	t.Parallel()
+	clock := filepath.Join(t.TempDir(), "clock")
+	r := newMCPRig(t, clockEnv+"="+clock)
+	cs := r.stdio(nil, nil)
+	noCLI := func(what, msg string) {
+		t.Helper()
+		if strings.Contains(msg, "xmode sandbox") || strings.Contains(msg, "--") {
+			t.Errorf("%s names a CLI command: %s", what, msg)
+		}
+	}
+
+	// A step runs in the foreground: a stop without force is refused.
+	made := ok(t, cs, "sandbox_create", map[string]any{"repository": r.repo})
+	id := str(made, "session", "id")
+	done := make(chan map[string]any, 1)
+	go func() {
+		_, out := call(t, cs, "sandbox_exec", map[string]any{"session": id, "command": "echo $$ > running.pid; exec sleep 60", "timeout_seconds": 120})
+		done <- out
+	}()
+	pid := waitPids(t, filepath.Join(str(made, "session", "worktree"), "running.pid"))[0]
+	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	res, _ := call(t, cs, "sandbox_stop", map[string]any{"session": id})
+	msg := text(res)
+	if !res.IsError || !strings.Contains(msg, `end it with the session: sandbox_stop with force true and session "`+id+`"`) {
+		t.Errorf("sandbox_stop while a step runs: %s", msg)
+	}
+	noCLI("sandbox_stop while a step runs", msg)
+	ok(t, cs, "sandbox_stop", map[string]any{"session": id, "force": true})
+	<-done
+
+	// An expired sandbox.
+	id = str(ok(t, cs, "sandbox_create", map[string]any{"repository": r.repo}), "session", "id")
+	if err := moveClock(clock, 3*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	res, _ = call(t, cs, "sandbox_exec", map[string]any{"session": id, "command": "true"})
+	msg = text(res)
+	if !res.IsError || !strings.HasPrefix(msg, "refused: session "+id+" expired at ") ||
+		!strings.HasSuffix(msg, `: extend it with sandbox_extend with session "`+id+`" and ttl "1h" or create a new one`) {
+		t.Errorf("sandbox_exec of an expired sandbox: %s", msg)
+	}
+	noCLI("sandbox_exec of an expired sandbox", msg)
+	ok(t, cs, "sandbox_extend", map[string]any{"session": id, "ttl": "1h"})
+	ok(t, cs, "sandbox_exec", map[string]any{"session": id, "command": "true"})
 }

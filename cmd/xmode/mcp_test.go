@@ -273,7 +273,8 @@ func str(v map[string]any, path ...string) string {
 }
 
 var mcpTools = []string{"cr_create", "cr_show", "file_delete", "file_edit", "file_list", "file_read", "file_write",
-	"sandbox_create", "sandbox_diff", "sandbox_exec", "sandbox_extend", "sandbox_fork", "sandbox_list", "sandbox_show", "sandbox_stop", "step_kill", "step_logs", "step_status"}
+	"network_log", "network_policy", "sandbox_create", "sandbox_diff", "sandbox_exec", "sandbox_extend", "sandbox_fork", "sandbox_list",
+	"sandbox_port", "sandbox_show", "sandbox_stop", "step_kill", "step_logs", "step_status"}
 
 // Every tool, over stdio and over HTTP: a session from create to change
 // request, recorded as MCP's, whose change request verifies and applies.
@@ -316,7 +317,7 @@ func everyTool(t *testing.T, r *mcpRig, cs *mcp.ClientSession) {
 			t.Errorf("a review tool: %s", tool.Name)
 		}
 		ro := tool.Annotations.ReadOnlyHint
-		wantRO := slices.Contains([]string{"sandbox_list", "sandbox_show", "step_status", "step_logs", "file_read", "file_list", "sandbox_diff", "cr_show"}, tool.Name)
+		wantRO := slices.Contains([]string{"sandbox_list", "sandbox_show", "step_status", "step_logs", "file_read", "file_list", "sandbox_diff", "cr_show", "network_log"}, tool.Name)
 		if ro != wantRO {
 			t.Errorf("%s: readOnlyHint %v", tool.Name, ro)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 
+	"github.com/xmode/xmode/machines"
 	"github.com/xmode/xmode/providers/docker/dockertest"
 	"github.com/xmode/xmode/store"
 )
@@ -219,4 +220,143 @@ func dkShape(t *testing.T, ci container.InspectResponse, s dkSession) string {
 	}
 	slices.Sort(mounts) // the daemon lists them in no set order
 	return norm(ci.Config) + norm(ci.HostConfig) + strings.Join(mounts, "")
+}
+
+// Pools with several users on the docker engine, where each user's
+// sandboxes mount a cache of their own, so an entry serves its user alone:
+// one user's reap never retires another's entries; the pool is filled for
+// the users who made sessions of the project lately (the warming user on a
+// machine nobody has used yet), or for those XMODE_POOL_USERS names; each
+// claim gets an entry that mounts its own user's cache; an entry made
+// before entries recorded their user is retired, saying so.
+func TestPoolDockerUsers(t *testing.T) {
+	t.Parallel()
+	cli := dockertest.Require(t)
+	img := dockertest.Image(t)
+	vol, root := dockertest.StorageVolume(t, cli)
+	dkRemoveSandboxes(t, cli, vol, root)
+	repo := filepath.Join(t.TempDir(), "repo")
+	if err := makeRepo(repo); err != nil {
+		t.Fatal(err)
+	}
+	project := "pool-" + strings.TrimPrefix(store.NewRunID(), "run_")
+	t.Cleanup(func() { removeProjectVolumes(cli, project) })
+	env := []string{"XMODE_SANDBOX_ENGINE=docker", "XMODE_RUNNER_MODE=cloud_worker", "XMODE_SANDBOX_IMAGE=" + img,
+		"XMODE_SANDBOX_DOCKER_HOST=" + dockertest.Host(), "XMODE_SANDBOX_STORAGE_VOLUME=" + vol,
+		"XMODE_SANDBOX_STORAGE_MOUNT=" + root, "XMODE_PROJECT_MACHINES=1", "XMODE_SANDBOX_MAX_OPEN=0"}
+	as := func(user string, more []string, args ...string) dkResult {
+		t.Helper()
+		return dkWant(t, dkXmode(t, root, append(slices.Concat(env, more), "XMODE_USER="+user), args...), 0)
+	}
+	show := func() poolShow {
+		t.Helper()
+		var p poolShow
+		dkJSON(t, as("alice", nil, "machine", "show", project, "--json"), &p)
+		return p
+	}
+	// whose lists the pool's ready entries as user:ID, by user.
+	whose := func(p poolShow) []string {
+		var out []string
+		for _, e := range p.Pool.Entries {
+			if e.State == "ready" {
+				out = append(out, e.User+":"+e.ID)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	ctx := context.Background()
+	cacheOf := func(containerID string) string {
+		t.Helper()
+		ci, err := cli.ContainerInspect(ctx, containerID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ci.Mounts {
+			if m.Destination == "/cache" {
+				return m.Name
+			}
+		}
+		t.Fatalf("container %s mounts no cache: %+v", containerID, ci.Mounts)
+		return ""
+	}
+	claim := func(user string) dkSession {
+		t.Helper()
+		var s dkSession
+		dkJSON(t, as(user, nil, "sandbox", "create", "--project", project, "--json"), &s)
+		return s
+	}
+
+	// Nobody has used the project: the pool alice warms is hers.
+	as("alice", nil, "machine", "warm", project, "--repo", repo, "--pool", "1")
+	p := show()
+	if got := whose(p); len(got) != 1 || !strings.HasPrefix(got[0], "alice:") {
+		t.Fatalf("the pool alice warmed: %v", got)
+	}
+	alices := p.Pool.Entries[0]
+	if out := as("alice", nil, "machine", "show", project).stdout; !strings.Contains(out, "1 ready, of 1 for each user (alice 1)") {
+		t.Fatalf("machine show does not say whose the pool is:\n%s", out)
+	}
+
+	// bob's create does not take alice's entry; bob has now used the project.
+	bobsOwn := claim("bob")
+	if bobsOwn.ID == alices.ID || cacheOf(bobsOwn.ContainerID) != machines.CacheVolume(project, "bob") {
+		t.Fatalf("bob's create %s (cache %s), alice's entry %s", bobsOwn.ID, cacheOf(bobsOwn.ContainerID), alices.ID)
+	}
+
+	// bob's reap fills bob's pool and leaves alice's entry alone; alice's
+	// reap then has nothing to do.
+	r := as("bob", nil, "reap", "-v")
+	p = show()
+	got := whose(p)
+	if len(got) != 2 || got[0] != "alice:"+alices.ID || !strings.HasPrefix(got[1], "bob:") || strings.Contains(r.stdout, "retired") {
+		t.Fatalf("after bob's reap the pool is %v:\n%s", got, r.stdout)
+	}
+	bobs := strings.TrimPrefix(got[1], "bob:")
+	if r := as("alice", nil, "reap", "-v"); strings.Contains(r.stdout, "retired") || strings.Contains(r.stdout, "made pool entry") || !slices.Equal(whose(show()), got) {
+		t.Fatalf("alice's reap changed the pool %v to %v:\n%s", got, whose(show()), r.stdout)
+	}
+
+	// Each claims their own, mounting their own cache.
+	for user, want := range map[string]string{"alice": alices.ID, "bob": bobs} {
+		s := claim(user)
+		if s.ID != want || cacheOf(s.ContainerID) != machines.CacheVolume(project, user) {
+			t.Fatalf("%s claimed %s (cache %s), want %s and their own cache", user, s.ID, cacheOf(s.ContainerID), want)
+		}
+	}
+	// Both made sessions lately: one reap refills both pools.
+	as("bob", nil, "reap")
+	if got := whose(show()); len(got) != 2 || !strings.HasPrefix(got[0], "alice:") || !strings.HasPrefix(got[1], "bob:") {
+		t.Fatalf("the pools after both claimed and a reap: %v", got)
+	}
+
+	// XMODE_POOL_USERS names whose pools to fill: carol's is made, and the
+	// others' are kept.
+	before := whose(show())
+	r = as("alice", []string{"XMODE_POOL_USERS=carol"}, "reap", "-v")
+	got = whose(show())
+	if len(got) != 3 || got[0] != before[0] || got[1] != before[1] || !strings.HasPrefix(got[2], "carol:") || strings.Contains(r.stdout, "retired") {
+		t.Fatalf("a reap for carol: %v (before %v):\n%s", got, before, r.stdout)
+	}
+	carols := strings.TrimPrefix(got[2], "carol:")
+	if c := cacheOf("xmode-" + carols); c != machines.CacheVolume(project, "carol") {
+		t.Fatalf("carol's entry mounts %s", c)
+	}
+
+	// An entry made before entries recorded their user may mount the cache
+	// all users shared: retired, saying so.
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(root, "xmode.db")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`UPDATE pool_entries SET user = '' WHERE session_id = ?`, carols); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	r = as("alice", nil, "reap", "-v")
+	if !strings.Contains(r.stdout, carols+" retired pool entry of "+project+": made before pool entries recorded whose cache they mount") ||
+		!dkGone(t, cli, "xmode-"+carols) || !slices.Equal(whose(show()), before) {
+		t.Fatalf("an entry of before: pool %v:\n%s", whose(show()), r.stdout)
+	}
+	as("alice", nil, "machine", "rm", project, "--force")
 }

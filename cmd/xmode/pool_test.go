@@ -23,6 +23,7 @@ type poolShow struct {
 			Commit      string `json:"commit"`
 			ContainerID string `json:"container_id"`
 			Worktree    string `json:"worktree_path"`
+			User        string `json:"user"`
 		} `json:"entries"`
 	} `json:"pool"`
 }

@@ -64,6 +64,7 @@ type refField struct {
 	kinds       map[string]bool // string, integer, boolean, null, array, object
 	timestamp   bool            // a string in RFC 3339
 	elemString  bool            // array of string
+	elemInteger bool            // array of integer
 	container   string          // "", "array" (each element) or "map" (each value)
 	ref         string          // the shape of the value, of each element or each value
 	status      string          // the list of values it takes
@@ -252,13 +253,14 @@ func (d *refDoc) parseType(owner, name, typ string) (*refField, error) {
 	case strings.Contains(plain, "array of"):
 		f.container = "array"
 		f.elemString = strings.Contains(plain, "array of string")
+		f.elemInteger = strings.Contains(plain, "array of integer")
 	case strings.Contains(plain, "map of"):
 		f.container = "map"
 	case f.ref != "":
 		f.kinds["object"] = true
 	}
-	if f.container != "" && f.ref == "" && !f.elemString {
-		return nil, fmt.Errorf("type %q: say what an array or map holds (array of string, array of [Shape](#shape))", typ)
+	if f.container != "" && f.ref == "" && !f.elemString && !f.elemInteger {
+		return nil, fmt.Errorf("type %q: say what an array or map holds (array of string, array of integer, array of [Shape](#shape))", typ)
 	}
 	if len(f.kinds) == 0 {
 		return nil, fmt.Errorf("type %q names no JSON type (string, integer, boolean, timestamp, array of …, a shape)", typ)
@@ -369,7 +371,7 @@ func (c *refCheck) value(where string, f *refField, v any) {
 			switch {
 			case f.ref != "":
 				c.observe(fmt.Sprintf("%s[%d]", where, i), f.ref, e)
-			case f.elemString && refKind(e) != "string":
+			case f.elemString && refKind(e) != "string", f.elemInteger && refKind(e) != "integer":
 				c.errorf(f.owner+"."+f.name+"[]", "%s[%d] is %s, but docs/reference.md says %q", where, i, refKind(e), f.typ)
 			}
 		}
@@ -756,8 +758,8 @@ echo uncommitted > notes.txt`)
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r.j(3, "Pipeline report", "pipeline", "run", e, "-f", plan)
-	r.j(3, "Pipeline report", "pipeline", "run", e, "-f", plan, "--from", "bad", "--keep-going")
+	r.j(1, "Pipeline report", "pipeline", "run", e, "-f", plan)
+	r.j(1, "Pipeline report", "pipeline", "run", e, "-f", plan, "--from", "bad", "--keep-going")
 	wait := filepath.Join(dir, "wait.yaml")
 	if err := os.WriteFile(wait, []byte("steps:\n  - name: wait\n    run: [sh, -c, \"touch waiting; exec sleep 60\"]\n  - name: never\n    run: [true]\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -892,6 +894,7 @@ echo uncommitted > notes.txt`)
 	r.run(dk, 0, "Change request shown", "cr", "show", crx)
 	r.run(dk, -1, "[]Doctor check", "doctor")
 	r.run(dk, 0, "Session", "sandbox", "stop", x)
+	refNetwork(t, r, repo)
 
 	// A session an MCP client made (origin, client, title) and its file
 	// steps, whose command.json and result.json say what they did.
@@ -1195,4 +1198,58 @@ func TestDocsCiteTheRepository(t *testing.T) {
 			t.Errorf("%s reads %s, which docs/configuration.md does not list", strings.Join(slices.Compact(files), ", "), v)
 		}
 	}
+}
+
+// refNetwork prints what only a sandbox whose network is proxied has: its
+// policy (with a credential and names the proxy resolves), the proxy's
+// decisions of every kind (a plain request, a tunnel, a request a
+// credential was added to, a DNS question, a refusal), network steps (a
+// change from the CLI, a plan step's rules added and taken out), a
+// published port, and the network in a change request's evidence. Its
+// test hosts are containers on a network the test made.
+func refNetwork(t *testing.T, r *refRig, repo string) {
+	t.Helper()
+	cli := dockertest.Require(t)
+	if !strings.HasPrefix(dockertest.Host(), "unix://") {
+		testenv.Skip(t, "a proxied sandbox in bind mode needs the daemon on this machine, and it is at %s", dockertest.Host())
+	}
+	inst, err := os.ReadFile(filepath.Join(r.root, store.InstanceFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	instance := strings.TrimSpace(string(inst))
+	t.Cleanup(func() { dockertest.CleanupInstance(t, cli, instance) })
+	up := dockertest.NewUpstream(t, cli, instance)
+	allowed, denied := up.Host(t, "allowed.test").String(), up.Host(t, "denied.test").String()
+	nx := []string{"XMODE_SANDBOX_ENGINE=docker", "XMODE_RUNNER_MODE=cloud_worker", "XMODE_SANDBOX_DOCKER_HOST=" + dockertest.Host(),
+		"XMODE_SANDBOX_IMAGE=" + dockertest.ProbeImage(t), "XMODE_SANDBOX_EGRESS_BINARY=" + dockertest.XmodeBinary(t),
+		"XMODE_SANDBOX_EGRESS_NETWORK=" + up.Name, "XMODE_SANDBOX_EGRESS_CA=" + dockertest.TestPKI(t).CAFile,
+		"XMODE_SANDBOX_ALLOW=" + up.Subnet.String(), "XMODE_SANDBOX_RESOLVE=allowed.test=" + allowed + ",denied.test=" + denied,
+		"XMODE_REF_SECRET=sk-ref-3f1c0a9e7b5d2c4a6e8f0b1d3c5a7e9f"}
+	n := refStr(t, r.run(nx, 0, "Session", "sandbox", "create", "--repo", repo, "--network", "allow",
+		"--allow", "allowed.test", "--deny", "denied.test", "--credential", "allowed.test=x-api-key:XMODE_REF_SECRET")[0], "id")
+	r.run(nx, 0, "Step result", "sandbox", "exec", n, "--", "egressprobe", "get", "http://allowed.test/")
+	r.run(nx, 0, "Step result", "sandbox", "exec", n, "--", "sh", "-c", `egressprobe get -H "X-Api-Key: $XMODE_REF_SECRET" https://allowed.test/`)
+	r.run(nx, 3, "Step result", "sandbox", "exec", n, "--", "egressprobe", "get", "http://denied.test/")
+	r.run(nx, 0, "Step result", "sandbox", "exec", n, "--", "nslookup", "allowed.test")
+	r.run(nx, 0, "Network change", "sandbox", "network", n, "--mode", "allow", "--allow", "other.test", "--remove", "denied.test",
+		"--deny", "denied.test:80", "--credential", "other.test=authorization:XMODE_REF_SECRET")
+	r.run(nx, 0, "Network change", "sandbox", "network", n, "--allow", "other.test") // nothing new: no step
+	plan := filepath.Join(t.TempDir(), "plan.yaml")
+	if err := os.WriteFile(plan, []byte("steps:\n  - name: fetch\n    run: [egressprobe, get, \"http://allowed.test/\"]\n    network:\n      allow: [allowed.test:80]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.run(nx, 0, "Pipeline report", "pipeline", "run", n, "-f", plan)
+	r.run(nx, 0, "Network view", "sandbox", "network", n)
+	r.run(nx, 0, "Network view", "sandbox", "network", n, "--denied")
+	r.run(nx, 0, "[]Network decision", "sandbox", "logs", n, "--network")
+	r.run(nx, 0, "[]Network decision", "sandbox", "logs", n, "2", "--network")
+	r.run(nx, 0, "Step", "sandbox", "exec", n, "--detach", "--", "busybox", "httpd", "-f", "-p", "8080")
+	r.run(nx, 0, "Port", "sandbox", "port", n, "8080")
+	r.run(nx, 0, "[]Port", "sandbox", "port", n)
+	r.run(nx, 0, "Session with steps", "sandbox", "show", n)
+	r.run(nx, 0, "Step result", "sandbox", "exec", n, "--", "sh", "-c", "echo n > n.txt")
+	crn := refStr(t, r.run(nx, 0, "Change request package", "cr", "create", n)[0], "id")
+	r.run(nx, 0, "Change request shown", "cr", "show", crn)
+	r.run(nx, 0, "Session", "sandbox", "stop", n)
 }

@@ -33,8 +33,10 @@ func TestPackageInitBudget(t *testing.T) {
 	// 227 to 351 KB. The egress proxy's goproxy (issue 28) parses its
 	// built-in MITM CA at init (61 KB, ~0.7 ms: an RSA key), which xmode
 	// never uses but cannot skip without a fork; miekg/dns builds its type
-	// tables (22 KB). The budgets sit just above those figures.
-	const onFirstUse, perPackage, total = 4 << 10, 48 << 10, 456 << 10
+	// tables (22 KB); the Kubernetes engine's standard-library and x/net
+	// packages outside client-go's own list add a few KB more (461 KB in
+	// all). The budgets sit just above those figures.
+	const onFirstUse, perPackage, total = 4 << 10, 48 << 10, 472 << 10
 	budgets := map[string]int{
 		"github.com/google/jsonschema-go/jsonschema": 84 << 10,
 		"github.com/elazarl/goproxy":                 64 << 10,

@@ -72,6 +72,33 @@ func (p Policy) Passes(name string) bool {
 	return inherited && !matchAny(DefaultExcludes, name)
 }
 
+// Recorded is the policy a session recorded, in its String form: ""
+// for a session made before policies existed, whose host steps inherit
+// all of xmode's environment, keys included, as they always did.
+type Recorded string
+
+// Filter returns the entries of environ a step of the session inherits.
+func (r Recorded) Filter(environ []string) ([]string, error) {
+	if r == "" {
+		return environ, nil
+	}
+	p, err := Parse(string(r))
+	if err != nil {
+		return nil, err
+	}
+	return p.Filter(environ), nil
+}
+
+// Passes reports whether a step of the session inherits the variable
+// name; a policy that does not parse lets nothing through.
+func (r Recorded) Passes(name string) bool {
+	if r == "" {
+		return name != ""
+	}
+	p, err := Parse(string(r))
+	return err == nil && p.Passes(name)
+}
+
 // String is the policy as one line: its inheritance, then include= and
 // exclude= with their patterns comma-separated, when it has any.
 func (p Policy) String() string {

@@ -74,3 +74,33 @@ func TestMatch(t *testing.T) {
 		}
 	}
 }
+
+// A session's recorded policy: "" (made before policies) inherits all,
+// keys included; a recorded one filters as it says; one that does not
+// parse lets nothing through.
+func TestRecorded(t *testing.T) {
+	env := []string{"PATH=/bin", "OPENAI_API_KEY=k", "GOFLAGS=-x"}
+	for _, c := range []struct {
+		r       Recorded
+		key     bool
+		environ []string
+	}{
+		{"", true, env},
+		{"all", false, []string{"PATH=/bin", "GOFLAGS=-x"}},
+		{"core include=OPENAI_API_KEY", true, []string{"PATH=/bin", "OPENAI_API_KEY=k"}},
+		{"none", false, []string{}},
+	} {
+		if got := c.r.Passes("OPENAI_API_KEY"); got != c.key {
+			t.Errorf("Recorded(%q).Passes(OPENAI_API_KEY) = %v", c.r, got)
+		}
+		if got, err := c.r.Filter(env); err != nil || !reflect.DeepEqual(got, c.environ) {
+			t.Errorf("Recorded(%q).Filter = %q, %v; want %q", c.r, got, err, c.environ)
+		}
+	}
+	if Recorded("some").Passes("PATH") {
+		t.Error("a policy that does not parse let PATH through")
+	}
+	if _, err := Recorded("some").Filter(env); err == nil {
+		t.Error("a policy that does not parse filtered")
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 var (
@@ -88,4 +89,20 @@ func namespace() string {
 		return "?"
 	}
 	return strings.TrimSuffix(strings.TrimPrefix(ns, "pid:["), "]")
+}
+
+// Signal sends sig to the process a name (from Self) stands for, if it is
+// still that process (its start time unchanged) in this PID namespace;
+// false when it is gone or cannot be told apart from a recycled PID.
+func Signal(name string, sig syscall.Signal) bool {
+	id, ns, hasNS := strings.Cut(name, "@")
+	pidStr, start, ok := strings.Cut(id, ":")
+	pid, err := strconv.Atoi(pidStr)
+	if !ok || err != nil || pid <= 0 || start == "" || hasNS && ns != namespace() {
+		return false
+	}
+	if now, alive := Start(pid); !alive || now != start {
+		return false
+	}
+	return syscall.Kill(pid, sig) == nil
 }

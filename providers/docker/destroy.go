@@ -43,6 +43,10 @@ func (p *Provider) Destroy(ctx context.Context, sb engine.Sandbox) error {
 	if _, err := p.Ping(ctx); err != nil {
 		return err
 	}
+	// The port relay first: it shares the sandbox container's network.
+	if err := p.removeRelay(ctx, sb.SessionID); err != nil {
+		return err
+	}
 	ref := sb.ContainerID
 	if ref == "" && sb.SessionID != "" {
 		// Provisioning may have died between create and recording the id.

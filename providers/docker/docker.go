@@ -76,6 +76,7 @@ var (
 	_ engine.ImageRunner     = (*Provider)(nil)
 	_ engine.StepSignaler    = (*Provider)(nil)
 	_ engine.EgressEnforcer  = (*Provider)(nil)
+	_ engine.PortDialer      = (*Provider)(nil)
 	_ io.Closer              = (*Provider)(nil) // engine.Close
 )
 

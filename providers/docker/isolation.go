@@ -18,7 +18,10 @@ func (p *Provider) IsolationGaps() []string {
 	mode := p.MountMode()
 	bind := mode == MountBind
 	switch n := p.network(mode); n {
-	case "none":
+	case "none", "allow":
+		// allow: only what its egress policy names, through the proxy.
+	case "open":
+		gaps = append(gaps, "network isolation: its network is open, so commands reach every host but the block list, through xmode's egress proxy, which records each connection (XMODE_SANDBOX_NETWORK=allow lets through only what rules name)")
 	case "":
 		gaps = append(gaps, "network isolation: the container is on docker's default bridge, so commands reach the user's network and the internet (XMODE_SANDBOX_NETWORK=none, or XMODE_SANDBOX_BIND_HARDENED=1, closes it)")
 	default:

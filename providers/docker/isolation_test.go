@@ -20,6 +20,9 @@ func TestIsolationGaps(t *testing.T) {
 		{map[string]string{"XMODE_SANDBOX_BIND_HARDENED": "1", "XMODE_SANDBOX_NETWORK": "bridge"}, []string{"network isolation: the container is on network bridge"}},
 		{map[string]string{"XMODE_SANDBOX_NETWORK": "none", "XMODE_SANDBOX_MEMORY": "1g"}, []string{"limits: XMODE_SANDBOX_CPUS, XMODE_SANDBOX_PIDS_LIMIT, XMODE_SANDBOX_TMPFS are left", "hardening: "}},
 		{map[string]string{"XMODE_SANDBOX_STORAGE_VOLUME": "vol"}, nil},
+		// A proxied network: allow lacks nothing, open says what it lets out.
+		{map[string]string{"XMODE_SANDBOX_BIND_HARDENED": "1", "XMODE_SANDBOX_NETWORK": "allow"}, nil},
+		{map[string]string{"XMODE_SANDBOX_BIND_HARDENED": "1", "XMODE_SANDBOX_NETWORK": "open"}, []string{"network isolation: its network is open"}},
 		{map[string]string{"XMODE_SANDBOX_DOCKER_HOST": "tcp://127.0.0.1:2375", "XMODE_SANDBOX_NETWORK": "bridge"}, []string{"network isolation: "}},
 	} {
 		gaps := engine.IsolationGaps(shapeProvider(t, c.env))

@@ -22,6 +22,7 @@ func TestMain(m *testing.M) {
 		_ = flag.Set("test.parallel", strconv.Itoa(4))
 	}
 	code := m.Run()
+	dockertest.RemoveBuilt()
 	strays := append(dockertest.Strays(), dockertest.StopTLSDaemon()...)
 	if len(strays) > 0 {
 		fmt.Fprintln(os.Stderr, "docker objects left behind by tests (now removed):")

@@ -23,6 +23,12 @@ var shapeSettings = []string{
 	"XMODE_SANDBOX_CPUS", "XMODE_SANDBOX_MEMORY", "XMODE_SANDBOX_PIDS_LIMIT", "XMODE_SANDBOX_TMPFS",
 	"XMODE_SANDBOX_NETWORK", "XMODE_SANDBOX_READONLY_ROOT", "XMODE_SANDBOX_BIND_HARDENED",
 	"XMODE_SANDBOX_USER", "XMODE_PROJECT_CACHE_MOUNT",
+}
+
+// laterSettings shape a sandbox too, but came after pools did: each is part
+// of the shape only once it is set, so that an entry made before it existed
+// keeps the shape a create of the same settings has.
+var laterSettings = []string{
 	"XMODE_SANDBOX_ALLOW", "XMODE_SANDBOX_RESOLVE", "XMODE_SANDBOX_EGRESS_NETWORK", "XMODE_SANDBOX_EGRESS_SUBNETS",
 }
 
@@ -33,8 +39,9 @@ func (p *Provider) Shape() string {
 	var b strings.Builder
 	b.WriteString("mount=" + p.MountMode() + "\n")
 	for _, v := range p.cfg.Values {
-		if slices.Contains(shapeSettings, v.Name) {
-			fmt.Fprintf(&b, "%s=%s set=%t\n", v.Name, v.Value, v.Source != "default")
+		set := v.Source != "default"
+		if slices.Contains(shapeSettings, v.Name) || set && slices.Contains(laterSettings, v.Name) {
+			fmt.Fprintf(&b, "%s=%s set=%t\n", v.Name, v.Value, set)
 		}
 	}
 	return b.String()

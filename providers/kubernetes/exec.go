@@ -222,13 +222,13 @@ func execDir(worktree, rel string) (string, error) {
 	if filepath.IsAbs(rel) {
 		r, err := filepath.Rel(worktree, rel)
 		if worktree == "" || err != nil {
-			return "", fail.Usagef("--workdir %q is not inside the worktree %s", rel, worktree)
+			return "", fail.Usagef("%s %q is not inside the worktree %s", fail.Workdir, rel, worktree)
 		}
 		rel = r
 	}
 	clean := path.Clean(filepath.ToSlash(rel))
 	if clean == ".." || strings.HasPrefix(clean, "../") || path.IsAbs(clean) {
-		return "", fail.Usagef("--workdir %q escapes the worktree", rel)
+		return "", fail.Usagef("%s %q escapes the worktree", fail.Workdir, rel)
 	}
 	return path.Join(Worktree, clean), nil
 }

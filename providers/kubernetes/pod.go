@@ -467,7 +467,7 @@ func (p *Provider) waitRunning(ctx context.Context, name, uid string) error {
 				return nil
 			}
 			if final {
-				return fail.Enginef("pod %s in namespace %s cannot start: %s — check the image (XMODE_SANDBOX_IMAGE or --image; with XMODE_KUBE_IMAGE_PULL_POLICY=Never it must be on the node already) and `kubectl describe pod -n %s %s`", name, c.ns, why, c.ns, name)
+				return fail.Enginef("pod %s in namespace %s cannot start: %s — check the image (XMODE_SANDBOX_IMAGE or %s; with XMODE_KUBE_IMAGE_PULL_POLICY=Never it must be on the node already) and `kubectl describe pod -n %s %s`", name, c.ns, why, fail.Image, c.ns, name)
 			}
 			if why != "" {
 				last = why

@@ -68,6 +68,7 @@ var (
 	_ engine.StepContainer = (*Provider)(nil)
 	_ engine.HostRunner    = (*Provider)(nil)
 	_ engine.StepSignaler  = (*Provider)(nil)
+	_ engine.PortDialer    = (*Provider)(nil)
 )
 
 // Name returns "host".
@@ -137,13 +138,9 @@ func (p *Provider) Exec(ctx context.Context, sb engine.Sandbox, req engine.ExecR
 		return engine.Status{}, fmt.Errorf("host engine: workdir %s is not a directory", dir)
 	}
 
-	inherited := os.Environ()
-	if sb.HostEnv != "" {
-		policy, err := hostenv.Parse(sb.HostEnv)
-		if err != nil {
-			return engine.Status{}, fmt.Errorf("host engine: the session's environment policy: %w", err)
-		}
-		inherited = policy.Filter(inherited)
+	inherited, err := hostenv.Recorded(sb.HostEnv).Filter(os.Environ())
+	if err != nil {
+		return engine.Status{}, fmt.Errorf("host engine: the session's environment policy: %w", err)
 	}
 	// What the step is given by name (--env, an agent's keys) comes on top
 	// of what the policy lets it inherit.

@@ -47,3 +47,5 @@ ALTER TABLE runs_new RENAME TO runs;
 CREATE INDEX runs_by_machine ON runs (machine) WHERE machine != '';
 CREATE INDEX runs_of_the_loop ON runs (created_at) WHERE status != '';
 CREATE INDEX runs_by_parent ON runs (parent_run) WHERE parent_run != '';
+-- 0015's: the runs page's order (a rebuild drops a table's indexes).
+CREATE INDEX runs_by_creation ON runs (created_at DESC, id);

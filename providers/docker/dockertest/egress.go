@@ -59,24 +59,35 @@ func goTool() string {
 // test process of this user (the build cache makes a build that changed
 // nothing quick): a new file renamed over the old, so that a process
 // reading the old one meanwhile keeps it whole, and nothing piles up.
+var (
+	dirOnce     sync.Once
+	buildDir    string
+	buildDirErr error
+)
+
+// RemoveBuilt removes the binaries this process built (XmodeBinary, the
+// probe's); a test binary's TestMain calls it once its tests are done.
+func RemoveBuilt() {
+	if buildDir != "" {
+		_ = os.RemoveAll(buildDir)
+	}
+}
+
 func buildStatic(pkg, name string) (string, error) {
-	dir := filepath.Join(os.TempDir(), fmt.Sprintf("xmode-egress-test-%d", os.Getuid()))
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", err
+	// A directory of this process's own: a binary built from another tree
+	// (another checkout's tests on this machine) must never stand in for
+	// this tree's. The go command's cache makes the second build cheap.
+	dirOnce.Do(func() { buildDir, buildDirErr = os.MkdirTemp("", "xmode-egress-test-") })
+	if buildDirErr != nil {
+		return "", buildDirErr
 	}
-	bin := filepath.Join(dir, name)
-	tmp, err := os.CreateTemp(dir, "."+name+".*")
-	if err != nil {
-		return "", err
-	}
-	tmp.Close()
-	defer os.Remove(tmp.Name())
-	cmd := exec.Command(goTool(), "build", "-o", tmp.Name(), pkg)
+	bin := filepath.Join(buildDir, name)
+	cmd := exec.Command(goTool(), "build", "-o", bin, pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 	}
-	return bin, os.Rename(tmp.Name(), bin)
+	return bin, nil
 }
 
 // XmodeBinary is a static xmode built from this tree, once per process:
@@ -177,7 +188,9 @@ func makePKI() (*PKI, error) {
 	leaf := &x509.Certificate{
 		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "test host"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(48 * time.Hour),
-		DNSNames:    []string{"*.test", "allowed.test", "denied.test", "other.test", "metadata.test"},
+		// And the agents' API hosts, for test hosts named like them (their
+		// names resolved to the test's own containers, never the real ones).
+		DNSNames:    []string{"*.test", "allowed.test", "denied.test", "other.test", "metadata.test", "api.anthropic.com", "api.openai.com"},
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
