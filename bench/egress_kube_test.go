@@ -34,9 +34,10 @@ func newKubeEgressBench(b *testing.B) *kubeEgressBench {
 	_, cs := kubetest.Require(b)
 	egImg, prImg := kubetest.EgressImages(b)
 	bin := xmodeBin(b)
-	allowed := kubetest.EgressHost(b, cs, ns, "allowed", "allowed.test", prImg).String()
+	pki := dockertest.TestPKI(b)
+	allowed := kubetest.EgressHost(b, cs, ns, "allowed", "allowed.test", prImg, pki.CertPEM, pki.KeyPEM).String()
 	base := append(env, "XMODE_SANDBOX_IMAGE="+prImg, "XMODE_KUBE_EGRESS_IMAGE="+egImg,
-		"XMODE_SANDBOX_EGRESS_CA="+dockertest.TestPKI(b).CAFile, "XMODE_SANDBOX_RESOLVE=allowed.test="+allowed,
+		"XMODE_SANDBOX_EGRESS_CA="+pki.CAFile, "XMODE_SANDBOX_RESOLVE=allowed.test="+allowed,
 		// A quarter of a core each: the test cluster is one 2-core node
 		// that other tests share.
 		"XMODE_SANDBOX_MEMORY=256m", "XMODE_SANDBOX_CPUS=0.25")

@@ -18,8 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/xmode/xmode/providers/docker/dockertest"
 )
 
 // The images of the kubernetes egress tests and benchmarks (docs/
@@ -181,14 +179,14 @@ func importImages(xm, probe string) (string, string, error) {
 }
 
 // EgressHost starts a test host in ns: a pod named pod running `egressprobe
-// serve` as name (HTTP on 80, HTTPS on 443 with the tests' certificate,
-// TCP 7000, UDP 7001), restricted but for the sysctl that lets it bind
-// ports below 1024, and returns its address once it runs.
-func EgressHost(t testing.TB, cs kubernetes.Interface, ns, pod, name, image string) netip.Addr {
+// serve` as name (HTTP on 80, HTTPS on 443 with the certificate and key
+// given — the tests' PKI, dockertest.TestPKI —, TCP 7000, UDP 7001),
+// restricted but for the sysctl that lets it bind ports below 1024, and
+// returns its address once it runs.
+func EgressHost(t testing.TB, cs kubernetes.Interface, ns, pod, name, image string, certPEM, keyPEM []byte) netip.Addr {
 	t.Helper()
-	pki := dockertest.TestPKI(t)
 	p := RestrictedPod(pod, image, "egressprobe", "serve", "--name", name)
-	p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "PROBE_CERT", Value: string(pki.CertPEM)}, {Name: "PROBE_KEY", Value: string(pki.KeyPEM)}}
+	p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "PROBE_CERT", Value: string(certPEM)}, {Name: "PROBE_KEY", Value: string(keyPEM)}}
 	p.Spec.SecurityContext.Sysctls = []corev1.Sysctl{{Name: "net.ipv4.ip_unprivileged_port_start", Value: "0"}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

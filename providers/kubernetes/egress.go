@@ -92,8 +92,17 @@ func (p *Provider) checkEgressSpec(spec engine.Spec) error {
 		return nil
 	case spec.Egress.Sandbox != spec.SessionID:
 		return fmt.Errorf("provision %s: the egress policy is sandbox %s's", spec.SessionID, spec.Egress.Sandbox)
-	case p.cfg.KubeEgressImage == "":
-		return fail.Refusedf("network %s on kubernetes needs the egress proxy's image, and XMODE_KUBE_EGRESS_IMAGE is unset: build it from xmode's static binary and make it pullable by the nodes (docs/kubernetes.md, \"Egress\"), or XMODE_SANDBOX_NETWORK=none", spec.Egress.Mode)
+	}
+	return p.EgressReady()
+}
+
+var _ engine.EgressReadier = (*Provider)(nil)
+
+// EgressReady refuses a proxied network where this install has no proxy to
+// run (engine.EgressReadier): XMODE_KUBE_EGRESS_IMAGE is unset.
+func (p *Provider) EgressReady() error {
+	if p.cfg.KubeEgressImage == "" {
+		return fail.Refusedf("a network with an egress policy (allow, open) on kubernetes needs the egress proxy's image, and XMODE_KUBE_EGRESS_IMAGE is unset: build it from xmode's static binary and make it pullable by the nodes (docs/kubernetes.md, \"Egress\"), or XMODE_SANDBOX_NETWORK=none")
 	}
 	return nil
 }
@@ -250,7 +259,13 @@ func (p *Provider) proxyConfig(ctx context.Context, c *client) (cfgJSON, extraCA
 		}
 	}
 	var nodes corev1.NodeList
-	if err := c.core.Get().Resource("nodes").VersionedParams(&metav1.ListOptions{}, c.codec).Do(ctx).Into(&nodes); err == nil {
+	if err := c.core.Get().Resource("nodes").VersionedParams(&metav1.ListOptions{}, c.codec).Do(ctx).Into(&nodes); err != nil {
+		// Not known (the Role grants the namespace alone): every private
+		// range instead, where the nodes and the pods almost always are.
+		for _, pfx := range privateRanges {
+			add(pfx, "a private range: the cluster's nodes and pods are not known to xmode (it may not list nodes)", true)
+		}
+	} else {
 		for _, n := range nodes.Items {
 			for _, a := range n.Status.Addresses {
 				host(a.Address, "a node of the cluster ("+n.Name+")")
@@ -271,6 +286,13 @@ func (p *Provider) proxyConfig(ctx context.Context, c *client) (cfgJSON, extraCA
 	}
 	b, err := egress.EncodeConfig(cfg)
 	return string(b), extraCA, err
+}
+
+// privateRanges are blocked when the cluster's own addresses cannot be
+// listed: RFC 1918, shared address space, unique local IPv6.
+var privateRanges = []netip.Prefix{
+	netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("172.16.0.0/12"), netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("fc00::/7"),
 }
 
 // readBounded reads a regular file of at most max bytes.

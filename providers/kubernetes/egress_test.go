@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -441,6 +442,14 @@ func TestKubeEgressRefusedWithoutImage(t *testing.T) {
 	if ck.Method != "none" || ck.Status != engine.CheckFail || !strings.Contains(ck.Detail, "XMODE_KUBE_EGRESS_IMAGE is unset") {
 		t.Errorf("doctor without the image: %+v", ck)
 	}
+	// The front ends ask before they record a session (engine.CheckEgress),
+	// and doctor's engine line agrees.
+	if err := engine.CheckEgress(e.p, Name, egress.ModeAllow); fail.KindOf(err) != fail.Refused || !strings.Contains(err.Error(), "XMODE_KUBE_EGRESS_IMAGE") {
+		t.Errorf("CheckEgress without the proxy's image: %v", err)
+	}
+	if ck := engine.EgressCheck(Name, e.p, true); ck.Method != "none" || ck.Status != engine.CheckWarn || !strings.Contains(ck.Detail, "XMODE_KUBE_EGRESS_IMAGE") {
+		t.Errorf("EgressCheck without the proxy's image: %+v", ck)
+	}
 	// With it, doctor names it and says how enforcement is proven.
 	cfg := *e.cfg
 	cfg.KubeEgressImage = "xmode.invalid/xmode-egress:doctor"
@@ -487,4 +496,48 @@ func (w *signalWriter) Write(b []byte) (int, error) {
 		close(w.ch)
 	}
 	return len(b), nil
+}
+
+// TestKubeEgressWithTheRoleAlone: with docs/kubernetes.md's Role and
+// nothing more, a proxied sandbox starts and is held to its policy; xmode
+// cannot list the nodes, so the proxy does not know the cluster's
+// addresses and refuses every private range instead (fails closed), which
+// a CIDR rule lifts.
+func TestKubeEgressWithTheRoleAlone(t *testing.T) {
+	e := newEgressEnv(t, nil)
+	ctx := context.Background()
+	if _, err := e.cs.CoreV1().ServiceAccounts(e.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "xmode"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cs.RbacV1().Roles(e.ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "xmode"}, Rules: RoleRules()}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cs.RbacV1().RoleBindings(e.ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "xmode"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "xmode", Namespace: e.ns}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "xmode"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := *e.cfg
+	cfg.KubeConfig = ImpersonatingKubeconfig(t, kubetest.Kubeconfig(t), "system:serviceaccount:"+e.ns+":xmode")
+	p, err := New(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SetWarnings(testWriter{t})
+	t.Cleanup(func() { p.Close() })
+	e.p, e.cfg = p, &cfg
+
+	byName := e.provision(t, e.policy(t, egress.Source{Name: "--allow", Allow: []string{"allowed.test:80"}}))
+	e.fails(t, byName, "allowed.test by name, its pod's address in a private range", "egressprobe get -timeout 5s http://allowed.test/")
+	r := e.logged(t, byName, func(r egress.Record) bool { return r.Host == "allowed.test" && r.Verdict == egress.Denied })
+	if r.Rule != "block list" || !strings.Contains(r.Reason, "may not list nodes") {
+		t.Errorf("the refusal of allowed.test: %+v", r)
+	}
+	lifted := e.provision(t, e.policy(t, e.allowOnly()))
+	if out := e.ok(t, lifted, "egressprobe get http://allowed.test/"); !strings.Contains(out, "hello from allowed.test") {
+		t.Fatalf("allowed.test with a rule naming its address: %s", out)
+	}
+	e.fails(t, lifted, "denied.test by its address, without the proxy", "egressprobe get -noproxy -timeout 3s http://"+e.denied.String()+"/")
 }

@@ -49,11 +49,12 @@ const controlPod = "control"
 func newEgressEnv(t *testing.T, vars map[string]string) *egressEnv {
 	t.Helper()
 	egImg, prImg := kubetest.EgressImages(t)
+	pki := dockertest.TestPKI(t)
 	base := map[string]string{
 		"XMODE_SANDBOX_NETWORK":   "allow",
 		"XMODE_SANDBOX_IMAGE":     prImg,
 		"XMODE_KUBE_EGRESS_IMAGE": egImg,
-		"XMODE_SANDBOX_EGRESS_CA": dockertest.TestPKI(t).CAFile,
+		"XMODE_SANDBOX_EGRESS_CA": pki.CAFile,
 	}
 	for k, v := range vars {
 		base[k] = v
@@ -65,7 +66,7 @@ func newEgressEnv(t *testing.T, vars map[string]string) *egressEnv {
 		addr *netip.Addr
 		name string
 	}{{&e.allowed, "allowed"}, {&e.denied, "denied"}, {&e.other, "other"}} {
-		*h.addr = kubetest.EgressHost(t, e.cs, e.ns, h.name, h.name+".test", prImg)
+		*h.addr = kubetest.EgressHost(t, e.cs, e.ns, h.name, h.name+".test", prImg, pki.CertPEM, pki.KeyPEM)
 	}
 	if _, err := e.cs.CoreV1().Pods(e.ns).Create(ctx, kubetest.RestrictedPod(controlPod, prImg, "sleep", "3600"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

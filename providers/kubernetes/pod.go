@@ -532,8 +532,12 @@ func (p *Provider) WorktreeIn(sb engine.Sandbox) (string, error) {
 }
 
 // Network is the network a new sandbox gets (engine.Networker): "none"
-// (a NetworkPolicy denying all traffic) or "" (the pod network).
+// (a NetworkPolicy denying all traffic), "allow" or "open" (its egress
+// proxy, the only way out) or "" (the pod network).
 func (p *Provider) Network() string {
+	if m, proxied := p.cfg.EgressMode(); proxied {
+		return string(m)
+	}
 	if p.networkNone() {
 		return "none"
 	}
