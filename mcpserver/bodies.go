@@ -9,6 +9,8 @@ import (
 	"runtime"
 
 	"golang.org/x/sync/semaphore"
+
+	"github.com/xmode/xmode/internal/httpserve"
 )
 
 // What messages in flight may cost. A message is decoded into several
@@ -129,6 +131,8 @@ func (s *Server) limitBodies(next http.Handler) http.Handler {
 			return // the client went away
 		}
 		defer func() { s.release(held) }()
+		// Its turn came: the body's time to arrive counts from now.
+		httpserve.ReadFromNow(r)
 		head, err := io.ReadAll(io.LimitReader(r.Body, SmallMessageBytes+1))
 		if err != nil {
 			http.Error(w, "xmode mcp: reading the request: "+err.Error(), http.StatusBadRequest)
@@ -150,6 +154,7 @@ func (s *Server) limitBodies(next http.Handler) http.Handler {
 				return
 			}
 			held = want
+			httpserve.ReadFromNow(r)
 		}
 		body := io.MultiReader(bytes.NewReader(head), io.LimitReader(r.Body, MaxMessageBytes+1-int64(len(head))))
 		r.Body = &sizedBody{Reader: body, Closer: r.Body, w: w, head: head}

@@ -124,7 +124,7 @@ func Listen(addr string, allowRemote bool) (net.Listener, error) {
 func Serve(ctx context.Context, ln net.Listener, h http.Handler, o Options) error {
 	o = o.withDefaults()
 	hs := &http.Server{
-		Handler:           deadlines(h, o.WriteTimeout),
+		Handler:           deadlines(h, o.WriteTimeout, o.ReadTimeout),
 		ReadHeaderTimeout: o.ReadHeaderTimeout,
 		ReadTimeout:       o.ReadTimeout,
 		IdleTimeout:       o.IdleTimeout,
@@ -166,13 +166,29 @@ func Refuse(w http.ResponseWriter, code int, text string) {
 // client that stops reading is dropped without cutting a stream that
 // flows (the server's WriteTimeout would cut it: it counts from the
 // request).
-func deadlines(h http.Handler, write time.Duration) http.Handler {
+func deadlines(h http.Handler, write, read time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
+		r = r.WithContext(context.WithValue(r.Context(), readFromNowKey{}, func() {
+			_ = rc.SetReadDeadline(time.Now().Add(read))
+		}))
 		h.ServeHTTP(&deadlineWriter{ResponseWriter: w, rc: rc, d: write}, r)
 		// What the handler left buffered is written after it returns.
 		_ = rc.SetWriteDeadline(time.Now().Add(write))
 	})
+}
+
+type readFromNowKey struct{}
+
+// ReadFromNow gives the rest of r's body the server's whole ReadTimeout
+// from now: for a handler that made the request wait before reading its
+// body (MCP's budget of bytes in flight), so the wait does not use up the
+// time the client has to send it. A request not served by Serve is left
+// as it is.
+func ReadFromNow(r *http.Request) {
+	if f, ok := r.Context().Value(readFromNowKey{}).(func()); ok {
+		f()
+	}
 }
 
 // deadlineWriter sets a write deadline before each write and flush.

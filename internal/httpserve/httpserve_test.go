@@ -274,3 +274,39 @@ func TestCheckListen(t *testing.T) {
 		}
 	}
 }
+
+// A handler that keeps a request waiting before it reads the body (MCP's
+// budget) gives the body the whole ReadTimeout from then on: the wait
+// does not cost the client its request; without ReadFromNow it would.
+func TestReadFromNow(t *testing.T) {
+	o := Options{ReadTimeout: time.Second}
+	read := make(chan error, 2)
+	addr := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(1500 * time.Millisecond) // waiting its turn
+		if r.URL.Path == "/resumed" {
+			ReadFromNow(r)
+		}
+		_, err := io.Copy(io.Discard, r.Body)
+		read <- err
+	}), o)
+	for _, path := range []string{"/resumed", "/waited"} {
+		pr, pw := io.Pipe()
+		go func() {
+			pw.Write([]byte("first"))
+			time.Sleep(1700 * time.Millisecond) // the rest once the handler reads
+			pw.Write([]byte("rest"))
+			pw.Close()
+		}()
+		resp, err := http.Post("http://"+addr+path, "text/plain", pr)
+		if err == nil {
+			resp.Body.Close()
+		}
+		err = <-read
+		if path == "/resumed" && err != nil {
+			t.Errorf("the body of a request that waited its turn: %v", err)
+		}
+		if path == "/waited" && err == nil {
+			t.Errorf("without ReadFromNow the wait counted against the body's time, and should have cut it")
+		}
+	}
+}
