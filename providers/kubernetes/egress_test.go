@@ -541,3 +541,34 @@ func TestKubeEgressWithTheRoleAlone(t *testing.T) {
 	}
 	e.fails(t, lifted, "denied.test by its address, without the proxy", "egressprobe get -noproxy -timeout 3s http://"+e.denied.String()+"/")
 }
+
+// TestKubeEgressOpenMode: a sandbox of network open reaches any host its
+// deny rules and the block list leave (the test hosts' pod addresses
+// lifted by CIDR rules), through its proxy only; a deny rule wins, the
+// apiserver stays refused, and nothing goes straight.
+func TestKubeEgressOpenMode(t *testing.T) {
+	e := newEgressEnv(t, nil)
+	api, _ := clusterAddrs(t, e)
+	spec := e.spec(t)
+	pol, err := egress.Merge(spec.SessionID, egress.ModeOpen,
+		egress.Source{Name: "--allow", Allow: []string{e.allowed.String(), e.other.String(), e.denied.String()}},
+		egress.Source{Name: "--deny", Deny: []string{"denied.test"}},
+		egress.Source{Name: "XMODE_SANDBOX_RESOLVE", Resolve: []string{e.resolve}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Egress = &pol
+	sb := e.provision(t, spec)
+	for _, h := range []string{"allowed.test", "other.test"} {
+		if out := e.ok(t, sb, "egressprobe get http://"+h+"/"); !strings.Contains(out, "hello from "+h) {
+			t.Fatalf("%s in mode open: %s", h, out)
+		}
+	}
+	r := e.logged(t, sb, func(r egress.Record) bool { return r.Host == "other.test" && r.Verdict == egress.Allowed })
+	if r.Rule != "mode open" {
+		t.Errorf("other.test was let through by %q, want mode open: %+v", r.Rule, r)
+	}
+	e.fails(t, sb, "denied.test, which a deny rule names", "egressprobe get -timeout 5s http://denied.test/")
+	e.fails(t, sb, "the apiserver through the proxy", "egressprobe get -insecure -timeout 5s https://"+api+"/version")
+	e.fails(t, sb, "other.test's address, straight", "egressprobe get -noproxy -timeout 3s http://"+e.other.String()+"/")
+}

@@ -48,6 +48,9 @@ const controlPod = "control"
 
 func newEgressEnv(t *testing.T, vars map[string]string) *egressEnv {
 	t.Helper()
+	// klog quiet before the control pod's execs: their goroutines log, and
+	// the provider's first client would set klog's logger under them.
+	quietKlog()
 	egImg, prImg := kubetest.EgressImages(t)
 	pki := dockertest.TestPKI(t)
 	base := map[string]string{
