@@ -1,15 +1,21 @@
 package bench
 
 import (
+	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/xmode/xmode/internal/kubetest"
 	"github.com/xmode/xmode/providers/docker/dockertest"
+	kube "github.com/xmode/xmode/providers/kubernetes"
 )
 
 // The egress proxy on the kubernetes engine (docs/kubernetes.md, "Egress"),
@@ -24,7 +30,8 @@ type kubeEgressBench struct {
 	bin            string
 	proxied, plain string
 	allowed        string
-	repo           string
+	repo, ns       string
+	cs             kubernetes.Interface
 }
 
 func newKubeEgressBench(b *testing.B) *kubeEgressBench {
@@ -44,7 +51,7 @@ func newKubeEgressBench(b *testing.B) *kubeEgressBench {
 	e := &kubeEgressBench{
 		env:       append(base[:len(base):len(base)], "XMODE_SANDBOX_NETWORK=allow", "XMODE_SANDBOX_ALLOW=allowed.test "+allowed),
 		directEnv: append(base[:len(base):len(base)], "XMODE_SANDBOX_NETWORK=bridge"),
-		bin:       bin, allowed: allowed, repo: repo,
+		bin:       bin, allowed: allowed, repo: repo, ns: ns, cs: cs,
 	}
 	e.proxied = output(b, e.env, bin, "sandbox", "create", "--repo", repo, "-q")
 	e.plain = output(b, e.directEnv, bin, "sandbox", "create", "--repo", repo, "-q")
@@ -155,4 +162,74 @@ func BenchmarkKubeEgressCreate(b *testing.B) {
 		b.ReportMetric(ms(median(cpus[i])), m.name+"-cpu-ms")
 	}
 	b.ReportMetric(float64(median(walls[1]))/float64(median(walls[0])), "allow/none")
+}
+
+// BenchmarkKubeEgressRSS: a proxy pod's resident memory (one per sandbox
+// on kubernetes), idle, then with 50 TLS tunnels held open through it, and
+// its peak. The node is this machine: the proxy's process is found by its
+// pod's UID in its cgroup.
+func BenchmarkKubeEgressRSS(b *testing.B) {
+	const conns = 50
+	e := newKubeEgressBench(b)
+	pod, err := e.cs.CoreV1().Pods(e.ns).Get(context.Background(), kube.EgressPodName(e.proxied), metav1.GetOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pid := proxyPID(b, string(pod.UID))
+	b.ResetTimer()
+	idle := procStatusMB(b, pid, "VmRSS:")
+	proxy := strings.TrimSpace(output(b, e.env, e.bin, "sandbox", "exec", e.proxied, "--", "sh", "-c", `echo "${HTTP_PROXY#http://}"`))
+	output(b, e.env, e.bin, "sandbox", "exec", e.proxied, "--detach", "--", "egressprobe", "hold", proxy, "allowed.test:443", strconv.Itoa(conns))
+	// Each tunnel is two established connections in the proxy pod's
+	// network namespace: the sandbox's and the upstream's.
+	deadline := time.Now().Add(2 * time.Minute)
+	for established(b, pid) < 2*conns {
+		if time.Now().After(deadline) {
+			b.Fatalf("only %d of %d tunnels' connections open", established(b, pid), 2*conns)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	b.StopTimer()
+	b.ReportMetric(idle, "idle-rss-MB")
+	b.ReportMetric(procStatusMB(b, pid, "VmRSS:"), "busy-rss-MB")
+	b.ReportMetric(procStatusMB(b, pid, "VmHWM:"), "peak-rss-MB")
+}
+
+// proxyPID is the pid of the egress proxy in the pod of that UID.
+func proxyPID(b *testing.B, uid string) int {
+	b.Helper()
+	cg := "pod" + uid
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, c := range procs {
+		cmd, err := os.ReadFile(c)
+		if err != nil || !strings.HasPrefix(string(cmd), "/xmode\x00__egress\x00") {
+			continue
+		}
+		dir := filepath.Dir(c)
+		if g, err := os.ReadFile(filepath.Join(dir, "cgroup")); err == nil && strings.Contains(string(g), cg) {
+			pid, _ := strconv.Atoi(filepath.Base(dir))
+			return pid
+		}
+	}
+	b.Fatalf("no egress proxy process in pod %s on this machine (the node must be this machine)", uid)
+	return 0
+}
+
+// established counts the established TCP connections (IPv4 and IPv6
+// sockets) in pid's network namespace.
+func established(b *testing.B, pid int) int {
+	b.Helper()
+	n := 0
+	for _, f := range []string{"tcp", "tcp6"} {
+		raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/net/" + f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, l := range strings.Split(string(raw), "\n") {
+			if f := strings.Fields(l); len(f) > 3 && f[3] == "01" {
+				n++
+			}
+		}
+	}
+	return n
 }
