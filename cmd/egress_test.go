@@ -20,3 +20,18 @@ func TestEgressRefusesABadConfiguration(t *testing.T) {
 		t.Fatalf("a refused configuration left a state file: %v", err)
 	}
 }
+
+// `xmode __egress --config-json` writes egress.json (and extra-ca.pem)
+// before it starts, refusing content that is not a configuration; and
+// `xmode __egress-ctl` refuses what it does not know, with exit 2 or 1.
+func TestEgressConfigJSONAndCtl(t *testing.T) {
+	c := newTestCLI(t)
+	dir := t.TempDir()
+	c.fails(2, "--config-json: egress.json", EgressCommand, "--dir", dir, "--config-json", `{"nonsense":1}`)
+	c.fails(2, "holds no PEM certificate", EgressCommand, "--dir", dir, "--config-json", `{"log_max_bytes":10}`, "--extra-ca-pem", "junk")
+	c.fails(2, "--dir: the egress configuration directory is needed", EgressCtlCommand, "put", "egress.json")
+	c.fails(1, "is not a path inside the egress directory", EgressCtlCommand, "--dir", dir, "put", "../x")
+	if _, err := os.Stat(filepath.Join(dir, "..", "x")); !os.IsNotExist(err) {
+		t.Fatalf("put wrote outside the directory: %v", err)
+	}
+}

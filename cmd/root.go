@@ -284,7 +284,7 @@ with evidence for every step that outlives the sandbox.` + exitStatusHelp,
 	// Only what the command line needs is built (see lazy.go).
 	if words := commandWords(args); words == nil || len(words) > 0 {
 		addCommands(root, words, group("sandbox sb", sandboxGroup), leaf("machine machines", a.newMachine), leaf("config", a.newConfig),
-			leaf("doctor", a.newDoctor), leaf("version", a.newVersion), leaf("reap", reap), leaf("completion", a.newCompletion), leaf(sandbox.SupervisorCommand, a.newSupervise), leaf(EgressCommand, a.newEgress), leaf(RelayCommand, a.newRelay), leaf(sandbox.ForwarderCommand, a.newForward),
+			leaf("doctor", a.newDoctor), leaf("version", a.newVersion), leaf("reap", reap), leaf("completion", a.newCompletion), leaf(sandbox.SupervisorCommand, a.newSupervise), leaf(EgressCommand, a.newEgress), leaf(EgressCtlCommand, a.newEgressCtl), leaf(RelayCommand, a.newRelay), leaf(sandbox.ForwarderCommand, a.newForward),
 			leaf("cr change-request", a.newCR), leaf("agent", a.newAgent), leaf("pipeline", a.newPipeline), leaf("run", a.newRunCmd),
 			leaf("cloud", a.newCloud), leaf("examples", a.newExamples), leaf("ui", a.newUI), leaf("mcp", a.newMCP))
 	}

@@ -51,6 +51,7 @@ type Config struct {
 	KubeEphemeral      int64         // ephemeral-storage limit of a sandbox pod
 	KubeDeadlineGrace  time.Duration // how long after its session's expiry a pod ends by itself
 	KubeAPI            string        // "auto", "pods" or "agent-sandbox": what a sandbox is on the cluster
+	KubeEgressImage    string        // the egress proxy's image on kubernetes (xmode's static binary); "": allow/open refused
 	Image              string
 	StorageVolume      string // "" means bind mode
 	StorageMount       string
@@ -269,6 +270,13 @@ var settings = []setting{
 			return nil
 		}
 		return fmt.Errorf("%q is not a kubernetes API: use auto (agent-sandbox where the cluster serves it, else pods), pods or agent-sandbox", v)
+	}},
+	{name: "XMODE_KUBE_EGRESS_IMAGE", def: lit(""), apply: func(c *Config, v string) error {
+		if strings.ContainsAny(v, " \t\n") {
+			return fmt.Errorf("%q is not an image reference", v)
+		}
+		c.KubeEgressImage = v
+		return nil
 	}},
 	{name: "XMODE_SANDBOX_IMAGE", fallback: "CODEX_DOCKER_IMAGE", def: lit("ruby:3.4-bookworm"), apply: func(c *Config, v string) error {
 		if v == "" || strings.ContainsAny(v, " \t\n") {

@@ -50,18 +50,28 @@ type configFile struct {
 
 // WriteConfig writes egress.json.
 func WriteConfig(dir string, c Config) error {
-	f := configFile{ExtraCAFile: c.ExtraCAFile, LogMaxBytes: c.LogMaxBytes, ResolveOnly: c.ResolveOnly, DNSRate: c.DNSRate, DNSBurst: c.DNSBurst}
-	for _, b := range c.Block {
-		f.Block = append(f.Block, blockJSON{b.Prefix, b.Reason, b.Liftable})
-	}
-	b, err := json.MarshalIndent(f, "", "  ")
+	b, err := EncodeConfig(c)
 	if err != nil {
 		return err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(dir, ConfigFile), append(b, '\n'), 0o600)
+	return writeFileAtomic(filepath.Join(dir, ConfigFile), b, 0o600)
+}
+
+// EncodeConfig is egress.json's content, for a writer that hands it to the
+// process another way (`xmode __egress --config-json`).
+func EncodeConfig(c Config) ([]byte, error) {
+	f := configFile{ExtraCAFile: c.ExtraCAFile, LogMaxBytes: c.LogMaxBytes, ResolveOnly: c.ResolveOnly, DNSRate: c.DNSRate, DNSBurst: c.DNSBurst}
+	for _, b := range c.Block {
+		f.Block = append(f.Block, blockJSON{b.Prefix, b.Reason, b.Liftable})
+	}
+	b, err := json.MarshalIndent(f, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
 }
 
 // ReadConfig reads egress.json; without one, the defaults.

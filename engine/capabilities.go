@@ -572,6 +572,13 @@ func Egress(a Provider) (EgressEnforcer, bool) {
 	return e, ok
 }
 
+// EgressReadier is an EgressEnforcer that can lack what it needs to
+// enforce a policy where it runs (a setting): EgressReady says why, as the
+// refusal of a proxied network, before anything is made or recorded.
+type EgressReadier interface {
+	EgressReady() error
+}
+
 // EgressEngines names the engines that enforce egress policies, for the
 // messages of those that do not.
 const EgressEngines = "docker"
@@ -583,6 +590,9 @@ const EgressEngines = "docker"
 func CheckEgress(a Provider, engineName string, mode egress.Mode) error {
 	if a != nil {
 		if _, ok := Egress(a); ok {
+			if r, ok := a.(EgressReadier); ok {
+				return r.EgressReady()
+			}
 			return nil
 		}
 	}
@@ -596,6 +606,14 @@ func EgressCheck(name string, a Provider, proxied bool) Check {
 	if _, ok := Egress(a); ok {
 		c.Method = "proxy"
 		c.Detail = "enforced: a sandbox of XMODE_SANDBOX_NETWORK=allow or open has no way out but xmode's egress proxy (docs/network.md)"
+		if r, ok := a.(EgressReadier); ok {
+			if err := r.EgressReady(); err != nil {
+				c.Method, c.Detail = "none", "not enforced here: "+err.Error()
+				if proxied {
+					c.Status = CheckWarn
+				}
+			}
+		}
 		return c
 	}
 	c.Method = "none"

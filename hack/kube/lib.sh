@@ -43,6 +43,22 @@ KUBECONFIG_ADMIN=$KUBE_STATE/pki/admin.kubeconfig
 # them only when up.sh found them absent.
 KUBE_KUBELET_STRAYS=(/var/lib/kubelet/device-plugins /var/log/containers /var/lib/cni/results)
 
+# image_tar REF ROOTFS CONFIG_JSON OUT: a one-layer image archive as
+# `docker save` writes it.
+image_tar() {
+	local ref=$1 root=$2 cfg=$3 out=$4 d layer diff cfgsum
+	d=$(mktemp -d)
+	tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$root" -cf "$d/layer.tar" .
+	diff=$(sha256sum "$d/layer.tar" | cut -d' ' -f1)
+	mkdir "$d/$diff" && mv "$d/layer.tar" "$d/$diff/layer.tar"
+	printf '{"architecture":"amd64","os":"linux","config":%s,"rootfs":{"type":"layers","diff_ids":["sha256:%s"]}}' "$cfg" "$diff" >"$d/config.json"
+	cfgsum=$(sha256sum "$d/config.json" | cut -d' ' -f1)
+	mv "$d/config.json" "$d/$cfgsum.json"
+	printf '[{"Config":"%s.json","RepoTags":["%s"],"Layers":["%s/layer.tar"]}]' "$cfgsum" "$ref" "$diff" >"$d/manifest.json"
+	tar -C "$d" -cf "$out" manifest.json "$cfgsum.json" "$diff"
+	rm -rf "$d"
+}
+
 log() { echo "kube: $*" >&2; }
 die() {
 	echo "kube: $*" >&2

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -504,6 +505,7 @@ func (p *Provider) Containment() engine.Containment {
 
 // streamReq is one exec's command and streams.
 type streamReq struct {
+	container      string // "": the sandbox's
 	cmd            []string
 	stdin          io.Reader
 	stdout, stderr io.Writer
@@ -519,7 +521,7 @@ func (p *Provider) stream(ctx context.Context, pod string, r streamReq) error {
 	if err != nil {
 		return err
 	}
-	opts := &corev1.PodExecOptions{Container: containerName, Command: r.cmd, Stdin: r.stdin != nil, Stdout: r.stdout != nil, Stderr: r.stderr != nil, TTY: r.tty}
+	opts := &corev1.PodExecOptions{Container: cmp.Or(r.container, containerName), Command: r.cmd, Stdin: r.stdin != nil, Stdout: r.stdout != nil, Stderr: r.stderr != nil, TTY: r.tty}
 	u := c.core.Post().Namespace(c.ns).Resource("pods").Name(pod).SubResource("exec").VersionedParams(opts, c.codec).URL()
 	ws, err := remotecommand.NewWebSocketExecutor(c.rest, "GET", u.String())
 	if err != nil {

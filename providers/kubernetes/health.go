@@ -162,7 +162,7 @@ func (p *Provider) Health(ctx context.Context) []engine.Check {
 		add("kubernetes rbac", engine.CheckOK, fmt.Sprintf("xmode's user may do all %d things it needs in namespace %s (SelfSubjectAccessReview)", len(needed), c.ns), "")
 	}
 
-	out = append(out, p.networkCheck(cctx, c))
+	out = append(out, p.networkCheck(cctx, c), p.egressCheck(p.pluginCheck(cctx, c, egressPolicyWords)))
 	if rt := p.cfg.Runtime; rt != "" {
 		switch code, err := c.getRaw(cctx, "/apis/node.k8s.io/v1/runtimeclasses/"+rt); {
 		case err == nil:
@@ -187,17 +187,29 @@ func (p *Provider) Health(ctx context.Context) []engine.Check {
 // NetworkPolicy applies. Nothing in the API says whether one does; xmode
 // looks for the pods of the plugins known to, in kube-system.
 func (p *Provider) networkCheck(ctx context.Context, c *client) engine.Check {
-	ck := engine.Check{Name: "kubernetes network"}
-	if !p.networkNone() {
-		ck.Status, ck.Detail = engine.CheckOK, "sandboxes are on the pod network (XMODE_SANDBOX_NETWORK="+p.cfg.Network+"): no NetworkPolicy is made"
-		return ck
+	_, proxied := p.cfg.EgressMode()
+	switch {
+	case proxied:
+		return p.pluginCheck(ctx, c, egressPolicyWords)
+	case !p.networkNone():
+		return engine.Check{Name: "kubernetes network", Status: engine.CheckOK, Detail: "sandboxes are on the pod network (XMODE_SANDBOX_NETWORK=" + p.cfg.Network + "): no NetworkPolicy is made"}
 	}
+	return p.pluginCheck(ctx, c, "a NetworkPolicy denying all traffic")
+}
+
+// egressPolicyWords is what a proxied sandbox's NetworkPolicy does.
+const egressPolicyWords = "a NetworkPolicy that leaves them no way out but their egress proxy"
+
+// pluginCheck says whether a plugin known to enforce NetworkPolicy runs,
+// for sandboxes that get the policy what says.
+func (p *Provider) pluginCheck(ctx context.Context, c *client, what string) engine.Check {
+	ck := engine.Check{Name: "kubernetes network"}
 	var pods corev1.PodList
 	err := c.core.Get().Namespace("kube-system").Resource("pods").VersionedParams(&metav1.ListOptions{}, c.codec).Do(ctx).Into(&pods)
 	checked := "looked for the pods of " + strings.Join(policyAgents, ", ") + " in kube-system"
 	if err != nil {
 		ck.Status = engine.CheckWarn
-		ck.Detail = "a NetworkPolicy denying all traffic cuts each sandbox off only where the network plugin enforces NetworkPolicy, and xmode cannot tell whether it does: it may not list pods in kube-system (" + strings.TrimSpace(err.Error()) + ")"
+		ck.Detail = what + " holds each sandbox only where the network plugin enforces NetworkPolicy, and xmode cannot tell whether it does: it may not list pods in kube-system (" + strings.TrimSpace(err.Error()) + ")"
 		ck.Fix = "make sure the cluster's network plugin enforces NetworkPolicy (Calico, Cilium, kube-router, Antrea…)"
 		return ck
 	}
@@ -205,13 +217,13 @@ func (p *Provider) networkCheck(ctx context.Context, c *client) engine.Check {
 		for _, a := range policyAgents {
 			if strings.HasPrefix(pod.Name, a) && pod.Status.Phase == corev1.PodRunning {
 				ck.Status = engine.CheckOK
-				ck.Detail = "sandboxes get a NetworkPolicy denying all traffic, and " + pod.Name + " runs in kube-system, a network plugin that enforces NetworkPolicy (xmode " + checked + "; it cannot know for certain)"
+				ck.Detail = "sandboxes get " + what + ", and " + pod.Name + " runs in kube-system, a network plugin that enforces NetworkPolicy (xmode " + checked + "; it cannot know for certain)"
 				return ck
 			}
 		}
 	}
 	ck.Status = engine.CheckWarn
-	ck.Detail = "sandboxes get a NetworkPolicy denying all traffic, but xmode " + checked + " and found none: unless an agent outside the cluster's pods enforces it, the policy does nothing and sandboxes have the pod network"
+	ck.Detail = "sandboxes get " + what + ", but xmode " + checked + " and found none: unless an agent outside the cluster's pods enforces it, the policy does nothing and sandboxes have the pod network"
 	ck.Fix = "run a network plugin that enforces NetworkPolicy (Calico, Cilium, kube-router, Antrea…), or check that yours does"
 	return ck
 }

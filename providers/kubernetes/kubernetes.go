@@ -75,6 +75,7 @@ var (
 	_ engine.Mover           = (*Provider)(nil)
 	_ engine.Claimer         = (*Provider)(nil)
 	_ engine.WarmPooler      = (*Provider)(nil)
+	_ engine.EgressEnforcer  = (*Provider)(nil)
 	_ io.Closer              = (*Provider)(nil)
 )
 

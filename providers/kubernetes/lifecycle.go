@@ -48,6 +48,10 @@ func (p *Provider) Destroy(ctx context.Context, sb engine.Sandbox) error {
 		return err
 	}
 	name := PodName(sb.SessionID)
+	// A proxied session's proxy, its network log kept first.
+	if err := p.removeEgress(ctx, sb.SessionID, sb.RunID, sb.ContainerID); err != nil {
+		return err
+	}
 	cctx, cancel := p.call(ctx)
 	defer cancel()
 	as, err := p.agentSandbox(cctx)
@@ -211,6 +215,10 @@ func (p *Provider) RemoveObject(ctx context.Context, o engine.Object) error {
 	defer cancel()
 	switch o.Kind {
 	case engine.KindPod:
+		if o.Name == EgressPodName(o.SessionID) {
+			// An orphaned proxy: its log kept in its run's evidence first.
+			return p.removeEgress(ctx, o.SessionID, "", "")
+		}
 		if o.SessionID != "" {
 			// Its Sandbox's controller would make it anew: the owner
 			// (the session's Sandbox, or a pool entry's claim) goes first.

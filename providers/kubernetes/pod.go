@@ -157,9 +157,9 @@ func (p *Provider) podSpec(spec engine.Spec, img string) (*corev1.Pod, error) {
 		return nil, err
 	}
 	switch p.cfg.Network {
-	case "none", "bridge", "default":
+	case "none", "bridge", "default", "allow", "open":
 	default:
-		return nil, fail.Usagef("XMODE_SANDBOX_NETWORK=%s names a docker network; a kubernetes sandbox has none (a NetworkPolicy denying all traffic) or the pod network (bridge)", p.cfg.Network)
+		return nil, fail.Usagef("XMODE_SANDBOX_NETWORK=%s names a docker network; a kubernetes sandbox has none (a NetworkPolicy denying all traffic), the pod network (bridge), or a policy its egress proxy enforces (allow, open)", p.cfg.Network)
 	}
 	labels := map[string]string{}
 	for k, v := range spec.Labels {
@@ -317,6 +317,9 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 	if err := ctx.Err(); err != nil {
 		return engine.Sandbox{}, err
 	}
+	if err := p.checkEgressSpec(spec); err != nil {
+		return engine.Sandbox{}, err
+	}
 	img := spec.Image
 	if img == "" {
 		img = p.Image()
@@ -340,6 +343,11 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 			return engine.Sandbox{}, err
 		}
 		pool = t.Name
+		if spec.Egress != nil {
+			// A warm pool's pods come from its SandboxTemplate, made before
+			// any sandbox's proxy: none could name it.
+			return engine.Sandbox{}, fail.Refusedf("a pool entry on agent-sandbox cannot have an egress policy (XMODE_SANDBOX_NETWORK=%s): keep pools to sandboxes of network none or bridge there, or set XMODE_KUBE_API=pods", p.cfg.Network)
+		}
 	}
 	sb := engine.Sandbox{Engine: Name, MountMode: MountSync, Image: img, Worktree: spec.Worktree, RunID: spec.RunID, SessionID: spec.SessionID, Project: spec.Project}
 	name := pod.Name
@@ -358,10 +366,26 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 			_ = p.removePod(dctx, podName, spec.SessionID, uid)
 		}
 		_ = p.removePolicy(dctx, name, spec.SessionID)
+		if spec.Egress != nil {
+			_ = p.removePod(dctx, EgressPodName(spec.SessionID), spec.SessionID, "")
+			_ = p.removePolicy(dctx, EgressPodName(spec.SessionID), spec.SessionID)
+		}
 	}
-	if p.networkNone() {
+	// A proxied sandbox: its proxy pod first, for the address the sandbox's
+	// pod names (docs/kubernetes.md, "Egress").
+	var eg *egressSetup
+	np := policySpec(spec)
+	if spec.Egress != nil {
+		if eg, err = p.startEgress(ctx, c, spec); err != nil {
+			discard()
+			return sb, err
+		}
+		p.applyEgress(pod, spec, eg)
+		np = proxiedPolicy(spec)
+	}
+	if p.networkNone() || eg != nil {
 		cctx, cancel := p.call(ctx)
-		_, err := c.createPolicy(cctx, policySpec(spec))
+		_, err := c.createPolicy(cctx, np)
 		cancel()
 		if err != nil {
 			if isAlreadyExists(err) {
@@ -406,7 +430,7 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 			return sb, err
 		}
 	}
-	if p.networkNone() {
+	if p.networkNone() || eg != nil {
 		// The policy's owner is the sandbox's: deleting it (by xmode, or by
 		// anything else) deletes the policy with it.
 		cctx, cancel := p.call(ctx)
@@ -415,6 +439,19 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 		if err != nil {
 			discard()
 			return sb, p.wrap(err, "give the NetworkPolicy of "+name+" to its "+owner.Kind)
+		}
+	}
+	if eg != nil {
+		// The proxy goes with its sandbox's owner, whoever deletes it.
+		cctx, cancel := p.call(ctx)
+		_, err := c.patchPod(cctx, EgressPodName(spec.SessionID), owner.patch())
+		cancel()
+		if err == nil {
+			err = <-eg.served
+		}
+		if err != nil {
+			discard()
+			return sb, p.wrap(err, "start the egress proxy of "+name)
 		}
 	}
 	if as {
@@ -430,8 +467,17 @@ func (p *Provider) Provision(ctx context.Context, spec engine.Spec) (engine.Sand
 		}
 	}
 	if err := p.waitRunning(ctx, podName, uid, until); err != nil {
+		if eg != nil {
+			err = p.egressStartFailure(ctx, podName, err)
+		}
 		discard()
 		return sb, err
+	}
+	if eg != nil && eg.creds {
+		if err := p.installCA(ctx, EgressPodName(spec.SessionID), podName, spec.SessionID); err != nil {
+			discard()
+			return sb, err
+		}
 	}
 	if err := p.copyIn(ctx, podName, spec.Worktree); err != nil {
 		discard()
@@ -574,8 +620,12 @@ func (p *Provider) WorktreeIn(sb engine.Sandbox) (string, error) {
 }
 
 // Network is the network a new sandbox gets (engine.Networker): "none"
-// (a NetworkPolicy denying all traffic) or "" (the pod network).
+// (a NetworkPolicy denying all traffic), "allow" or "open" (its egress
+// proxy, the only way out) or "" (the pod network).
 func (p *Provider) Network() string {
+	if m, proxied := p.cfg.EgressMode(); proxied {
+		return string(m)
+	}
 	if p.networkNone() {
 		return "none"
 	}

@@ -106,17 +106,25 @@ func XmodeBinary(t testing.TB) string {
 // as the image's own trust store.
 const ProbeRef = "xmode-test-probe:1"
 
-// ProbeImage returns ProbeRef, importing it once per process when the
-// daemon lacks it (or has one of another probe).
-func ProbeImage(t testing.TB) string {
+// ProbeBinary is the static egress probe built from this tree, once per
+// process: for the images of engines other than docker (kubernetes).
+func ProbeBinary(t testing.TB) string {
 	t.Helper()
-	cli := Require(t)
 	probeOnce.Do(func() {
 		probeBin, probeErr = buildStatic("github.com/xmode/xmode/providers/docker/internal/egressprobe", "egressprobe")
 	})
 	if probeErr != nil {
 		t.Fatalf("build the egress probe: %v", probeErr)
 	}
+	return probeBin
+}
+
+// ProbeImage returns ProbeRef, importing it once per process when the
+// daemon lacks it (or has one of another probe).
+func ProbeImage(t testing.TB) string {
+	t.Helper()
+	cli := Require(t)
+	ProbeBinary(t)
 	probeImageOnce.Do(func() { probeImageErr = buildProbeImage(cli) })
 	if probeImageErr != nil {
 		testenv.Skip(t, "cannot build the probe image (%v): install busybox-static", probeImageErr)
