@@ -581,7 +581,7 @@ type EgressReadier interface {
 
 // EgressEngines names the engines that enforce egress policies, for the
 // messages of those that do not.
-const EgressEngines = "docker"
+const EgressEngines = "docker or kubernetes"
 
 // CheckEgress refuses a proxied network (mode allow or open) on a provider
 // that cannot enforce it — the host engine, whose steps share the host's
@@ -596,7 +596,7 @@ func CheckEgress(a Provider, engineName string, mode egress.Mode) error {
 			return nil
 		}
 	}
-	return fail.Refusedf("network %s needs an engine that enforces an egress policy, and the %s engine cannot (its sandboxes share the network of where they run): use the %s engine (XMODE_SANDBOX_ENGINE=%s with XMODE_RUNNER_MODE=cloud_worker), or XMODE_SANDBOX_NETWORK=none", mode, engineName, EgressEngines, EgressEngines)
+	return fail.Refusedf("network %s needs an engine that enforces an egress policy, and the %s engine cannot (its sandboxes share the network of where they run): use the %s engine (XMODE_SANDBOX_ENGINE=docker or kubernetes, with XMODE_RUNNER_MODE=cloud_worker), or XMODE_SANDBOX_NETWORK=none", mode, engineName, EgressEngines)
 }
 
 // EgressCheck is `xmode doctor`'s line on whether the provider enforces
@@ -620,7 +620,7 @@ func EgressCheck(name string, a Provider, proxied bool) Check {
 	c.Detail = "not enforced: the " + name + " engine's sandboxes share the network of where they run, so XMODE_SANDBOX_NETWORK=allow or open is refused for them; the " + EgressEngines + " engine enforces it"
 	if proxied {
 		c.Status = CheckWarn
-		c.Fix = "XMODE_SANDBOX_ENGINE=" + EgressEngines + " with XMODE_RUNNER_MODE=cloud_worker for sessions with an egress policy"
+		c.Fix = "XMODE_SANDBOX_ENGINE=docker (or kubernetes) with XMODE_RUNNER_MODE=cloud_worker for sessions with an egress policy"
 	}
 	return c
 }
