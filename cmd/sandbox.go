@@ -52,7 +52,7 @@ hardened docker container with XMODE_SANDBOX_ENGINE=docker (a pod of a
 Kubernetes cluster with XMODE_SANDBOX_ENGINE=kubernetes) and runner mode
 cloud_worker (both: ` + "`export XMODE_SANDBOX_ENGINE=docker XMODE_RUNNER_MODE=cloud_worker`" + `).
 
-Its network (docker): --network none (the default, unless
+Its network (docker, kubernetes): --network none (the default, unless
 XMODE_SANDBOX_NETWORK says otherwise), or allow or open, through xmode's
 egress proxy, which decides and records every connection (docs/network.md):
 allow lets through only what --allow names (host, *.host, host:port,
