@@ -3,6 +3,7 @@ package sandbox
 import (
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -29,7 +30,7 @@ const (
 // is.
 type liveWriter struct {
 	w       io.Writer
-	ch      chan []byte
+	ch      chan *[]byte
 	dropped atomic.Int64
 	stalled bool // the reader stood still for liveStall: never wait again
 	done    chan struct{}
@@ -39,15 +40,21 @@ func newLive(w io.Writer) *liveWriter {
 	if w == nil {
 		return nil
 	}
-	l := &liveWriter{w: w, ch: make(chan []byte, liveQueue), done: make(chan struct{})}
+	l := &liveWriter{w: w, ch: make(chan *[]byte, liveQueue), done: make(chan struct{})}
 	go l.run()
 	return l
 }
 
+// liveChunks are the queue's chunks, used again once written: hundreds of
+// MB through a step cost the queue's bound, not a copy each that the
+// garbage collector must catch up with (which a busy machine lets grow).
+var liveChunks = sync.Pool{New: func() any { b := make([]byte, 0, 32<<10); return &b }}
+
 // Write is called by one goroutine at a time (the provider's copy of one
 // stream).
 func (l *liveWriter) Write(p []byte) (int, error) {
-	b := append([]byte(nil), p...)
+	b := liveChunks.Get().(*[]byte)
+	*b = append((*b)[:0], p...)
 	select {
 	case l.ch <- b:
 		return len(p), nil
@@ -63,6 +70,7 @@ func (l *liveWriter) Write(p []byte) (int, error) {
 			l.stalled = true
 		}
 	}
+	liveChunks.Put(b)
 	l.dropped.Add(int64(len(p)))
 	return len(p), nil
 }
@@ -71,15 +79,15 @@ func (l *liveWriter) run() {
 	defer close(l.done)
 	dead := false
 	for b := range l.ch {
-		if dead {
-			continue
+		if !dead {
+			if err := l.note(); err == nil {
+				_, err = l.w.Write(*b)
+				dead = err != nil
+			} else {
+				dead = true
+			}
 		}
-		if err := l.note(); err == nil {
-			_, err = l.w.Write(b)
-			dead = err != nil
-		} else {
-			dead = true
-		}
+		liveChunks.Put(b)
 	}
 	if !dead {
 		_ = l.note()
