@@ -306,7 +306,7 @@ func (p *Provider) API(ctx context.Context) (string, error) {
 	case ok:
 		p.apiState.api = APIAgentSandbox
 	case want == APIAgentSandbox:
-		return "", fail.Enginef("XMODE_KUBE_API=agent-sandbox, but the cluster at %s does not serve %s/%s Sandbox with %s/%s SandboxTemplate, SandboxWarmPool and SandboxClaim: install kubernetes-sigs/agent-sandbox (v1.0.1, its controller with --extensions=true), or set XMODE_KUBE_API=pods", c.host, asGroup, asVersion, asExtGroup, asVersion)
+		return "", fail.Enginef("XMODE_KUBE_API=agent-sandbox, but the cluster at %s does not serve %s/%s Sandbox with %s/%s SandboxTemplate, SandboxWarmPool and SandboxClaim: install kubernetes-sigs/agent-sandbox (v1.0.1, its controller with its extensions on), or set XMODE_KUBE_API=pods", c.host, asGroup, asVersion, asExtGroup, asVersion)
 	default:
 		p.apiState.api = APIPods
 	}

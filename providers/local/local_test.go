@@ -121,7 +121,7 @@ func TestProvision(t *testing.T) {
 	spec.Worktree = dir
 	pol, _ := egress.Merge("sbx_bbbbbbbb", egress.ModeAllow, egress.Source{Name: "--allow", Allow: []string{"example.test"}})
 	spec.Egress = &pol
-	if _, err := p.Provision(context.Background(), spec); fail.KindOf(err) != fail.Refused || !strings.Contains(err.Error(), "use the docker engine") {
+	if _, err := p.Provision(context.Background(), spec); fail.KindOf(err) != fail.Refused || !strings.Contains(err.Error(), "use the docker or kubernetes engine") {
 		t.Errorf("Provision with an egress policy: %v", err)
 	}
 	spec.Egress = nil
