@@ -104,6 +104,7 @@ func TestKubeNetworkPolicyFromTheCLI(t *testing.T) {
 	}
 
 	var checks []dkCheck
+	kubetest.WaitImagesListed(t, cs, egImg, prImg) // what doctor reads
 	dkJSON(t, xm(0, "doctor", "--json"), &checks)
 	var egressLine *dkCheck
 	for i := range checks {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -194,4 +195,38 @@ func EgressHost(t testing.TB, cs kubernetes.Interface, ns, pod, name, image stri
 		t.Fatal(err)
 	}
 	return netip.MustParseAddr(WaitRunning(t, cs, ns, pod, time.Minute).Status.PodIP)
+}
+
+// WaitImagesListed waits until a node's status lists each of refs: the
+// kubelet reports its images some seconds after an import, and xmode
+// doctor reads them there (an image missing from every node fails its
+// check under the pull policy Never).
+func WaitImagesListed(t testing.TB, cs kubernetes.Interface, refs ...string) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		nodes, err := cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+		missing := ""
+		for _, ref := range refs {
+			found := false
+			for _, n := range nodes.Items {
+				for _, img := range n.Status.Images {
+					if slices.Contains(img.Names, ref) {
+						found = true
+					}
+				}
+			}
+			if !found {
+				missing = ref
+				break
+			}
+		}
+		if err == nil && missing == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no node lists image %s after 90 s (%v)", missing, err)
+		}
+		time.Sleep(time.Second)
+	}
 }
