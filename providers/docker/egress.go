@@ -477,10 +477,16 @@ func (p *Provider) servePolicy(ctx context.Context, proxyID string, pol *egress.
 	return env, p.waitServed(ctx, proxyID, pol.Sandbox, egress.PolicyHash(b))
 }
 
+// serveTimeout bounds the wait for the proxy to serve a policy: a proxy
+// made again (it was removed) starts, joins every sandbox network of the
+// install and reads every policy first, which on a loaded machine took
+// longer than 15 s.
+const serveTimeout = 30 * time.Second
+
 // waitServed signals the proxy to read its policies now and waits until its
 // state file says it serves hash (or why it cannot).
 func (p *Provider) waitServed(ctx context.Context, proxyID, sandbox, hash string) error {
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(serveTimeout)
 	signalled := time.Time{}
 	for {
 		if time.Since(signalled) > time.Second {
@@ -502,7 +508,7 @@ func (p *Provider) waitServed(ctx context.Context, proxyID, sandbox, hash string
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fail.Enginef("the egress proxy (container %s) did not serve sandbox %s's policy within 15 s: see `docker logs %s`", shortID(proxyID), sandbox, shortID(proxyID))
+			return fail.Enginef("the egress proxy (container %s) did not serve sandbox %s's policy within %v: see `docker logs %s`", shortID(proxyID), sandbox, serveTimeout, shortID(proxyID))
 		}
 		select {
 		case <-ctx.Done():
