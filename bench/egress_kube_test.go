@@ -127,41 +127,11 @@ func BenchmarkKubeEgressThroughput(b *testing.B) {
 // (not timed). Target: allow ≤ 1.2× none.
 func BenchmarkKubeEgressCreate(b *testing.B) {
 	e := newKubeEgressBench(b)
-	modes := []struct {
-		name string
-		env  []string
-	}{
+	walls := createModes(b, e.bin, e.repo, false, []netMode{
 		{"none", append(append([]string(nil), e.env...), "XMODE_SANDBOX_NETWORK=none")},
 		{"allow", e.env},
-	}
-	create := func(env []string) (time.Duration, time.Duration) {
-		c := exec.Command(e.bin, "sandbox", "create", "--repo", e.repo, "-q")
-		c.Env = append(os.Environ(), env...)
-		start := time.Now()
-		out, err := c.Output()
-		wall := time.Since(start)
-		if err != nil {
-			b.Fatalf("sandbox create: %v", err)
-		}
-		stopSessions(b, env, e.bin, strings.TrimSpace(string(out)))
-		return wall, c.ProcessState.UserTime() + c.ProcessState.SystemTime()
-	}
-	b.ResetTimer()
-	walls := make([][]time.Duration, len(modes))
-	cpus := make([][]time.Duration, len(modes))
-	for range rounds(b) {
-		for i, m := range modes {
-			w, c := create(m.env)
-			walls[i] = append(walls[i], w)
-			cpus[i] = append(cpus[i], c)
-		}
-	}
-	b.StopTimer()
-	for i, m := range modes {
-		b.ReportMetric(ms(median(walls[i])), m.name+"-ms")
-		b.ReportMetric(ms(median(cpus[i])), m.name+"-cpu-ms")
-	}
-	b.ReportMetric(float64(median(walls[1]))/float64(median(walls[0])), "allow/none")
+	})
+	b.ReportMetric(float64(walls[1])/float64(walls[0]), "allow/none")
 }
 
 // BenchmarkKubeEgressRSS: a proxy pod's resident memory (one per sandbox
